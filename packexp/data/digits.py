@@ -1,0 +1,24 @@
+"""scikit-learn's bundled handwritten digits: 1797 8x8 images, no download."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+from packexp.data import Dataset, split
+
+
+def load(val_fraction: float = 0.2, images: bool = False, seed: int = 0) -> Dataset:
+    """Loads the digits.
+
+    Args:
+        val_fraction: Share held out for validation.
+        images: Give uint8 ``[8, 8, 1]`` images instead of 64 float features in [0, 1].
+        seed: Seed of the split.
+    """
+    digits = load_digits()
+    if images:
+        x = (digits.images * (255 / 16)).round().astype(np.uint8)[..., None]
+    else:
+        x = (digits.data / 16).astype(np.float32)
+    return split("digits", x, digits.target, val_fraction, seed, num_classes=10)

@@ -1,0 +1,88 @@
+"""Hyperband's bracket arithmetic (Li et al.) and its successive-halving loop."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from packexp.search_space import Trial
+
+
+@dataclass(frozen=True)
+class Rung:
+    """``n`` configurations trained to ``r`` epochs in all."""
+
+    n: int
+    r: float
+
+
+@dataclass(frozen=True)
+class Bracket:
+    s: int
+    rungs: tuple[Rung, ...]
+
+
+SampleFn = Callable[[Bracket], list[Trial]]
+# (bracket, rung index, trials, epochs) -> trial_id -> validation accuracy, None if failed
+TrainRungFn = Callable[[Bracket, int, list[Trial], float], Mapping[str, "float | None"]]
+
+
+class Hyperband:
+    """Hyperband with maximum resource ``R`` epochs and reduction factor ``eta``."""
+
+    def __init__(self, R: int, eta: int = 3) -> None:
+        for name, value, low in (("R", R, 1), ("eta", eta, 2)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
+        self.R = R
+        self.eta = eta
+
+    @property
+    def s_max(self) -> int:
+        """⌊log_eta R⌋, by integer arithmetic so that R = eta**k is never off by one."""
+        s = 0
+        while self.eta ** (s + 1) <= self.R:
+            s += 1
+        return s
+
+    def bracket(self, s: int) -> Bracket:
+        n = -(-(self.s_max + 1) * self.eta**s // (s + 1))  # ⌈(s_max+1)/(s+1)·eta^s⌉
+        r = self.R / self.eta**s
+        rungs = tuple(Rung(n=n // self.eta**i, r=r * self.eta**i) for i in range(s + 1))
+        return Bracket(s=s, rungs=rungs)
+
+    def brackets(self) -> list[Bracket]:
+        """Brackets from the most exploratory (s = s_max) to plain training (s = 0)."""
+        return [self.bracket(s) for s in range(self.s_max, -1, -1)]
+
+    def run(self, sample: SampleFn, train_rung: TrainRungFn) -> None:
+        """Runs every bracket's successive halving.
+
+        Args:
+            sample: Draws a bracket's configurations.
+            train_rung: Trains a rung's trials to the rung's epochs and scores them.
+        """
+        for bracket in self.brackets():
+            trials = sample(bracket)
+            for i, rung in enumerate(bracket.rungs):
+                scores = train_rung(bracket, i, trials, rung.r)
+                if i + 1 < len(bracket.rungs):
+                    trials = keep_best(trials, scores, bracket.rungs[i + 1].n)
+
+
+def keep_best(
+    trials: Sequence[Trial], scores: Mapping[str, float | None], k: int
+) -> list[Trial]:
+    """The ``k`` trials with the highest score; failed (None or NaN) ones rank last.
+
+    Ties keep sampling order, so the choice is deterministic.
+    """
+
+    def rank(item: tuple[int, Trial]) -> tuple[float, int]:
+        i, trial = item
+        score = scores.get(trial.trial_id)
+        valid = score is not None and not math.isnan(score)
+        return (-score if valid else math.inf, i)
+
+    return [t for _, t in sorted(enumerate(trials), key=rank)[:k]]

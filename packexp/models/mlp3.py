@@ -1,0 +1,39 @@
+"""A multi-layer perceptron with three hidden layers of configurable width."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import keras
+
+ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
+
+
+def build(
+    input_shape: Sequence[int],
+    num_classes: int,
+    hparams: Mapping[str, Any],
+    width: int = 64,
+    depth: int = 3,
+) -> keras.Model:
+    """Builds the MLP; image inputs are flattened.
+
+    Args:
+        input_shape: Shape of one example.
+        num_classes: Width of the logits.
+        hparams: Uses ``activation``, one of ``ACTIVATIONS``.
+        width: Units per hidden layer.
+        depth: Hidden layers; the paper's MLP-3 has three.
+    """
+    activation = hparams.get("activation", "relu")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r}: mlp3 knows {list(ACTIVATIONS)}")
+    if width < 1 or depth < 1:
+        raise ValueError(f"width={width}, depth={depth}: must both be >= 1")
+    layers: list[keras.layers.Layer] = [keras.Input(tuple(input_shape))]
+    if len(input_shape) > 1:
+        layers.append(keras.layers.Flatten())
+    layers += [keras.layers.Dense(width, activation=activation) for _ in range(depth)]
+    layers.append(keras.layers.Dense(num_classes))
+    return keras.Sequential(layers, name="mlp3")
