@@ -152,7 +152,8 @@ class PackedSearch:
                               self.data.dataset.num_classes, self.data.train_size)
                 for t in group
             ]
-            pack = Pack(members, self.data, xla=self.pack_cfg.xla,
+            pack = Pack(members, self.data, misaligned=self.pack_cfg.misaligned,
+                        xla=self.pack_cfg.xla,
                         chunk_steps=self.pack_cfg.chunk_steps,
                         eval_batch_size=self.pack_cfg.eval_batch_size)
             stats = pack.train({m.trial_id: m.steps_for(epochs) for m in members})

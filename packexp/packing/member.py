@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import keras
@@ -28,7 +28,6 @@ class Member:
     step: int = 0
     failed: bool = False
     train_loss: float | None = None
-    history: list[float] = field(default_factory=list)
 
     @classmethod
     def create(

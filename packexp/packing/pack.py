@@ -8,6 +8,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import keras
 import numpy as np
@@ -44,16 +45,20 @@ class Evaluation:
 
 
 class Pack:
-    """Members trained jointly: one forward and one backward pass per step, one tape.
+    """Members trained jointly in one compiled step function.
 
     Each member gathers its own batch from the shared device copy of the data, by its own
-    seeded order, so its updates are exactly those it would get alone. The losses are
-    summed under one tape; since members share no parameters, each member's gradient is
-    that of its own loss.
+    seeded order, so its updates are exactly those it would get alone.
 
-    Members with different step budgets run together until the first one is done; it then
-    leaves and the step function is rebuilt for the rest. That rebuild is the switching
-    overhead the paper measures.
+    Members with equal step budgets run under one tape over their summed losses; since they
+    share no parameters, each member's gradient is that of its own loss. Misaligned step
+    budgets (smaller batches take more steps per epoch) are handled by ``misaligned``:
+
+    - ``mask``: one step function for the whole pack; each member's forward, backward and
+      update sit behind a condition on its own step budget, so a member whose budget is
+      spent does no work and its state stays untouched. One compilation per pack.
+    - ``switch``: the paper's way. When a member's budget is spent it leaves and the step
+      function is rebuilt for the rest; the rebuild time is the switching overhead.
     """
 
     def __init__(
@@ -61,18 +66,23 @@ class Pack:
         members: Sequence[Member],
         data: DeviceData,
         *,
+        misaligned: str = "mask",
         xla: bool = False,
         chunk_steps: int = 500,
         eval_batch_size: int = 1024,
     ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
+        if misaligned not in ("mask", "switch"):
+            raise ValueError(f"misaligned={misaligned!r}: must be 'mask' or 'switch'")
         self.members = list(members)
         self.data = data
+        self.misaligned = misaligned
         self.xla = xla
         self.chunk_steps = chunk_steps
         self.eval_batch_size = eval_batch_size
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._compiled: dict[tuple, Any] = {}
 
     def train(self, steps: Mapping[str, int]) -> PackStats:
         """Trains each member for its own number of further steps.
@@ -83,37 +93,32 @@ class Pack:
         Returns:
             Timings: build time, switching overhead and the median pack step time.
         """
-        remaining = {m.trial_id: int(steps[m.trial_id]) for m in self.members}
+        remaining = {m.trial_id: int(steps.get(m.trial_id, 0)) for m in self.members}
         stats = PackStats(members=len(self.members))
-        active = [m for m in self.members if remaining[m.trial_id] > 0 and not m.failed]
-        first = True
-        while active:
-            t0 = time.perf_counter()
-            fn = self._compile_train(active)
-            built = time.perf_counter() - t0
-            if first:
-                stats.build_s += built
-                first = False
+        while True:
+            active = [m for m in self.members if remaining[m.trial_id] > 0 and not m.failed]
+            if not active:
+                return stats
+            budgets = {remaining[m.trial_id] for m in active}
+            if self.misaligned == "switch" or (len(budgets) == 1 and active == self.members):
+                group, masked = active, False
+                k = min(min(budgets), self.chunk_steps)
+                ks = [k] * len(group)
             else:
-                stats.switches += 1
-                stats.switch_overhead_s += built
-            k = min(min(remaining[m.trial_id] for m in active), self.chunk_steps)
-            while k > 0:
-                mean_losses = self._run_chunk(fn, active, k, stats)
-                for m, loss in zip(active, mean_losses, strict=True):
-                    m.step += k
-                    remaining[m.trial_id] -= k
-                    m.train_loss = float(loss)
-                    m.history.append(float(loss))
-                    if not math.isfinite(loss):
-                        m.failed = True
-                        log.info("member %s diverged (loss %s); it leaves the pack",
-                                 m.trial_id, loss)
-                if any(m.failed or remaining[m.trial_id] == 0 for m in active):
-                    break
-                k = min(min(remaining[m.trial_id] for m in active), self.chunk_steps)
-            active = [m for m in active if remaining[m.trial_id] > 0 and not m.failed]
-        return stats
+                group, masked = self.members, True
+                ks = [min(remaining[m.trial_id], self.chunk_steps) if m in active else 0
+                      for m in group]
+            fn = self._step_fn(group, masked, stats)
+            mean_losses = self._run_chunk(fn, group, ks, stats)
+            for m, k, loss in zip(group, ks, mean_losses, strict=True):
+                if k == 0:
+                    continue
+                m.step += k
+                remaining[m.trial_id] -= k
+                m.train_loss = float(loss)
+                if not math.isfinite(loss):
+                    m.failed = True
+                    log.info("member %s diverged (loss %s); it stops training", m.trial_id, loss)
 
     def evaluate(self) -> dict[str, Evaluation]:
         """Each member's validation accuracy and loss; None for failed members."""
@@ -142,54 +147,86 @@ class Pack:
         self.members.remove(member)
         return member
 
-    def _run_chunk(self, fn, active: list[Member], k: int, stats: PackStats) -> np.ndarray:
-        width = self.chunk_steps if self.xla else k  # a fixed shape spares XLA a recompile
+    def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):
+        key = (tuple(m.trial_id for m in group), masked)
+        if key not in self._compiled:
+            t0 = time.perf_counter()
+            self._compiled[key] = self._compile_train(group, masked)
+            built = time.perf_counter() - t0
+            if stats.build_s == 0.0:
+                stats.build_s = built
+            else:
+                stats.switches += 1
+                stats.switch_overhead_s += built
+        return self._compiled[key]
+
+    def _run_chunk(self, fn, group: list[Member], ks: list[int], stats: PackStats) -> np.ndarray:
+        n = max(ks)
+        width = self.chunk_steps if self.xla else n  # a fixed shape spares XLA a recompile
         idxs = []
-        for m in active:
-            batches = m.next_batches(k)
-            if width > k:
-                batches = np.concatenate([batches, np.zeros((width - k, m.batch_size), np.int32)])
+        for m, k in zip(group, ks, strict=True):
+            batches = np.zeros((width, m.batch_size), np.int32)
+            batches[:k] = m.next_batches(k)
             idxs.append(tf.constant(batches))
         t0 = time.perf_counter()
-        mean_losses = fn(tuple(idxs), tf.constant(k, tf.int32)).numpy()
+        mean_losses = fn(tuple(idxs), tf.constant(ks, tf.int32)).numpy()
         elapsed = time.perf_counter() - t0
-        stats.steps += k
+        stats.steps += n
         stats.train_s += elapsed
-        stats.chunk_step_ms.append(1000 * elapsed / k)
+        stats.chunk_step_ms.append(1000 * elapsed / n)
         return mean_losses
 
-    def _compile_train(self, members: list[Member]):
-        """Traces and warms up the step function of ``members`` (zero steps, no update)."""
+    def _compile_train(self, members: list[Member], masked: bool):
+        """Traces and warms up the step function of ``members`` (zero steps, no update).
+
+        The returned function takes each member's batch indices ``[steps, batch]`` and the
+        steps each member takes ``[members]``, and returns each member's mean loss.
+        """
         x, y, loss_fn = self.data.x_train, self.data.y_train, self._loss
         variables = [m.model.trainable_variables for m in members]
         flat = [v for vs in variables for v in vs]
 
-        def train_chunk(idxs, n):
+        def member_loss(m: Member, batch):
+            logits = m.model(preprocess(tf.gather(x, batch)), training=True)
+            return loss_fn(tf.gather(y, batch), logits)
+
+        def joint_step(idxs, t):
+            with tf.GradientTape() as tape:
+                losses = [member_loss(m, idx[t]) for m, idx in zip(members, idxs, strict=True)]
+                total = tf.add_n(losses)
+            grads = tape.gradient(total, flat)
+            offset = 0
+            for m, vs in zip(members, variables, strict=True):
+                m.optimizer.apply(grads[offset : offset + len(vs)], vs)
+                offset += len(vs)
+            return tf.stack(losses)
+
+        def masked_step(idxs, ks, t):
+            losses = []
+            for i, (m, vs, idx) in enumerate(zip(members, variables, idxs, strict=True)):
+                def own_step(m=m, vs=vs, idx=idx):
+                    with tf.GradientTape() as tape:
+                        loss = member_loss(m, idx[t])
+                    m.optimizer.apply(tape.gradient(loss, vs), vs)
+                    return loss
+
+                losses.append(tf.cond(t < ks[i], own_step, lambda: tf.constant(0.0)))
+            return tf.stack(losses)
+
+        def train_chunk(idxs, ks):
             sums = tf.zeros([len(members)])
-            for t in tf.range(n):
-                with tf.GradientTape() as tape:
-                    losses = []
-                    for m, idx in zip(members, idxs, strict=True):
-                        batch = idx[t]
-                        logits = m.model(preprocess(tf.gather(x, batch)), training=True)
-                        losses.append(loss_fn(tf.gather(y, batch), logits))
-                    total = tf.add_n(losses)
-                grads = tape.gradient(total, flat)
-                offset = 0
-                for m, vs in zip(members, variables, strict=True):
-                    m.optimizer.apply(grads[offset : offset + len(vs)], vs)
-                    offset += len(vs)
-                sums += tf.stack(losses)
-            return sums / tf.cast(tf.maximum(n, 1), tf.float32)
+            for t in tf.range(tf.reduce_max(ks)):
+                sums += masked_step(idxs, ks, t) if masked else joint_step(idxs, t)
+            return sums / tf.cast(tf.maximum(ks, 1), tf.float32)
 
         signature = (
             tuple(tf.TensorSpec([None, m.batch_size], tf.int32) for m in members),
-            tf.TensorSpec([], tf.int32),
+            tf.TensorSpec([len(members)], tf.int32),
         )
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.xla)
         width = self.chunk_steps if self.xla else 1
         fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in members),
-           tf.constant(0, tf.int32))
+           tf.zeros([len(members)], tf.int32))
         return fn
 
     def _eval_fn(self, members: list[Member]):
