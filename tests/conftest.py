@@ -1,0 +1,54 @@
+"""Shared fixtures: seeding, composed configs and tiny data."""
+
+from __future__ import annotations
+
+import os
+import random
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "conf")
+
+
+@pytest.fixture(autouse=True)
+def seed_everything() -> None:
+    """Seeds Python, NumPy and TensorFlow (when imported) before every test."""
+    random.seed(0)
+    np.random.seed(0)
+    import sys
+
+    if "tensorflow" in sys.modules:
+        import keras
+
+        keras.utils.set_random_seed(0)
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=overrides or [])
+
+
+@pytest.fixture
+def cfg_tune(tmp_path) -> DictConfig:
+    """A fast tune config whose MLflow store lives in ``tmp_path``."""
+    cfg = compose_config(["experiment=quick", "tracking=mlflow"])
+    with open_dict(cfg):
+        cfg.tracking.store_dir = str(tmp_path / "store")
+    return cfg
+
+
+def pytest_collection_modifyitems(config, items):
+    import shutil
+
+    has_gpu = shutil.which("nvidia-smi") is not None
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

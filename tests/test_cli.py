@@ -1,0 +1,79 @@
+"""python -m packexp in a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "packexp", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_lists_the_groups():
+    out = packexp("--help")
+    assert out.returncode == 0, out.stderr
+    for group in ("model", "dataset", "search_space", "strategy", "scheduler", "tracking",
+                  "experiment"):
+        assert f"{group}:" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [("scheduler.eta=1", "scheduler.eta=1"), ("scheduler.R=0", "scheduler.R=0"),
+     ("seed=abc", "seed='abc'"), ("search_space.params.batch_size=[]", "batch_size")],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, override, needle):
+    out = packexp("tracking=none", override, f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("packexp: error: ")
+    assert needle in lines[0]
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_unknown_strategy_names_the_choices(tmp_path):
+    out = packexp("strategy=best_fit", f"hydra.run.dir={tmp_path}")
+    assert out.returncode != 0
+    assert "strategy/best_fit" in out.stderr
+    assert "knn" in out.stderr
+
+
+@pytest.mark.slow
+def test_default_run_end_to_end(tmp_path):
+    """The README's example, with the store and run directory in tmp_path."""
+    out = packexp("strategy=knn", "model=mlp3", "scheduler.R=9", "seed=3",
+                  f"hydra.run.dir={tmp_path / 'run'}", f"tracking.store_dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["seed"] == 3 and results["strategy"] == "knn"
+    assert len(results["trials"]) == 9 + 5 + 3
+    assert results["best"]["val_accuracy"] > 0.5
+    assert "Best configurations" in out.stdout
+    assert f"run directory: {tmp_path / 'run'}" in out.stdout
+    assert (tmp_path / "mlflow.db").exists()
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_multirun_sweeps_strategies(tmp_path):
+    out = packexp("-m", "strategy=none,knn", "experiment=quick",
+                  f"hydra.sweep.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = [json.loads((tmp_path / str(i) / "results.json").read_text()) for i in (0, 1)]
+    assert [r["strategy"] for r in runs] == ["none", "knn"]
+
+    def scores(results):
+        return [(t["trial_id"], [(r["rung"], r["val_accuracy"]) for r in t["rungs"]])
+                for t in results["trials"]]
+
+    assert scores(runs[0]) == scores(runs[1])

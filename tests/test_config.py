@@ -1,0 +1,84 @@
+"""Every file of every config group composes, and bad values fail with the key named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from omegaconf import open_dict
+
+from packexp.errors import ConfigError
+from packexp.run import run
+from tests.conftest import CONF_DIR, compose_config
+
+GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "experiment"]
+CHOICES = [(g, p.stem) for g in GROUPS for p in sorted(Path(CONF_DIR, g).glob("*.yaml"))]
+
+
+def test_every_group_has_a_file():
+    assert {g for g, _ in CHOICES} == set(GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), CHOICES)
+def test_every_file_composes_and_instantiates(group, option):
+    cfg = compose_config([f"{group}={option}"])
+    assert cfg.task == "tune"
+    for name in GROUPS[:-1]:
+        node = cfg[name]
+        assert "_target_" in node, f"{name} has no _target_"
+        if name not in ("dataset", "tracking"):
+            assert instantiate(node) is not None
+
+
+def test_the_default_is_the_embedded_quick_search():
+    cfg = compose_config()
+    assert cfg.dataset._target_ == "packexp.data.digits.load"
+    assert cfg.model._target_ == "packexp.models.mlp3.build"
+    assert cfg.strategy._target_ == "packexp.strategies.knn.KnnStrategy"
+    assert cfg.search_space.params.batch_size[0] == 20
+    assert cfg.scheduler.R <= 27
+
+
+def test_seed_is_wired_by_interpolation():
+    cfg = compose_config(["seed=42"])
+    assert cfg.strategy.seed == 42
+    assert cfg.dataset.seed == 42
+
+
+def test_readme_example_overrides_compose():
+    cfg = compose_config(["strategy=knn", "model=mlp3", "scheduler.R=27", "seed=3"])
+    assert (cfg.scheduler.R, cfg.seed) == (27, 3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["scheduler.eta=1"], r"^scheduler\.eta=1: must be an integer >= 2$"),
+        (["scheduler.R=0"], r"^scheduler\.R=0: must be an integer >= 1$"),
+        (["seed=abc"], r"^seed='abc': must be an integer$"),
+        (["task=train"], r"^task='train'"),
+        (["search_space.params.optimizer=[]"], r"search_space\.params\.optimizer=\[\]"),
+        (["search_space.params.optimizer=[adam,rmsprop]"], r"'rmsprop' is not one of"),
+        (["search_space.params.batch_size=[0]"], r"batch_size: 0 is not a positive"),
+        (["search_space.params.activation=[relu,swish]"], r"model: .*activation='swish'"),
+        (["pack.max_members=0"], r"pack\.max_members=0"),
+        (["strategy.threshold=-1"], r"^strategy\.threshold=-1"),
+        (["model.width=0"], r"^model: .*width=0"),
+        (["dataset.val_fraction=2"], r"^dataset\.val_fraction=2"),
+    ],
+)
+def test_bad_values_raise_one_line_naming_the_key(tmp_path, overrides, match):
+    cfg = compose_config(["tracking=none", *overrides])
+    with pytest.raises(ConfigError, match=match) as info:
+        run(cfg, run_dir=tmp_path)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_missing_target_is_reported(tmp_path):
+    cfg = compose_config(["tracking=none"])
+    with open_dict(cfg):
+        del cfg.strategy._target_
+    with pytest.raises(ConfigError, match="strategy: no _target_"):
+        run(cfg, run_dir=tmp_path)

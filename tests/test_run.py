@@ -1,0 +1,122 @@
+"""run(cfg) end to end in-process: results.json, the MLflow store, determinism."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import open_dict
+
+from packexp.run import run
+from packexp.tracking import TrackingError
+from tests.conftest import compose_config
+
+
+def tune(tmp_path, *overrides: str, tracking: str = "none"):
+    cfg = compose_config(["experiment=quick", f"tracking={tracking}", *overrides])
+    if tracking == "mlflow":
+        with open_dict(cfg):
+            cfg.tracking.store_dir = str(tmp_path / "store")
+    out = tmp_path / "run"
+    best = run(cfg, run_dir=out)
+    return best, json.loads((out / "results.json").read_text()), out
+
+
+def scores(results: dict) -> dict:
+    return {t["trial_id"]: [(r["rung"], r["epochs"], r["val_accuracy"]) for r in t["rungs"]]
+            for t in results["trials"]}
+
+
+def test_results_json_has_the_documented_keys(tmp_path):
+    best, results, out = tune(tmp_path)
+    assert {"strategy", "model", "dataset", "seed", "wall_time_s", "trials", "best"} <= set(
+        results)
+    assert (results["strategy"], results["model"], results["dataset"]) == (
+        "knn", "mlp3", "digits")
+    trial = results["trials"][0]
+    assert {"trial_id", "hparams", "bracket", "rungs", "packs"} <= set(trial)
+    assert {"rung", "epochs", "val_accuracy"} <= set(trial["rungs"][0])
+    assert results["best"]["val_accuracy"] == best
+    assert best == max(r["val_accuracy"] for t in results["trials"] for r in t["rungs"]
+                       if r["val_accuracy"] is not None)
+    plan = json.loads((out / "plan.json").read_text())
+    assert [[r["n"] for r in b["rungs"]] for b in plan["brackets"]] == [[3, 1], [2]]
+    # R=3, eta=3: 3 + 2 configurations, 3 + 1 + 2 evaluations.
+    assert len(results["trials"]) == 5
+    assert sum(len(t["rungs"]) for t in results["trials"]) == 6
+
+
+def test_promoted_trials_are_the_best_of_their_rung(tmp_path):
+    _, results, _ = tune(tmp_path, "scheduler.R=9")
+    for s in (2, 1):
+        bracket = [t for t in results["trials"] if t["bracket"] == s]
+        first = sorted(bracket, key=lambda t: -(t["rungs"][0]["val_accuracy"] or -1))
+        promoted = [t for t in bracket if len(t["rungs"]) > 1]
+        assert promoted
+        assert {t["trial_id"] for t in promoted} == {t["trial_id"] for t in
+                                                       first[: len(promoted)]}
+
+
+def test_packing_changes_time_never_scores(tmp_path):
+    _, none, _ = tune(tmp_path / "none", "strategy=none", "scheduler.R=9", "seed=4")
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
+    assert max(len(p["members"]) for p in knn["packs"]) > 1
+    assert scores(none) == scores(knn)
+    assert none["best"] == knn["best"]
+
+
+def test_mlflow_parent_and_nested_trial_runs(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    best, results, _ = tune(tmp_path, tracking="mlflow")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("packexp")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert {k: parent.data.params[k] for k in ("strategy.seed", "seed")} == {
+        "strategy.seed": "0", "seed": "0"}
+    assert {parent.data.tags[k] for k in ("strategy", "model", "dataset")} == {
+        "knn", "mlp3", "digits"}
+    assert parent.data.metrics["best_val_accuracy"] == pytest.approx(best)
+    assert len(children) == len(results["trials"])
+    by_id = {r.info.run_name: r for r in children}
+    for trial in results["trials"]:
+        child = by_id[trial["trial_id"]]
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.params["batch_size"] == str(trial["hparams"]["batch_size"])
+        history = client.get_metric_history(child.info.run_id, "val_accuracy")
+        assert [(m.step, m.value) for m in history] == [
+            (round(r["epochs"]), pytest.approx(r["val_accuracy"])) for r in trial["rungs"]]
+        expected = {"finished": "FINISHED", "killed": "KILLED", "failed": "FAILED"}
+        assert child.info.status == expected[trial["status"]]
+    assert {c.info.status for c in children} >= {"FINISHED", "KILLED"}
+
+
+def test_unreachable_tracking_server_fails_before_training(tmp_path):
+    cfg = compose_config(["experiment=quick", "tracking=mlflow",
+                          "tracking.uri=http://127.0.0.1:9"])
+    with pytest.raises(TrackingError, match=r"tracking\.uri=http://127\.0\.0\.1:9"):
+        run(cfg, run_dir=tmp_path)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    import packexp.run as runner
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runner.PackedSearch, "train_rung", explode)
+    with pytest.raises(RuntimeError, match="boom"):
+        tune(tmp_path, tracking="mlflow")
+    assert not (tmp_path / "run" / "results.json").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("packexp")
+    [parent] = client.search_runs([exp.experiment_id])
+    assert parent.info.status == "FAILED"
