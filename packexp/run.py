@@ -58,10 +58,11 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     check_space(space)
     scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
     strategy: Strategy = instantiate(cfg.strategy, "strategy")
-    capacity = member_capacity(cfg.pack.max_members)
+    max_members = member_cap(cfg.pack.max_members)
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
     probe_model(build_model, dataset, space)
+    pack_options = pack_settings(cfg.pack)
     tracker = instantiate(cfg.tracking, "tracking")
     names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
     write_json(run_dir / "plan.json", plan_dict(scheduler))
@@ -73,19 +74,26 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     )
     status = "FAILED"
     try:
-        from packexp.packing import DeviceData
+        from packexp.packing import DeviceData, Member
 
+        data = DeviceData(dataset)
+
+        def make_member(trial: Trial) -> Member:
+            return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
+                                 data.train_size)
+
+        capacity = device_capacity(cfg.device, max_members, make_member, data, pack_options)
         search = PackedSearch(
-            space=space, strategy=strategy, capacity=capacity, build_model=build_model,
-            data=DeviceData(dataset), tracker=tracker, seed=cfg.seed, pack_cfg=cfg.pack,
-            tags=names,
+            space=space, strategy=strategy, capacity=capacity, make_member=make_member,
+            data=data, pack_options=pack_options, tracker=tracker, seed=cfg.seed, tags=names,
         )
         started = time.perf_counter()
         scheduler.run(search.sample, search.train_rung)
         search.finish()
         wall = time.perf_counter() - started
         results = {**names, "seed": cfg.seed, "wall_time_s": round(wall, 3),
-                   "R": scheduler.R, "eta": scheduler.eta, "capacity": cfg.pack.max_members,
+                   "R": scheduler.R, "eta": scheduler.eta,
+                   "capacity": {"bytes": capacity.limit, "max_members": max_members},
                    "trials": list(search.trials.values()), "packs": search.packs,
                    "best": search.best()}
         best = results["best"]["val_accuracy"] if results["best"] else math.nan
@@ -110,11 +118,11 @@ class PackedSearch:
     space: SearchSpace
     strategy: Strategy
     capacity: Capacity
-    build_model: Callable
+    make_member: Callable[[Trial], Any]
     data: Any
+    pack_options: Mapping[str, Any]
     tracker: Any
     seed: int
-    pack_cfg: Any
     tags: Mapping[str, str]
     trials: dict[str, dict] = field(default_factory=dict)
     packs: list[dict] = field(default_factory=list)
@@ -134,63 +142,66 @@ class PackedSearch:
     def train_rung(
         self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float
     ) -> dict[str, float | None]:
-        from packexp.packing import Member, Pack
+        from packexp.packing.trainer import train_group
 
         ids = [t.trial_id for t in trials]
         for dropped in set(self._last.get(bracket.s, [])) - set(ids):
             self._retire(dropped, "killed")
         self._last[bracket.s] = ids
+        check_fits(trials, self.capacity)
         groups = self.strategy.pack(trials, self.capacity)
         check_partition(trials, groups, self.capacity)
         log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs",
                  bracket.s, rung, len(trials), epochs, len(groups))
         scores: dict[str, float | None] = {}
         for j, group in enumerate(groups):
-            pack_id = f"b{bracket.s}-r{rung}-p{j:02d}"
-            members = [
-                Member.create(t, self.build_model, self.data.dataset.input_shape,
-                              self.data.dataset.num_classes, self.data.train_size)
-                for t in group
-            ]
-            pack = Pack(members, self.data, misaligned=self.pack_cfg.misaligned,
-                        xla=self.pack_cfg.xla,
-                        chunk_steps=self.pack_cfg.chunk_steps,
-                        eval_batch_size=self.pack_cfg.eval_batch_size)
-            stats = pack.train({m.trial_id: m.steps_for(epochs) for m in members})
-            evaluation = pack.evaluate()
-            self.packs.append({
-                "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
-                "members": [m.trial_id for m in members], "steps": stats.steps,
-                "build_s": round(stats.build_s, 4), "switches": stats.switches,
-                "switch_overhead_s": round(stats.switch_overhead_s, 4),
-                "train_s": round(stats.train_s, 4), "step_time_ms": stats.step_time_ms,
-            })
-            for m in members:
-                ev = evaluation[m.trial_id]
-                scores[m.trial_id] = ev.val_accuracy
-                record = self.trials[m.trial_id]
-                record["rungs"].append({
-                    "rung": rung, "epochs": epochs, "steps": m.step,
-                    "val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
-                    "train_loss": m.train_loss if m.train_loss is not None
-                    and math.isfinite(m.train_loss) else None,
-                    "pack_id": pack_id,
-                })
-                record["packs"].append(pack_id)
-                self.tracker.log_trial_rung(
-                    m.trial_id, m.trial.hparams,
-                    {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id},
-                    epochs,
-                    {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
-                     "train_loss": record["rungs"][-1]["train_loss"],
-                     "step_time_ms": stats.step_time_ms, "pack_members": len(members)},
-                )
-                if m.failed:
-                    self._retire(m.trial_id, "failed")
+            runs = train_group(group, self.make_member, self.data, epochs, self.pack_options)
+            for k, pack_run in enumerate(runs):
+                pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (f"-{k}" if len(runs) > 1 else "")
+                scores.update(self._record(bracket, rung, epochs, pack_id, pack_run))
         if rung == len(bracket.rungs) - 1:
             for trial_id in ids:
                 if self.trials[trial_id]["status"] == "running":
                     self._retire(trial_id, "finished")
+        return scores
+
+    def _record(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
+                pack_run: Any) -> dict[str, float | None]:
+        stats, members = pack_run.stats, pack_run.members
+        self.packs.append({
+            "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
+            "members": [m.trial_id for m in members], "steps": stats.steps,
+            "build_s": round(stats.build_s, 4), "switches": stats.switches,
+            "switch_overhead_s": round(stats.switch_overhead_s, 4),
+            "train_s": round(stats.train_s, 4), "step_time_ms": stats.step_time_ms,
+            "peak_memory_mb": round(pack_run.peak_memory_bytes / 2**20, 2),
+            "planned_cost_mb": round(sum(self.capacity.cost(m.trial) for m in members) / 2**20,
+                                     2),
+            "splits": pack_run.splits,
+        })
+        scores: dict[str, float | None] = {}
+        for m in members:
+            ev = pack_run.evaluation[m.trial_id]
+            scores[m.trial_id] = ev.val_accuracy
+            record = self.trials[m.trial_id]
+            train_loss = m.train_loss if m.train_loss is not None and math.isfinite(
+                m.train_loss) else None
+            record["rungs"].append({
+                "rung": rung, "epochs": epochs, "steps": m.step,
+                "val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
+                "train_loss": train_loss, "pack_id": pack_id,
+            })
+            record["packs"].append(pack_id)
+            self.tracker.log_trial_rung(
+                m.trial_id, m.trial.hparams,
+                {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id},
+                epochs,
+                {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
+                 "train_loss": train_loss, "step_time_ms": stats.step_time_ms,
+                 "pack_members": len(members)},
+            )
+            if m.failed:
+                self._retire(m.trial_id, "failed")
         return scores
 
     def finish(self) -> None:
@@ -263,10 +274,52 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
                               f"{list(dataset.input_shape)}: {e}") from None
 
 
-def member_capacity(max_members: Any) -> Capacity:
+def member_cap(max_members: Any) -> int:
     if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
         raise ConfigError(f"pack.max_members={max_members!r}: must be an integer >= 1")
-    return Capacity.members(max_members)
+    return max_members
+
+
+def pack_settings(pack: DictConfig) -> dict[str, Any]:
+    """``Pack`` keyword arguments from ``cfg.pack``, checked."""
+    if pack.misaligned not in ("mask", "switch"):
+        raise ConfigError(f"pack.misaligned={pack.misaligned!r}: must be mask or switch")
+    for key in ("chunk_steps", "eval_batch_size"):
+        value = pack[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
+    if not isinstance(pack.jit_compile, bool):
+        raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true or false")
+    return {"misaligned": pack.misaligned, "jit_compile": pack.jit_compile,
+            "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
+
+
+def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
+                    data: Any, pack_options: Mapping[str, Any]) -> Capacity:
+    """Memory capacity of one pack, with member costs from the estimate and its probes."""
+    from packexp.packing.memory import MemoryModel, device_capacity_bytes
+    from packexp.packing.trainer import probe_member
+
+    try:
+        limit = device_capacity_bytes(device.memory_budget_mb, device.gpu_memory_fraction)
+    except ValueError as e:
+        raise ConfigError(f"device.{e}") from None
+
+    def probe(trial: Trial) -> int:
+        return probe_member(trial, make_member, data, pack_options)
+
+    memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None)
+    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members)
+
+
+def check_fits(trials: list[Trial], capacity: Capacity) -> None:
+    """A member that cannot fit even alone is a config error naming both numbers."""
+    for t in trials:
+        if not capacity.fits([t]):
+            raise ConfigError(
+                f"device.memory_budget_mb={capacity.limit / 2**20:.0f}: smaller than one "
+                f"member ({t.trial_id}, batch {t.hparams['batch_size']}, needs "
+                f"{capacity.cost(t) / 2**20:.1f} MB)")
 
 
 def check_partition(trials: list[Trial], packs: list[list[Trial]], capacity: Capacity) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from packexp.packing.data import batch_indices
 from packexp.packing.optimizers import make_optimizer
@@ -61,6 +63,31 @@ class Member:
     def steps_for(self, epochs: float) -> int:
         """Total steps that ``epochs`` epochs amount to (at least one)."""
         return max(1, round(epochs * self.steps_per_epoch))
+
+    def save(self, directory: str | Path) -> str:
+        """Writes a checkpoint of weights, optimizer slots and step counter.
+
+        Returns:
+            The checkpoint path, for ``restore``.
+        """
+        step = tf.Variable(self.step, dtype=tf.int64)
+        return self._checkpoint(step).write(str(Path(directory) / self.trial_id))
+
+    def restore(self, path: str) -> Member:
+        """Loads a checkpoint written by ``save`` of the same trial into this member."""
+        step = tf.Variable(0, dtype=tf.int64)
+        self._checkpoint(step).read(path).assert_consumed()
+        self.step = int(step.numpy())
+        return self
+
+    def _checkpoint(self, step: tf.Variable) -> tf.train.Checkpoint:
+        # Plain lists of the underlying variables: the structure is fixed by the trial's
+        # model and optimizer, so any pack can restore it into a freshly built member.
+        return tf.train.Checkpoint(
+            weights=[v.value for v in self.model.weights],
+            slots=[v.value for v in self.optimizer.variables],
+            step=step,
+        )
 
     def next_batches(self, steps: int) -> np.ndarray:
         return batch_indices(self.trial.seed, self.train_size, self.batch_size, self.step, steps)

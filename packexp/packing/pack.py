@@ -8,6 +8,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -67,7 +68,7 @@ class Pack:
         data: DeviceData,
         *,
         misaligned: str = "mask",
-        xla: bool = False,
+        jit_compile: bool = False,
         chunk_steps: int = 500,
         eval_batch_size: int = 1024,
     ) -> None:
@@ -78,7 +79,7 @@ class Pack:
         self.members = list(members)
         self.data = data
         self.misaligned = misaligned
-        self.xla = xla
+        self.jit_compile = jit_compile
         self.chunk_steps = chunk_steps
         self.eval_batch_size = eval_batch_size
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -141,10 +142,24 @@ class Pack:
             out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None)
         return out
 
-    def free(self, trial_id: str) -> Member:
-        """Takes a member out of the pack."""
+    def free(self, trial_id: str, directory: str | Path) -> str:
+        """Takes a member out of the pack (the paper's ``free``).
+
+        Returns:
+            Its checkpoint (weights, optimizer slots, step counter), for ``load``.
+        """
         member = next(m for m in self.members if m.trial_id == trial_id)
+        path = member.save(directory)
         self.members.remove(member)
+        self._compiled.clear()
+        return path
+
+    def load(self, member: Member, checkpoint: str | None = None) -> Member:
+        """Adds a member to the pack (the paper's ``load``), restored from ``checkpoint``."""
+        if checkpoint is not None:
+            member.restore(checkpoint)
+        self.members.append(member)
+        self._compiled.clear()
         return member
 
     def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):
@@ -162,7 +177,7 @@ class Pack:
 
     def _run_chunk(self, fn, group: list[Member], ks: list[int], stats: PackStats) -> np.ndarray:
         n = max(ks)
-        width = self.chunk_steps if self.xla else n  # a fixed shape spares XLA a recompile
+        width = self.chunk_steps if self.jit_compile else n  # a fixed shape spares XLA a recompile
         idxs = []
         for m, k in zip(group, ks, strict=True):
             batches = np.zeros((width, m.batch_size), np.int32)
@@ -223,8 +238,8 @@ class Pack:
             tuple(tf.TensorSpec([None, m.batch_size], tf.int32) for m in members),
             tf.TensorSpec([len(members)], tf.int32),
         )
-        fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.xla)
-        width = self.chunk_steps if self.xla else 1
+        fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile)
+        width = self.chunk_steps if self.jit_compile else 1
         fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in members),
            tf.zeros([len(members)], tf.int32))
         return fn

@@ -14,15 +14,18 @@ from packexp.search_space import Trial, derive_seed
 
 @dataclass(frozen=True)
 class Capacity:
-    """What one pack may hold: a limit and each trial's cost against it.
+    """What one pack may hold: a limit, each trial's cost against it, and a member cap.
 
     With the default unit cost the limit is a member count; a memory model passes bytes.
     """
 
     limit: float
     cost: Callable[[Trial], float] = lambda trial: 1.0
+    max_members: int | None = None
 
     def fits(self, group: Sequence[Trial]) -> bool:
+        if self.max_members is not None and len(group) > self.max_members:
+            return False
         return sum(self.cost(t) for t in group) <= self.limit
 
     @classmethod

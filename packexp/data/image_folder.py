@@ -1,0 +1,76 @@
+"""A folder of class subfolders of JPEG/PNG images, resized to one size."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from packexp.data import Dataset, split
+from packexp.errors import ConfigError
+
+EXTENSIONS = frozenset({".jpg", ".jpeg", ".png"})
+
+
+def load(
+    path: str | None = None,
+    image_size: Sequence[int] = (32, 32),
+    val_fraction: float = 0.2,
+    seed: int = 0,
+) -> Dataset:
+    """Loads ``path/<class>/<image>``; classes are the sorted subfolder names.
+
+    Args:
+        path: The folder of class subfolders.
+        image_size: ``[height, width]`` every image is resized to.
+        val_fraction: Share held out for validation, stratified by class.
+        seed: Seed of the split.
+
+    Returns:
+        uint8 ``[n, height, width, 3]`` RGB images and int32 labels.
+    """
+    height, width = _size(image_size)
+    root = Path(path).expanduser() if path is not None else None
+    if root is None or not root.is_dir():
+        raise ConfigError(f"dataset.path={path}: not a folder; pass a folder of class subfolders "
+                          "of JPEG/PNG images as dataset.path=...")
+    # Hidden folders are tool litter (.ipynb_checkpoints, .git), never classes.
+    classes = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    files = [sorted(f for f in d.iterdir() if f.is_file() and f.suffix.lower() in EXTENSIONS)
+             for d in classes]
+    if not any(files):
+        raise ConfigError(f"dataset.path={path}: no class subfolders of JPEG/PNG images")
+    for d, class_files in zip(classes, files, strict=True):
+        if len(class_files) < 2:
+            raise ConfigError(f"dataset.path: class {d.name!r} has {len(class_files)} images; "
+                              "a stratified split needs at least 2 per class")
+    x = np.stack([_decode(f, height, width) for class_files in files for f in class_files])
+    y = np.concatenate([np.full(len(fs), label, np.int32) for label, fs in enumerate(files)])
+    return split("image_folder", x, y, val_fraction, seed, num_classes=len(classes))
+
+
+def _size(image_size: Sequence[int]) -> tuple[int, int]:
+    size: tuple[int, ...] = ()
+    # A string is a sequence too, but "32" must not become (3, 2).
+    if not isinstance(image_size, str):
+        with contextlib.suppress(TypeError, ValueError):
+            size = tuple(int(v) for v in image_size)
+    if len(size) != 2 or min(size) < 1:
+        raise ConfigError(f"dataset.image_size={image_size!r}: must be [height, width], both >= 1")
+    return size[0], size[1]
+
+
+def _decode(file: Path, height: int, width: int) -> np.ndarray:
+    try:
+        with Image.open(file) as image:
+            # PIL sizes are (width, height).
+            resized = image.convert("RGB").resize((width, height), Image.Resampling.BILINEAR)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        # PIL's own message for an unknown format repeats the whole path.
+        reason = ("not a JPEG or PNG image" if isinstance(e, UnidentifiedImageError)
+                  else " ".join(str(e).split()) or type(e).__name__)
+        raise ConfigError(f"dataset.path: {file}: cannot decode image ({reason})") from None
+    return np.asarray(resized, dtype=np.uint8)

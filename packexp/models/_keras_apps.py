@@ -1,0 +1,91 @@
+"""Shared builder for keras.applications CNNs: small-image resizing and activation swapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+
+ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
+
+
+def _is_relu(layer: keras.layers.Layer) -> bool:
+    if isinstance(layer, keras.layers.ReLU):
+        return True
+    return isinstance(layer, keras.layers.Activation) and layer.get_config()["activation"] == "relu"
+
+
+def replace_activation(model: keras.Model, activation: str) -> keras.Model:
+    """Clones ``model`` with every ReLU non-linearity swapped for ``activation``.
+
+    The clone has freshly initialised weights, drawn from Keras's seeded default seed, so two
+    builds after the same ``keras.utils.set_random_seed`` are identical. Dense layers keep
+    their own ``activation`` argument, so a linear classifier stays linear.
+
+    Args:
+        model: A Functional or Sequential model.
+        activation: A Keras activation name; ``"relu"`` returns ``model`` unchanged.
+
+    Returns:
+        The model with ``Activation(activation)`` layers in place of its ReLUs, same names.
+    """
+    if activation == "relu":
+        return model
+
+    def swap(layer: keras.layers.Layer) -> keras.layers.Layer:
+        if _is_relu(layer):
+            return keras.layers.Activation(activation, name=layer.name)
+        return layer.__class__.from_config(layer.get_config())
+
+    return keras.models.clone_model(model, clone_function=swap, recursive=True)
+
+
+def build_application(
+    app_fn: Callable[..., keras.Model],
+    input_shape: Sequence[int],
+    num_classes: int,
+    activation: str,
+    min_size: int,
+    **kwargs: Any,
+) -> keras.Model:
+    """Builds a randomly initialised keras.applications classifier that returns logits.
+
+    Args:
+        app_fn: A keras.applications constructor such as ``keras.applications.ResNet50``.
+        input_shape: Shape of one example, ``[height, width, channels]``.
+        num_classes: Width of the logits.
+        activation: One of ``ACTIVATIONS``.
+        min_size: Smallest height and width ``app_fn`` accepts; smaller images are upsampled
+            by a ``Resizing`` layer inside the model, so on the device during training.
+        **kwargs: Passed to ``app_fn`` (e.g. MobileNetV2's ``alpha``).
+
+    Returns:
+        The model, mapping ``input_shape`` images to ``num_classes`` logits.
+    """
+    name = app_fn.__name__.lower()
+    shape = [int(d) for d in input_shape]
+    if len(shape) != 3:
+        raise ValueError(
+            f"input_shape={shape}: {name} needs images [height, width, channels]; "
+            "use a dataset with images (e.g. dataset.images=true for digits)"
+        )
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r}: {name} knows {list(ACTIVATIONS)}")
+    height, width, channels = shape
+    # Only the short side(s) grow, so a large non-square image keeps its aspect ratio.
+    app_shape = (max(height, min_size), max(width, min_size), channels)
+    app = app_fn(
+        weights=None,
+        include_top=True,
+        classes=num_classes,
+        classifier_activation=None,
+        input_shape=app_shape,
+        **kwargs,
+    )
+    app = replace_activation(app, activation)
+    if app_shape == (height, width, channels):
+        return app
+    inputs = keras.Input(shape)
+    resized = keras.layers.Resizing(app_shape[0], app_shape[1], name="resize_to_min")(inputs)
+    return keras.Model(inputs, app(resized), name=app.name)

@@ -1,0 +1,40 @@
+"""MobileNetV2 from keras.applications, randomly initialised, with a width multiplier."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import keras
+
+from packexp.models._keras_apps import build_application
+
+# keras.applications rejects smaller inputs; build_application resizes up to it.
+MIN_SIZE = 32
+
+
+def build(
+    input_shape: Sequence[int],
+    num_classes: int,
+    hparams: Mapping[str, Any],
+    alpha: float = 0.35,
+) -> keras.Model:
+    """Builds MobileNetV2 returning logits.
+
+    Args:
+        input_shape: Shape of one image, ``[height, width, channels]``.
+        num_classes: Width of the logits.
+        hparams: Uses ``activation``, which replaces every ReLU6.
+        alpha: Width multiplier on every layer's filters; 1.0 is the paper's network.
+
+    Returns:
+        The model.
+    """
+    return build_application(
+        keras.applications.MobileNetV2,
+        input_shape,
+        num_classes,
+        hparams.get("activation", "relu"),
+        MIN_SIZE,
+        alpha=alpha,
+    )

@@ -1,0 +1,105 @@
+"""Each member's memory cost: an analytic estimate, checked once by a measured probe."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import keras
+
+from packexp import telemetry
+from packexp.search_space import Trial
+
+log = logging.getLogger(__name__)
+
+# Optimizer state per trainable parameter, in parameter copies.
+SLOTS = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
+BYTES = 4  # float32
+
+
+def parameter_elements(model: keras.Model) -> tuple[int, int]:
+    """(trainable, non-trainable) parameter counts."""
+    def count(ws) -> int:
+        return sum(math.prod(w.shape) for w in ws)
+
+    return count(model.trainable_weights), count(model.non_trainable_weights)
+
+
+def activation_elements(model: keras.Model) -> int:
+    """Elements of every layer output for one example, through nested models."""
+    total = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            total += activation_elements(layer)
+            continue
+        try:
+            outputs = keras.tree.flatten(layer.output)
+        except (AttributeError, ValueError):
+            continue
+        total += sum(math.prod(d for d in o.shape[1:] if d is not None) for o in outputs)
+    return total
+
+
+def estimate_bytes(model: keras.Model, optimizer: str, batch_size: int) -> int:
+    """Weights, gradients, optimizer slots, and activations kept for the backward pass."""
+    return _estimate(*parameter_elements(model), activation_elements(model), optimizer,
+                     batch_size)
+
+
+def _estimate(trainable: int, frozen: int, acts: int, optimizer: str, batch_size: int) -> int:
+    # Activations count twice: the forward value and its gradient.
+    params = trainable * (2 + SLOTS.get(optimizer, 2)) + frozen
+    return BYTES * (params + 2 * batch_size * acts)
+
+
+class MemoryModel:
+    """Member costs in bytes for the strategies.
+
+    The estimate is checked by a probe the first time an architecture meets a batch size:
+    the member trains a few steps alone and its peak memory is read (TensorFlow's allocator
+    peak on a GPU, the process's peak RSS growth on a CPU). Where the probe saw more than
+    the estimate, that batch size's costs are scaled up to match.
+
+    Args:
+        build_model: Builds a trial's model (the runner's model builder, bound to the data).
+        probe: Runs a measured probe; a callable ``(trial) -> peak bytes`` or None.
+    """
+
+    def __init__(self, build_model: Callable[[Trial], keras.Model],
+                 probe: Callable[[Trial], int] | None = None) -> None:
+        self._build = build_model
+        self._probe = probe
+        self._shape: tuple[int, int, int] | None = None  # trainable, frozen, activations
+        self._scale: dict[int, float] = {}
+        self.probes: dict[int, tuple[int, int]] = {}  # batch -> (estimate, measured)
+
+    def estimate(self, trial: Trial) -> int:
+        if self._shape is None:
+            model = self._build(trial)
+            self._shape = (*parameter_elements(model), activation_elements(model))
+        return _estimate(*self._shape, trial.hparams["optimizer"],
+                         int(trial.hparams["batch_size"]))
+
+    def cost(self, trial: Trial) -> float:
+        batch = int(trial.hparams["batch_size"])
+        if batch not in self._scale:
+            self._scale[batch] = 1.0
+            if self._probe is not None:
+                estimate = self.estimate(trial)
+                measured = int(self._probe(trial))
+                self.probes[batch] = (estimate, measured)
+                self._scale[batch] = max(1.0, measured / estimate)
+                log.info("memory probe, batch %d: estimate %.1f MB, measured %.1f MB",
+                         batch, estimate / 2**20, measured / 2**20)
+        return self.estimate(trial) * self._scale[batch]
+
+
+def device_capacity_bytes(memory_budget_mb: float | None, gpu_fraction: float = 0.9) -> int:
+    """Memory one pack may use: a share of the GPU's free memory (NVML), else the budget."""
+    gpu = telemetry.gpu_memory()
+    if gpu is not None:
+        return int(gpu[1] * gpu_fraction)
+    if memory_budget_mb is None or not memory_budget_mb > 0:
+        raise ValueError(f"memory_budget_mb={memory_budget_mb!r}: a CPU needs a positive budget")
+    return int(memory_budget_mb * 2**20)

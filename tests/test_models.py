@@ -1,0 +1,119 @@
+"""The keras.applications CNN builders: logits, activation swapping, resizing, seeding, config."""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+
+import keras
+import numpy as np
+import pytest
+from hydra.utils import instantiate
+
+from packexp.models.mobilenet import build as build_mobilenet
+from tests.conftest import compose_config
+
+SMALL = {"alpha": 0.35}
+# Module (config) name and the keras.applications name that errors use.
+MODELS = [("mobilenet", "mobilenetv2"), ("resnet50", "resnet50"), ("densenet121", "densenet121")]
+
+
+def mobilenet(input_shape: list[int], activation: str = "relu") -> keras.Model:
+    return build_mobilenet(input_shape, 3, {"activation": activation}, **SMALL)
+
+
+def images(shape: list[int], batch: int = 2) -> np.ndarray:
+    return np.random.default_rng(0).uniform(0, 255, size=[batch, *shape]).astype("float32")
+
+
+def all_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    return list(model._flatten_layers(include_self=False))
+
+
+def activation_counts(model: keras.Model) -> Counter[str]:
+    """``ReLU`` layers and ``Activation`` layers (by function name) in ``model``, nested too."""
+    return Counter(
+        "ReLU" if isinstance(layer, keras.layers.ReLU) else layer.get_config()["activation"]
+        for layer in all_layers(model)
+        if isinstance(layer, keras.layers.ReLU | keras.layers.Activation)
+    )
+
+
+@pytest.mark.parametrize("name", ["resnet50", "densenet121"])
+def test_full_size_networks_return_logits_at_32(name):
+    module = importlib.import_module(f"packexp.models.{name}")
+    model = module.build([32, 32, 3], 3, {"activation": "tanh"})
+    assert module.MIN_SIZE == 32
+    assert activation_counts(model).keys() == {"tanh"}
+    assert tuple(model(images([32, 32, 3])).shape) == (2, 3)
+
+
+def test_mobilenet_returns_logits_not_probabilities():
+    model = mobilenet([32, 32, 3])
+    assert model.layers[-1].get_config()["activation"] == "linear"
+    logits = keras.ops.convert_to_numpy(model(images([32, 32, 3], batch=4)))
+    assert logits.shape == (4, 3)
+    assert not np.allclose(logits.sum(axis=1), 1.0)
+
+
+def test_activation_replaces_every_relu():
+    relu = activation_counts(mobilenet([32, 32, 3], "relu"))
+    tanh = activation_counts(mobilenet([32, 32, 3], "tanh"))
+    assert set(relu) == {"ReLU"}
+    assert set(tanh) == {"tanh"}
+    assert tanh["tanh"] == relu["ReLU"]
+
+
+def test_activation_changes_the_outputs_under_one_seed():
+    x = images([32, 32, 3])
+    outputs = {}
+    for activation in ("relu", "tanh"):
+        keras.utils.set_random_seed(1)
+        outputs[activation] = keras.ops.convert_to_numpy(mobilenet([32, 32, 3], activation)(x))
+    assert not np.allclose(outputs["relu"], outputs["tanh"])
+
+
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+def test_same_seed_gives_identical_weights(activation):
+    weights = []
+    for _ in range(2):
+        keras.utils.set_random_seed(7)
+        weights.append(mobilenet([32, 32, 3], activation).get_weights())
+    assert len(weights[0]) == len(weights[1])
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("shape", "resized"), [([8, 8, 1], (32, 32)), ([8, 40, 3], (32, 40))])
+def test_small_images_are_resized_inside_the_model(shape, resized):
+    model = mobilenet(shape, "sigmoid")
+    resizing = [layer for layer in all_layers(model) if isinstance(layer, keras.layers.Resizing)]
+    assert [(r.height, r.width) for r in resizing] == [resized]
+    assert tuple(model.input.shape) == (None, *shape)
+    assert tuple(model(images(shape)).shape) == (2, 3)
+
+
+def test_images_at_the_minimum_are_not_resized():
+    model = mobilenet([32, 32, 3])
+    assert not any(isinstance(layer, keras.layers.Resizing) for layer in all_layers(model))
+
+
+@pytest.mark.parametrize(("module", "name"), MODELS)
+def test_feature_vectors_are_refused_with_the_input_shape_named(module, name):
+    build = importlib.import_module(f"packexp.models.{module}").build
+    with pytest.raises(ValueError, match=rf"^input_shape=\[64\]: {name} needs images \[height"):
+        build([64], 3, {"activation": "relu"})
+
+
+@pytest.mark.parametrize(("module", "name"), MODELS)
+def test_unknown_activation_is_refused(module, name):
+    build = importlib.import_module(f"packexp.models.{module}").build
+    with pytest.raises(ValueError, match=rf"^activation='gelu': {name} knows \["):
+        build([32, 32, 3], 3, {"activation": "gelu"})
+
+
+def test_mobilenet_config_instantiates_a_builder():
+    cfg = compose_config(["model=mobilenet"])
+    assert cfg.model.alpha == 0.35
+    model = instantiate(cfg.model)([8, 8, 1], 3, {"activation": "tanh"})
+    assert tuple(model(images([8, 8, 1])).shape) == (2, 3)
