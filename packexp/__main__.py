@@ -15,7 +15,7 @@ from packexp.tracking import TrackingError
 
 
 def _import_tensorflow_quietly() -> None:
-    """Imports TensorFlow with its C++ start-up banner (CUDA probing, oneDNN) muted.
+    """Imports TensorFlow and finds its devices with the C++ start-up banner muted.
 
     TensorFlow 2.21 prints it on stderr before Python logging exists, whatever
     TF_CPP_MIN_LOG_LEVEL says. Errors still surface: they are Python exceptions.
@@ -24,7 +24,9 @@ def _import_tensorflow_quietly() -> None:
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
-            import tensorflow  # noqa: F401
+            import tensorflow as tf
+
+            tf.config.list_logical_devices()  # probes CUDA, which logs when there is none
     finally:
         os.dup2(saved, 2)
         os.close(saved)

@@ -63,6 +63,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     build_model = instantiate(cfg.model, "model")
     probe_model(build_model, dataset, space)
     pack_options = pack_settings(cfg.pack)
+    check_preprocessing(cfg.preprocess, space, dataset.input_shape)
     tracker = instantiate(cfg.tracking, "tracking")
     names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
     write_json(run_dir / "plan.json", plan_dict(scheduler))
@@ -80,7 +81,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
 
         def make_member(trial: Trial) -> Member:
             return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
-                                 data.train_size)
+                                 data.train_size, preprocessing_for(cfg.preprocess, trial))
 
         capacity = device_capacity(cfg.device, max_members, make_member, data, pack_options)
         search = PackedSearch(
@@ -290,8 +291,43 @@ def pack_settings(pack: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
     if not isinstance(pack.jit_compile, bool):
         raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true or false")
-    return {"misaligned": pack.misaligned, "jit_compile": pack.jit_compile,
+    if pack.data_sharing not in ("gather", "slice"):
+        raise ConfigError(f"pack.data_sharing={pack.data_sharing!r}: must be gather or slice")
+    return {"misaligned": pack.misaligned, "data_sharing": pack.data_sharing,
+            "jit_compile": pack.jit_compile,
             "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
+
+
+PREPROCESS_KEYS = ("mean", "std", "crop_padding", "flip")
+
+
+def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any:
+    """The trial's ``Preprocessing``: ``cfg.preprocess``, overridden by same-named hparams."""
+    from packexp.packing.data import Preprocessing
+
+    values = {k: preprocess.get(k) for k in PREPROCESS_KEYS}
+    if trial is not None:
+        values.update({k: v for k, v in trial.hparams.items() if k in PREPROCESS_KEYS})
+    for key in ("mean", "std"):
+        if values[key] is not None:
+            values[key] = tuple(float(v) for v in values[key])
+    return Preprocessing(mean=values["mean"], std=values["std"],
+                         crop_padding=int(values["crop_padding"] or 0),
+                         flip=bool(values["flip"]))
+
+
+def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
+                        input_shape: tuple[int, ...]) -> None:
+    """Every preprocessing the search can produce must apply to the data."""
+    variants = [{}] + [{k: v} for k in PREPROCESS_KEYS if k in space.params
+                       for v in space.params[k]]
+    for variant in variants:
+        trial = Trial("check", variant, ())
+        try:
+            preprocessing_for(preprocess, trial).check(input_shape)
+        except (TypeError, ValueError) as e:
+            where = "search_space.params" if variant else "preprocess"
+            raise ConfigError(f"{where}.{e}") from None
 
 
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,

@@ -6,10 +6,12 @@ import functools
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from packexp.data import synthetic
 from packexp.models import mlp3
 from packexp.packing import DeviceData, Member, Pack, batch_indices
+from packexp.packing.data import Preprocessing
 from packexp.search_space import Trial, derive_seed
 
 CONFIGS = [  # (batch_size, optimizer, learning_rate, activation)
@@ -150,3 +152,73 @@ def test_member_rejects_a_batch_larger_than_the_data(data):
 def test_unknown_misaligned_mode(data):
     with pytest.raises(ValueError, match="misaligned='pad'"):
         Pack(members(data, [(0, CONFIGS[0])]), data, misaligned="pad")
+
+
+def image_members(data, configs, preprocessing):
+    build = functools.partial(mlp3.build, width=8)
+    ds = data.dataset
+    return [Member.create(trial(i, *c), build, ds.input_shape, ds.num_classes, data.train_size,
+                          preprocessing) for i, c in configs]
+
+
+AUGMENT = Preprocessing(mean=(0.5,), std=(0.25,), crop_padding=1, flip=True)
+
+
+def test_augmentation_is_seeded_per_member_so_packing_keeps_isolation(image_data):
+    configs = list(enumerate(CONFIGS[:3]))
+    packed = image_members(image_data, configs, AUGMENT)
+    Pack(packed, image_data).train({m.trial_id: m.steps_for(2) for m in packed})
+    [alone] = image_members(image_data, configs[2:], AUGMENT)
+    Pack([alone], image_data).train({alone.trial_id: alone.steps_for(2)})
+    assert_same_weights(alone, packed[2])
+    [plain] = image_members(image_data, configs[2:], Preprocessing())
+    Pack([plain], image_data).train({plain.trial_id: plain.steps_for(2)})
+    assert not np.array_equal(plain.model.get_weights()[0], alone.model.get_weights()[0])
+
+
+def test_random_crop_takes_a_window_of_the_padded_image():
+    from packexp.packing.data import _random_crop
+
+    x = tf.reshape(tf.range(2 * 4 * 4, dtype=tf.float32), [2, 4, 4, 1])
+    out = _random_crop(x, 1, tf.constant([3, 4], tf.int64)).numpy()
+    padded = np.pad(x.numpy(), [[0, 0], [1, 1], [1, 1], [0, 0]])
+    for i in range(2):
+        windows = [padded[i, r:r + 4, c:c + 4] for r in range(3) for c in range(3)]
+        assert any(np.array_equal(out[i], w) for w in windows)
+
+
+def test_preprocessing_rejects_augmenting_features(data):
+    with pytest.raises(ValueError, match="flip=True: needs images"):
+        Preprocessing(flip=True).check(data.dataset.input_shape)
+    with pytest.raises(ValueError, match=r"mean=.*needs 1 or 2 values"):
+        Preprocessing(mean=(0.1, 0.2, 0.3)).check((6, 6, 2))
+
+
+def test_slice_mode_feeds_the_leaders_stream_sliced(data):
+    """The largest-batch member trains as alone; the others see its data, not their own."""
+    configs = [(2, CONFIGS[2]), (0, CONFIGS[0])]  # batch 70 leads, batch 20 slices
+    packed = members(data, configs)
+    Pack(packed, data, data_sharing="slice").train({m.trial_id: 6 for m in packed})
+    alone = members(data, configs)
+    for m in alone:
+        Pack([m], data).train({m.trial_id: 6})
+    assert_same_weights(alone[0], packed[0])
+    assert not np.array_equal(alone[1].model.get_weights()[0], packed[1].model.get_weights()[0])
+
+
+def test_slice_mode_runs_each_distinct_preprocessing_once(image_data, monkeypatch):
+    calls = []
+    original = Preprocessing.__call__
+
+    def counting(self, x, seed):
+        calls.append(self)
+        return original(self, x, seed)
+
+    monkeypatch.setattr(Preprocessing, "__call__", counting)
+    configs = list(enumerate(CONFIGS[:3]))
+    ms = image_members(image_data, configs, AUGMENT)
+    ms[2].preprocessing = Preprocessing()
+    for sharing, expected in (("slice", 2), ("gather", 3)):
+        calls.clear()
+        Pack(ms, image_data, data_sharing=sharing).train({m.trial_id: 2 for m in ms})
+        assert len(calls) == expected, sharing  # traced once: one call per op in the graph

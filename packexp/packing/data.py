@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import tensorflow as tf
 
@@ -34,6 +36,79 @@ def preprocess(x: tf.Tensor) -> tf.Tensor:
     if x.dtype == tf.uint8:
         return tf.cast(x, tf.float32) / 255.0
     return tf.cast(x, tf.float32)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """What happens to a batch on the device before the model sees it.
+
+    Members with equal ``Preprocessing`` share its work where they share a batch
+    (``data_sharing=slice``). Random augmentation is stateless, seeded by the batch's owner
+    and step, so it never depends on pack-mates.
+
+    Attributes:
+        mean: Per-channel mean subtracted after scaling to [0, 1]; None for none.
+        std: Per-channel standard deviation divided by; None for none.
+        crop_padding: Random crop of the original size after zero-padding by this many
+            pixels on each side (images only); 0 for none.
+        flip: Random horizontal flip (images only).
+    """
+
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    crop_padding: int = 0
+    flip: bool = False
+
+    @property
+    def augments(self) -> bool:
+        return self.crop_padding > 0 or self.flip
+
+    def check(self, input_shape: tuple[int, ...]) -> None:
+        """Raises ValueError naming the key when this cannot apply to ``input_shape``."""
+        if self.augments and len(input_shape) != 3:
+            key = "crop_padding" if self.crop_padding else "flip"
+            raise ValueError(f"{key}={getattr(self, key)!r}: needs images [height, width, "
+                             f"channels], the data gives {list(input_shape)}")
+        if self.crop_padding < 0:
+            raise ValueError(f"crop_padding={self.crop_padding}: must be >= 0")
+        for key in ("mean", "std"):
+            value = getattr(self, key)
+            if value is not None and len(value) not in (1, input_shape[-1]):
+                raise ValueError(f"{key}={list(value)}: needs 1 or {input_shape[-1]} values")
+        if self.std is not None and min(self.std) <= 0:
+            raise ValueError(f"std={list(self.std)}: must be positive")
+
+    def __call__(self, x: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        """Preprocesses a batch; ``seed`` is a stateless-RNG seed of shape [2]."""
+        x = preprocess(x)
+        if self.crop_padding:
+            x = _random_crop(x, self.crop_padding, seed)
+        if self.flip:
+            other = seed + tf.constant([0, 1], seed.dtype)
+            flip = tf.random.stateless_uniform([tf.shape(x)[0]], other) < 0.5
+            x = tf.where(flip[:, None, None, None], tf.reverse(x, axis=[2]), x)
+        return self._normalize(x)
+
+    def evaluation(self, x: tf.Tensor) -> tf.Tensor:
+        """Validation preprocessing: the same scaling and normalisation, no augmentation."""
+        return self._normalize(preprocess(x))
+
+    def _normalize(self, x: tf.Tensor) -> tf.Tensor:
+        if self.mean is not None:
+            x = x - tf.constant(self.mean, tf.float32)
+        if self.std is not None:
+            x = x / tf.constant(self.std, tf.float32)
+        return x
+
+
+def _random_crop(x: tf.Tensor, pad: int, seed: tf.Tensor) -> tf.Tensor:
+    """A crop at its own random offset for every example, by index gathers (no loop)."""
+    n, h, w = tf.shape(x)[0], x.shape[1], x.shape[2]
+    padded = tf.pad(x, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+    offsets = tf.random.stateless_uniform([n, 2], seed, maxval=2 * pad + 1, dtype=tf.int32)
+    rows = offsets[:, :1] + tf.range(h)[None, :]
+    cols = offsets[:, 1:] + tf.range(w)[None, :]
+    return tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
 
 
 def batch_indices(seed: int, n: int, batch_size: int, start: int, steps: int) -> np.ndarray:

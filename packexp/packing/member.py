@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from packexp.packing.data import batch_indices
+from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.optimizers import make_optimizer
 from packexp.search_space import Trial
 
@@ -30,6 +30,7 @@ class Member:
     step: int = 0
     failed: bool = False
     train_loss: float | None = None
+    preprocessing: Preprocessing = field(default_factory=Preprocessing)
 
     @classmethod
     def create(
@@ -39,6 +40,7 @@ class Member:
         input_shape: Sequence[int],
         num_classes: int,
         train_size: int,
+        preprocessing: Preprocessing | None = None,
     ) -> Member:
         """Builds the trial's model and optimizer with weights seeded by the trial alone."""
         batch_size = int(trial.hparams["batch_size"])
@@ -50,7 +52,8 @@ class Member:
         model = build_model(input_shape, num_classes, trial.hparams)
         optimizer = make_optimizer(trial.hparams["optimizer"], trial.hparams["learning_rate"])
         optimizer.build(model.trainable_variables)
-        return cls(trial, model, optimizer, batch_size, train_size)
+        return cls(trial, model, optimizer, batch_size, train_size,
+                   preprocessing=preprocessing or Preprocessing())
 
     @property
     def trial_id(self) -> str:

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from packexp.packing.data import DeviceData, preprocess
+from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.member import Member
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,14 @@ class Pack:
       spent does no work and its state stays untouched. One compilation per pack.
     - ``switch``: the paper's way. When a member's budget is spent it leaves and the step
       function is rebuilt for the rest; the rebuild time is the switching overhead.
+
+    ``data_sharing`` chooses where batches come from:
+
+    - ``gather``: each member gathers its own batch by its own seeded order (isolation).
+    - ``slice``: the paper's variant. One stream of batches of the largest batch size, in
+      the order of the member with that batch size; each member takes the first rows it
+      needs, and each distinct ``Preprocessing`` runs once per step for all who use it.
+      Members then see each other's data order, so results depend on pack-mates.
     """
 
     def __init__(
@@ -68,6 +76,7 @@ class Pack:
         data: DeviceData,
         *,
         misaligned: str = "mask",
+        data_sharing: str = "gather",
         jit_compile: bool = False,
         chunk_steps: int = 500,
         eval_batch_size: int = 1024,
@@ -76,9 +85,13 @@ class Pack:
             raise ValueError("a pack needs at least one member")
         if misaligned not in ("mask", "switch"):
             raise ValueError(f"misaligned={misaligned!r}: must be 'mask' or 'switch'")
+        if data_sharing not in ("gather", "slice"):
+            raise ValueError(f"data_sharing={data_sharing!r}: must be 'gather' or 'slice'")
         self.members = list(members)
         self.data = data
         self.misaligned = misaligned
+        self.data_sharing = data_sharing
+        self._stream_step = 0
         self.jit_compile = jit_compile
         self.chunk_steps = chunk_steps
         self.eval_batch_size = eval_batch_size
@@ -178,36 +191,72 @@ class Pack:
     def _run_chunk(self, fn, group: list[Member], ks: list[int], stats: PackStats) -> np.ndarray:
         n = max(ks)
         width = self.chunk_steps if self.jit_compile else n  # a fixed shape spares XLA a recompile
-        idxs = []
-        for m, k in zip(group, ks, strict=True):
-            batches = np.zeros((width, m.batch_size), np.int32)
-            batches[:k] = m.next_batches(k)
-            idxs.append(tf.constant(batches))
+        if self.data_sharing == "slice":
+            leader = self._leader(group)
+            batches = np.zeros((width, leader.batch_size), np.int32)
+            batches[:n] = batch_indices(leader.trial.seed, self.data.train_size,
+                                        leader.batch_size, self._stream_step, n)
+            idxs = (tf.constant(batches),)
+            starts = [self._stream_step]
+            self._stream_step += n
+        else:
+            idxs = []
+            for m, k in zip(group, ks, strict=True):
+                batches = np.zeros((width, m.batch_size), np.int32)
+                batches[:k] = m.next_batches(k)
+                idxs.append(tf.constant(batches))
+            idxs = tuple(idxs)
+            starts = [m.step for m in group]
         t0 = time.perf_counter()
-        mean_losses = fn(tuple(idxs), tf.constant(ks, tf.int32)).numpy()
+        mean_losses = fn(idxs, tf.constant(ks, tf.int32), tf.constant(starts, tf.int64)).numpy()
         elapsed = time.perf_counter() - t0
         stats.steps += n
         stats.train_s += elapsed
         stats.chunk_step_ms.append(1000 * elapsed / n)
         return mean_losses
 
+    @staticmethod
+    def _leader(group: list[Member]) -> Member:
+        """The member whose batch size and data order the shared stream follows."""
+        return max(group, key=lambda m: m.batch_size)
+
     def _compile_train(self, members: list[Member], masked: bool):
         """Traces and warms up the step function of ``members`` (zero steps, no update).
 
-        The returned function takes each member's batch indices ``[steps, batch]`` and the
-        steps each member takes ``[members]``, and returns each member's mean loss.
+        The returned function takes the batch indices ``[steps, batch]`` (one per member, or
+        one shared stream when slicing), the steps each member takes ``[members]`` and the
+        global step each index stream starts at, and returns each member's mean loss.
         """
         x, y, loss_fn = self.data.x_train, self.data.y_train, self._loss
         variables = [m.model.trainable_variables for m in members]
         flat = [v for vs in variables for v in vs]
+        sliced = self.data_sharing == "slice"
+        seeds = [tf.constant(m.trial.seed, tf.int64) for m in members]
+        stream_seed = tf.constant(self._leader(members).trial.seed, tf.int64)
 
-        def member_loss(m: Member, batch):
-            logits = m.model(preprocess(tf.gather(x, batch)), training=True)
-            return loss_fn(tf.gather(y, batch), logits)
+        def member_batches(idxs, starts, t):
+            """One thunk per member giving its (inputs, labels) at step ``t``."""
+            if not sliced:
+                def gather(i):
+                    batch = idxs[i][t]
+                    seed = tf.stack([seeds[i], starts[i] + tf.cast(t, tf.int64)])
+                    return members[i].preprocessing(tf.gather(x, batch), seed), tf.gather(y, batch)
 
-        def joint_step(idxs, t):
+                return [lambda i=i: gather(i) for i in range(len(members))]
+            batch = idxs[0][t]
+            raw, labels = tf.gather(x, batch), tf.gather(y, batch)
+            seed = tf.stack([stream_seed, starts[0] + tf.cast(t, tf.int64)])
+            shared = {p: p(raw, seed) for p in dict.fromkeys(m.preprocessing for m in members)}
+            return [lambda m=m: (shared[m.preprocessing][: m.batch_size], labels[: m.batch_size])
+                    for m in members]
+
+        def member_loss(m: Member, batch) -> tf.Tensor:
+            inputs, labels = batch()
+            return loss_fn(labels, m.model(inputs, training=True))
+
+        def joint_step(batches):
             with tf.GradientTape() as tape:
-                losses = [member_loss(m, idx[t]) for m, idx in zip(members, idxs, strict=True)]
+                losses = [member_loss(m, b) for m, b in zip(members, batches, strict=True)]
                 total = tf.add_n(losses)
             grads = tape.gradient(total, flat)
             offset = 0
@@ -216,39 +265,42 @@ class Pack:
                 offset += len(vs)
             return tf.stack(losses)
 
-        def masked_step(idxs, ks, t):
+        def masked_step(batches, ks, t):
             losses = []
-            for i, (m, vs, idx) in enumerate(zip(members, variables, idxs, strict=True)):
-                def own_step(m=m, vs=vs, idx=idx):
+            for i, (m, vs, b) in enumerate(zip(members, variables, batches, strict=True)):
+                def own_step(m=m, vs=vs, b=b):
                     with tf.GradientTape() as tape:
-                        loss = member_loss(m, idx[t])
+                        loss = member_loss(m, b)
                     m.optimizer.apply(tape.gradient(loss, vs), vs)
                     return loss
 
                 losses.append(tf.cond(t < ks[i], own_step, lambda: tf.constant(0.0)))
             return tf.stack(losses)
 
-        def train_chunk(idxs, ks):
+        def train_chunk(idxs, ks, starts):
             sums = tf.zeros([len(members)])
             for t in tf.range(tf.reduce_max(ks)):
-                sums += masked_step(idxs, ks, t) if masked else joint_step(idxs, t)
+                batches = member_batches(idxs, starts, t)
+                sums += masked_step(batches, ks, t) if masked else joint_step(batches)
             return sums / tf.cast(tf.maximum(ks, 1), tf.float32)
 
+        streams = [self._leader(members)] if sliced else members
         signature = (
-            tuple(tf.TensorSpec([None, m.batch_size], tf.int32) for m in members),
+            tuple(tf.TensorSpec([None, m.batch_size], tf.int32) for m in streams),
             tf.TensorSpec([len(members)], tf.int32),
+            tf.TensorSpec([len(streams)], tf.int64),
         )
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile)
         width = self.chunk_steps if self.jit_compile else 1
-        fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in members),
-           tf.zeros([len(members)], tf.int32))
+        fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in streams),
+           tf.zeros([len(members)], tf.int32), tf.zeros([len(streams)], tf.int64))
         return fn
 
     def _eval_fn(self, members: list[Member]):
         def evaluate(x, y):
             correct, losses = [], []
             for m in members:
-                logits = m.model(preprocess(x), training=False)
+                logits = m.model(m.preprocessing.evaluation(x), training=False)
                 pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
                 correct.append(tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)))
                 per_example = keras.losses.sparse_categorical_crossentropy(
