@@ -83,10 +83,12 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
                                  data.train_size, preprocessing_for(cfg.preprocess, trial))
 
-        capacity = device_capacity(cfg.device, max_members, make_member, data, pack_options)
+        capacity, capacity_source = device_capacity(cfg.device, max_members, make_member, data,
+                                                    pack_options)
         search = PackedSearch(
             space=space, strategy=strategy, capacity=capacity, make_member=make_member,
             data=data, pack_options=pack_options, tracker=tracker, seed=cfg.seed, tags=names,
+            capacity_source=capacity_source,
         )
         started = time.perf_counter()
         scheduler.run(search.sample, search.train_rung)
@@ -125,6 +127,7 @@ class PackedSearch:
     tracker: Any
     seed: int
     tags: Mapping[str, str]
+    capacity_source: str = "capacity"
     trials: dict[str, dict] = field(default_factory=dict)
     packs: list[dict] = field(default_factory=list)
     _last: dict[int, list[str]] = field(default_factory=dict)
@@ -149,7 +152,7 @@ class PackedSearch:
         for dropped in set(self._last.get(bracket.s, [])) - set(ids):
             self._retire(dropped, "killed")
         self._last[bracket.s] = ids
-        check_fits(trials, self.capacity)
+        check_fits(trials, self.capacity, self.capacity_source)
         groups = self.strategy.pack(trials, self.capacity)
         check_partition(trials, groups, self.capacity)
         log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs",
@@ -331,30 +334,36 @@ def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
 
 
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
-                    data: Any, pack_options: Mapping[str, Any]) -> Capacity:
+                    data: Any, pack_options: Mapping[str, Any]) -> tuple[Capacity, str]:
     """Memory capacity of one pack, with member costs from the estimate and its probes."""
     from packexp.packing.memory import MemoryModel, device_capacity_bytes
     from packexp.packing.trainer import probe_member
 
     try:
-        limit = device_capacity_bytes(device.memory_budget_mb, device.gpu_memory_fraction)
+        limit, source = device_capacity_bytes(device.memory_budget_mb,
+                                              device.gpu_memory_fraction)
     except ValueError as e:
         raise ConfigError(f"device.{e}") from None
 
+    warmed: list[bool] = []
+
     def probe(trial: Trial) -> int:
+        if not warmed:  # the first pack in a process pays TensorFlow's one-off set-up costs
+            probe_member(trial, make_member, data, pack_options)
+            warmed.append(True)
         return probe_member(trial, make_member, data, pack_options)
 
     memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None)
-    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members)
+    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
 
 
-def check_fits(trials: list[Trial], capacity: Capacity) -> None:
+def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:
     """A member that cannot fit even alone is a config error naming both numbers."""
     for t in trials:
         if not capacity.fits([t]):
             raise ConfigError(
-                f"device.memory_budget_mb={capacity.limit / 2**20:.0f}: smaller than one "
-                f"member ({t.trial_id}, batch {t.hparams['batch_size']}, needs "
+                f"{source}: {capacity.limit / 2**20:.2f} MB is smaller than one member "
+                f"({t.trial_id}, batch {t.hparams['batch_size']}, needs "
                 f"{capacity.cost(t) / 2**20:.1f} MB)")
 
 

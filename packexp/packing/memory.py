@@ -95,11 +95,25 @@ class MemoryModel:
         return self.estimate(trial) * self._scale[batch]
 
 
-def device_capacity_bytes(memory_budget_mb: float | None, gpu_fraction: float = 0.9) -> int:
-    """Memory one pack may use: a share of the GPU's free memory (NVML), else the budget."""
+def device_capacity_bytes(memory_budget_mb: float | None,
+                          gpu_fraction: float = 0.9) -> tuple[int, str]:
+    """Memory one pack may use: a share of the GPU's free memory (NVML), else the budget.
+
+    Returns:
+        The bytes, and the setting they come from, for error messages.
+    """
     gpu = telemetry.gpu_memory()
     if gpu is not None:
-        return int(gpu[1] * gpu_fraction)
-    if memory_budget_mb is None or not memory_budget_mb > 0:
-        raise ValueError(f"memory_budget_mb={memory_budget_mb!r}: a CPU needs a positive budget")
-    return int(memory_budget_mb * 2**20)
+        if not _positive(gpu_fraction) or gpu_fraction > 1:
+            raise ValueError(f"gpu_memory_fraction={gpu_fraction!r}: must be in (0, 1]")
+        return int(gpu[1] * gpu_fraction), (
+            f"device.gpu_memory_fraction={gpu_fraction} of {gpu[1] / 2**20:.0f} MB free GPU "
+            "memory")
+    if not _positive(memory_budget_mb):
+        raise ValueError(f"memory_budget_mb={memory_budget_mb!r}: a CPU needs a positive "
+                         "number of MB")
+    return int(memory_budget_mb * 2**20), f"device.memory_budget_mb={memory_budget_mb}"
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

@@ -161,7 +161,9 @@ class Pack:
         Returns:
             Its checkpoint (weights, optimizer slots, step counter), for ``load``.
         """
-        member = next(m for m in self.members if m.trial_id == trial_id)
+        member = next((m for m in self.members if m.trial_id == trial_id), None)
+        if member is None:
+            raise KeyError(f"trial {trial_id!r} is not in this pack")
         path = member.save(directory)
         self.members.remove(member)
         self._compiled.clear()
@@ -278,10 +280,15 @@ class Pack:
             return tf.stack(losses)
 
         def train_chunk(idxs, ks, starts):
-            sums = tf.zeros([len(members)])
-            for t in tf.range(tf.reduce_max(ks)):
+            def body(t, sums):
                 batches = member_batches(idxs, starts, t)
-                sums += masked_step(batches, ks, t) if masked else joint_step(batches)
+                losses = masked_step(batches, ks, t) if masked else joint_step(batches)
+                return t + 1, sums + losses
+
+            # An explicit while_loop: autograph would otherwise convert every function the
+            # step calls, Keras included, which is most of the tracing time.
+            _, sums = tf.while_loop(lambda t, _: t < tf.reduce_max(ks), body,
+                                    (tf.constant(0), tf.zeros([len(members)])))
             return sums / tf.cast(tf.maximum(ks, 1), tf.float32)
 
         streams = [self._leader(members)] if sliced else members
@@ -290,7 +297,8 @@ class Pack:
             tf.TensorSpec([len(members)], tf.int32),
             tf.TensorSpec([len(streams)], tf.int64),
         )
-        fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile)
+        fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile,
+                         autograph=False)
         width = self.chunk_steps if self.jit_compile else 1
         fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in streams),
            tf.zeros([len(members)], tf.int32), tf.zeros([len(streams)], tf.int64))
@@ -309,4 +317,5 @@ class Pack:
             return tf.stack(correct), tf.stack(losses)
 
         x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
-        return tf.function(evaluate, input_signature=(x_spec, tf.TensorSpec([None], tf.int32)))
+        return tf.function(evaluate, input_signature=(x_spec, tf.TensorSpec([None], tf.int32)),
+                           autograph=False)

@@ -1,0 +1,69 @@
+"""The isolation invariant for CNNs: BatchNorm and resizing included, packed equals alone."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from packexp.data import synthetic
+from packexp.models import mobilenet
+from packexp.packing import DeviceData, Evaluation, Member, Pack
+from packexp.search_space import Trial, derive_seed
+
+BUILD = functools.partial(mobilenet.build, alpha=0.35)
+TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 images
+    Trial("t0", {"batch_size": 8, "optimizer": "adam", "learning_rate": 1e-3,
+                 "activation": "relu"}, (), seed=derive_seed(3, 0)),
+    Trial("t1", {"batch_size": 12, "optimizer": "momentum", "learning_rate": 1e-2,
+                 "activation": "tanh"}, (), seed=derive_seed(3, 1)),
+]
+
+
+@pytest.fixture(scope="module")
+def data() -> DeviceData:
+    return DeviceData(synthetic.load(shape=[16, 16, 3], num_classes=3, train_size=64,
+                                     val_size=16))
+
+
+def train(data: DeviceData, trials: list[Trial]) -> tuple[list[Member], dict[str, Evaluation]]:
+    ds = data.dataset
+    members = [Member.create(t, BUILD, ds.input_shape, ds.num_classes, data.train_size)
+               for t in trials]
+    pack = Pack(members, data)
+    pack.train({m.trial_id: m.steps_for(1) for m in members})
+    return members, pack.evaluate()
+
+
+@pytest.fixture(scope="module")
+def packed(data) -> tuple[list[Member], dict[str, Evaluation]]:
+    return train(data, TRIALS)
+
+
+@pytest.mark.parametrize("index", range(len(TRIALS)))
+def test_packed_cnn_ends_bit_identical_to_alone(data, packed, index):
+    members, evaluation = packed
+    assert [m.step for m in members] == [8, 5]
+    [alone], alone_evaluation = train(data, [TRIALS[index]])
+    member = members[index]
+    assert alone.step == member.step
+    # get_weights holds BatchNorm's moving statistics too.
+    for a, b in zip(alone.model.get_weights(), member.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(alone.optimizer.variables, member.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert alone_evaluation[member.trial_id] == evaluation[member.trial_id]
+    assert evaluation[member.trial_id].val_loss is not None
+
+
+def test_packed_cnn_training_moves_every_weight_and_batchnorm_statistic(data, packed):
+    """Keeps the equality above from holding merely because nothing trained."""
+    members, _ = packed
+    ds = data.dataset
+    for m in members:
+        fresh = Member.create(m.trial, BUILD, ds.input_shape, ds.num_classes, data.train_size)
+        unmoved = [w.path for w, f in zip(m.model.weights, fresh.model.weights, strict=True)
+                   if np.array_equal(w.numpy(), f.numpy())]
+        assert unmoved == []
+        assert any(w.path.endswith("moving_mean") for w in m.model.weights)

@@ -1,0 +1,373 @@
+"""Member memory costs, byte capacities, the out-of-memory split and memory telemetry."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hydra.utils import instantiate
+
+from packexp import telemetry
+from packexp.data import synthetic
+from packexp.errors import ConfigError
+from packexp.models import mlp3, mobilenet
+from packexp.packing import DeviceData, Member, Pack
+from packexp.packing.memory import (
+    MemoryModel,
+    activation_elements,
+    device_capacity_bytes,
+    estimate_bytes,
+)
+from packexp.packing.trainer import train_group
+from packexp.run import run
+from packexp.search_space import Trial, derive_seed
+from packexp.strategies import Capacity
+from tests.conftest import CONF_DIR, compose_config
+
+STRATEGIES = sorted(p.stem for p in Path(CONF_DIR, "strategy").glob("*.yaml"))
+MB = 2**20
+TRAIN_SIZE = 300
+
+# Five trials of different batch sizes and optimizers for the out-of-memory split.
+SPLIT_CONFIGS = [(20, "adam"), (45, "momentum"), (30, "sgd"), (70, "adagrad"), (25, "adam")]
+
+
+def trial(i: int, batch_size: int, optimizer: str, learning_rate: float = 1e-2) -> Trial:
+    hparams = {"batch_size": batch_size, "optimizer": optimizer,
+               "learning_rate": learning_rate, "activation": "relu"}
+    return Trial(f"t{i}", hparams, (), seed=derive_seed(5, i))
+
+
+def tiny_mlp(t: Trial | None = None):
+    return mlp3.build((12,), 4, t.hparams if t else {}, width=16)
+
+
+@pytest.fixture(scope="module")
+def data() -> DeviceData:
+    return DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=TRAIN_SIZE,
+                                     val_size=64))
+
+
+@pytest.fixture
+def oom_above_two(monkeypatch):
+    """Call it to make ``Pack.train`` run out of memory in packs of more than two members.
+
+    Returns the size of every pack it was asked to train, in order.
+    """
+    original = Pack.train
+    sizes: list[int] = []
+
+    def train(self: Pack, steps):
+        sizes.append(len(self.members))
+        if len(self.members) > 2:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM")
+        return original(self, steps)
+
+    def start() -> list[int]:
+        monkeypatch.setattr(Pack, "train", train)
+        return sizes
+
+    return start
+
+
+# The analytic estimate.
+
+
+@pytest.mark.parametrize(("optimizer", "slots"),
+                         [("sgd", 0), ("adam", 2), ("momentum", 1), ("adagrad", 1)])
+@pytest.mark.parametrize("batch_size", [1, 32])
+def test_estimate_of_a_tiny_mlp_is_the_hand_count(optimizer, slots, batch_size):
+    params = (12 * 16 + 16) + 2 * (16 * 16 + 16) + (16 * 4 + 4)  # three hidden, one logits
+    activations = 16 + 16 + 16 + 4
+    expected = 4 * (params * (2 + slots) + 2 * batch_size * activations)
+    assert estimate_bytes(tiny_mlp(), optimizer, batch_size) == expected
+
+
+def test_estimate_grows_with_batch_size():
+    model = tiny_mlp()
+    sizes = [estimate_bytes(model, "adam", b) for b in (1, 20, 45, 70)]
+    assert sizes == sorted(sizes)
+    assert len(set(sizes)) == len(sizes)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return mobilenet.build([32, 32, 3], 10, {"activation": "relu"}, alpha=0.35)
+
+
+def test_cnn_estimate_is_positive_and_grows_with_batch_size(cnn):
+    small, large = estimate_bytes(cnn, "momentum", 16), estimate_bytes(cnn, "momentum", 64)
+    assert 0 < small < large
+    # Activations dominate a CNN: four times the batch is well over twice the bytes.
+    assert large > 2 * small
+
+
+def test_cnn_estimate_counts_the_model_nested_behind_the_resize(cnn):
+    small_images = mobilenet.build([16, 16, 3], 10, {"activation": "relu"}, alpha=0.35)
+    assert activation_elements(small_images) >= activation_elements(cnn) + 32 * 32 * 3
+    assert estimate_bytes(small_images, "adam", 8) > estimate_bytes(cnn, "adam", 8)
+
+
+# The memory model and its probes.
+
+
+class FakeProbe:
+    """Returns fixed bytes per batch size and counts its calls."""
+
+    def __init__(self, measured: dict[int, int]) -> None:
+        self.measured = measured
+        self.calls: Counter[int] = Counter()
+
+    def __call__(self, t: Trial) -> int:
+        batch = int(t.hparams["batch_size"])
+        self.calls[batch] += 1
+        return self.measured[batch]
+
+
+def test_probe_above_the_estimate_scales_costs_up():
+    probe = FakeProbe({20: 10 * MB})
+    memory = MemoryModel(tiny_mlp, probe)
+    adam, sgd = trial(0, 20, "adam"), trial(1, 20, "sgd")
+    assert memory.estimate(adam) < 10 * MB
+    assert memory.cost(adam) == pytest.approx(10 * MB, rel=1e-12)
+    # The same batch size's other costs scale by the same factor.
+    scale = 10 * MB / memory.estimate(adam)
+    assert memory.cost(sgd) == pytest.approx(memory.estimate(sgd) * scale, rel=1e-12)
+    assert memory.probes == {20: (memory.estimate(adam), 10 * MB)}
+
+
+def test_probe_below_the_estimate_never_scales_costs_down():
+    memory = MemoryModel(tiny_mlp, FakeProbe({45: 1}))
+    t = trial(0, 45, "adam")
+    assert memory.cost(t) == memory.estimate(t)
+
+
+def test_without_a_probe_the_cost_is_the_estimate():
+    memory = MemoryModel(tiny_mlp)
+    t = trial(0, 45, "momentum")
+    assert memory.cost(t) == memory.estimate(t) == estimate_bytes(tiny_mlp(), "momentum", 45)
+    assert memory.probes == {}
+
+
+def test_each_batch_size_is_probed_once():
+    probe = FakeProbe({20: 10 * MB, 45: 1})
+    builds = Counter()
+
+    def build(t: Trial):
+        builds["model"] += 1
+        return tiny_mlp(t)
+
+    memory = MemoryModel(build, probe)
+    trials = [trial(0, 20, "adam"), trial(1, 20, "sgd"), trial(2, 45, "adam"),
+              trial(3, 20, "momentum"), trial(4, 45, "sgd")]
+    first = [memory.cost(t) for t in trials]
+    again = [memory.cost(t) for t in reversed(trials)]
+    assert probe.calls == {20: 1, 45: 1}
+    assert again == first[::-1]
+    assert builds["model"] == 1  # one architecture, measured once
+
+
+# Strategies under a byte capacity.
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_strategies_never_exceed_a_byte_capacity(name):
+    trials = instantiate(compose_config().search_space).sample(40, seed=3, bracket=3)
+    # Large batches measure ~1 MB each; the rest keep their ~0.3 MB estimates.
+    probe = FakeProbe({b: (MB if b >= 50 else 0) for b in range(20, 71, 5)})
+    memory = MemoryModel(lambda t: mlp3.build((64,), 10, t.hparams), probe)
+    limit = 2.5 * MB
+    capacity = Capacity(limit=limit, cost=memory.cost, max_members=8)
+    costs = sorted(memory.cost(t) for t in trials)
+    assert costs[-1] <= limit < sum(costs[-8:])  # every trial fits alone; bytes bind first
+
+    strategy = instantiate(compose_config([f"strategy={name}"]).strategy)
+    packs = strategy.pack(trials, capacity)
+    assert sorted(t.trial_id for p in packs for t in p) == sorted(t.trial_id for t in trials)
+    for p in packs:
+        assert len(p) <= 8
+        assert sum(memory.cost(t) for t in p) <= limit
+
+
+# The runner's budget checks.
+
+
+def test_a_budget_below_one_member_is_a_config_error(tmp_path):
+    cfg = compose_config(["experiment=quick", "device.memory_budget_mb=0.01"])
+    with pytest.raises(ConfigError, match=r"device\.memory_budget_mb=") as info:
+        run(cfg, run_dir=tmp_path)
+    needs = float(info.value.args[0].split("needs ")[1].split(" MB")[0])
+    assert needs > 0.01
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_budget_below_one_member_names_the_budget_given(tmp_path):
+    cfg = compose_config(["experiment=quick", "device.memory_budget_mb=0.01"])
+    with pytest.raises(ConfigError, match=r"device\.memory_budget_mb=0\.01\b"):
+        run(cfg, run_dir=tmp_path)
+
+
+@pytest.mark.parametrize("budget", ["-1", "0", "null"])
+def test_a_missing_or_negative_budget_is_a_config_error(tmp_path, budget):
+    cfg = compose_config(["experiment=quick", f"device.memory_budget_mb={budget}"])
+    with pytest.raises(ConfigError, match=r"^device\.memory_budget_mb="):
+        run(cfg, run_dir=tmp_path)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_non_numeric_budget_is_a_config_error(tmp_path):
+    cfg = compose_config(["experiment=quick", "device.memory_budget_mb=abc"])
+    with pytest.raises(ConfigError, match=r"device\.memory_budget_mb"):
+        run(cfg, run_dir=tmp_path)
+
+
+def test_on_a_gpu_the_capacity_is_a_share_of_free_memory(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 8 * 2**30))
+    assert device_capacity_bytes(None, gpu_fraction=0.5)[0] == 4 * 2**30
+    assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 4 * 2**30
+
+
+def test_on_a_cpu_the_capacity_is_the_budget(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: None)
+    assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 100 * MB
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
+def test_an_impossible_gpu_fraction_is_rejected(monkeypatch, fraction):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 8 * 2**30))
+    with pytest.raises(ValueError, match="gpu_memory_fraction"):
+        device_capacity_bytes(None, gpu_fraction=fraction)
+
+
+def test_on_a_gpu_a_member_too_large_is_blamed_on_gpu_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (2**30, 2**10))
+    cfg = compose_config(["experiment=quick", "device.probe=false"])
+    with pytest.raises(ConfigError) as info:
+        run(cfg, run_dir=tmp_path)
+    assert "memory_budget_mb" not in str(info.value)
+    assert "gpu_memory_fraction" in str(info.value)
+
+
+@pytest.mark.gpu
+def test_device_capacity_uses_nvml_free_memory():
+    import pynvml
+
+    pynvml.nvmlInit()
+    free = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).free
+    total, seen_free = telemetry.gpu_memory()
+    assert seen_free == pytest.approx(free, rel=0.05)
+    assert seen_free <= total
+    assert device_capacity_bytes(1, gpu_fraction=0.5)[0] == pytest.approx(0.5 * free, rel=0.05)
+
+
+# The out-of-memory split.
+
+
+def run_group(data: DeviceData, trials: list[Trial]):
+    make_member = functools.partial(Member.create, build_model=functools.partial(
+        mlp3.build, width=16), input_shape=(12,), num_classes=4, train_size=TRAIN_SIZE)
+    return train_group(trials, make_member, data, epochs=1.5,
+                       pack_options={"chunk_steps": 7})
+
+
+def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
+                                                                          oom_above_two):
+    trials = [trial(i, *c) for i, c in enumerate(SPLIT_CONFIGS)]
+    [whole] = run_group(data, trials)
+    assert whole.splits == 0
+    reference = {m.trial_id: m for m in whole.members}
+
+    sizes = oom_above_two()
+    runs = run_group(data, trials)
+    assert sizes == [5, 2, 3, 1, 2]  # halves, then the over-full half again
+    assert [len(r.members) for r in runs] == [2, 1, 2]
+    assert [r.splits for r in runs] == [1, 2, 2]
+    assert sorted(m.trial_id for r in runs for m in r.members) == sorted(reference)
+    for r in runs:
+        assert set(r.evaluation) == {m.trial_id for m in r.members}
+        for m in r.members:
+            ref = reference[m.trial_id]
+            assert m.step == ref.step == ref.steps_for(1.5)
+            for a, b in zip(m.model.get_weights(), ref.model.get_weights(), strict=True):
+                np.testing.assert_array_equal(a, b)
+            for a, b in zip(m.optimizer.variables, ref.optimizer.variables, strict=True):
+                np.testing.assert_array_equal(a.numpy(), b.numpy())
+            assert r.evaluation[m.trial_id] == whole.evaluation[m.trial_id]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_single_member_out_of_memory_reraises(data, monkeypatch, n):
+    def train(self: Pack, steps):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM")
+
+    monkeypatch.setattr(Pack, "train", train)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        run_group(data, [trial(i, *c) for i, c in enumerate(SPLIT_CONFIGS[:n])])
+
+
+def scores(results: dict) -> dict:
+    return {t["trial_id"]: [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"],
+                             r["val_loss"], r["train_loss"]) for r in t["rungs"]]
+            for t in results["trials"]}
+
+
+def test_splitting_in_a_run_changes_no_score(tmp_path, oom_above_two):
+    def tune(out: Path) -> dict:
+        run(compose_config(["experiment=quick", "scheduler.R=9"]), run_dir=out)
+        return json.loads((out / "results.json").read_text())
+
+    plain = tune(tmp_path / "plain")
+    sizes = oom_above_two()
+    split = tune(tmp_path / "split")
+    assert max(sizes) > 2
+    assert any(p["splits"] > 0 for p in split["packs"])
+    assert max(len(p["members"]) for p in split["packs"]) <= 2
+    assert scores(split) == scores(plain)
+    assert split["best"] == plain["best"]
+
+
+# Telemetry.
+
+
+def test_without_a_gpu_gpu_memory_is_none_and_said_once(caplog):
+    caplog.set_level(logging.INFO, logger="packexp.telemetry")
+    telemetry._nvml.cache_clear()
+    try:
+        assert telemetry.gpu_memory() is None
+        assert telemetry.gpu_memory(1) is None
+        assert telemetry.gpu_utilization() is None
+        assert not telemetry.gpu_available()
+    finally:
+        telemetry._nvml.cache_clear()
+    said = [r for r in caplog.records if "no GPU telemetry" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_peak_memory_on_a_cpu_sees_an_allocation():
+    with telemetry.PeakMemory() as idle:
+        pass
+    assert idle.peak_bytes > 0
+    assert idle.growth_bytes >= 0
+    with telemetry.PeakMemory() as span:
+        block = np.empty(50 * MB, np.uint8)
+        block.fill(1)
+    assert span.growth_bytes >= 45 * MB
+    assert span.peak_bytes >= span.growth_bytes
+    del block
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK),
+                    reason="needs Linux's resettable peak RSS")
+def test_peak_memory_sees_an_allocation_freed_within_the_span():
+    with telemetry.PeakMemory() as span:
+        block = np.empty(50 * MB, np.uint8)
+        block.fill(1)
+        del block
+    assert span.growth_bytes >= 45 * MB
