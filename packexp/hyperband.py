@@ -29,14 +29,22 @@ TrainRungFn = Callable[[Bracket, int, list[Trial], float], Mapping[str, "float |
 
 
 class Hyperband:
-    """Hyperband with maximum resource ``R`` epochs and reduction factor ``eta``."""
+    """Hyperband with maximum resource ``R`` epochs and reduction factor ``eta``.
 
-    def __init__(self, R: int, eta: int = 3) -> None:
+    With ``continue_on_promotion`` a promoted configuration trains only the epochs its new
+    rung adds; without, it retrains from scratch (the paper's prototype).
+    """
+
+    def __init__(self, R: int, eta: int = 3, continue_on_promotion: bool = True) -> None:
         for name, value, low in (("R", R, 1), ("eta", eta, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
+        if not isinstance(continue_on_promotion, bool):
+            raise ValueError(f"continue_on_promotion={continue_on_promotion!r}: must be true "
+                             "or false")
         self.R = R
         self.eta = eta
+        self.continue_on_promotion = continue_on_promotion
 
     @property
     def s_max(self) -> int:
@@ -55,6 +63,15 @@ class Hyperband:
     def brackets(self) -> list[Bracket]:
         """Brackets from the most exploratory (s = s_max) to plain training (s = 0)."""
         return [self.bracket(s) for s in range(self.s_max, -1, -1)]
+
+    def epochs(self, bracket: Bracket, continued: bool | None = None) -> float:
+        """Epochs a bracket trains in all, with or without continuation on promotion."""
+        continued = self.continue_on_promotion if continued is None else continued
+        total, before = 0.0, 0.0
+        for rung in bracket.rungs:
+            total += rung.n * (rung.r - before if continued else rung.r)
+            before = rung.r
+        return total
 
     def run(self, sample: SampleFn, train_rung: TrainRungFn) -> None:
         """Runs every bracket's successive halving.

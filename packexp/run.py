@@ -9,7 +9,6 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.errors import ConfigError
-from packexp.hyperband import Bracket, Hyperband
+from packexp.hyperband import Hyperband
+from packexp.journal import Journal, JournalError, first_difference
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy
 
@@ -53,7 +53,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
 
 def tune(cfg: DictConfig, run_dir: Path) -> float:
-    """Packed Hyperband over ``cfg.search_space``; writes ``results.json`` on success."""
+    """Packed Hyperband over ``cfg.search_space``; writes ``results.json`` on success.
+
+    With ``resume=true`` it continues the search journaled in ``run_dir``.
+    """
     space: SearchSpace = instantiate(cfg.search_space, "search_space")
     check_space(space)
     scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
@@ -64,6 +67,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     probe_model(build_model, dataset, space)
     pack_options = pack_settings(cfg.pack)
     check_preprocessing(cfg.preprocess, space, dataset.input_shape)
+    journal, records = open_journal(cfg, run_dir)
     tracker = instantiate(cfg.tracking, "tracking")
     names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
     write_json(run_dir / "plan.json", plan_dict(scheduler))
@@ -72,36 +76,52 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         run_name=f"{names['strategy']}-{names['model']}-{names['dataset']}-seed{cfg.seed}",
         params=flatten(OmegaConf.to_container(cfg, resolve=True)),
         tags={**names, "task": "tune"},
+        resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
     )
+    if not records and tracker.run_id:
+        journal.append("tracking", run_id=tracker.run_id)
     status = "FAILED"
     try:
         from packexp.packing import DeviceData, Member
+        from packexp.progress import SearchProgress
+        from packexp.tuner import PackedSearch
 
         data = DeviceData(dataset)
 
-        def make_member(trial: Trial) -> Member:
-            return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
-                                 data.train_size, preprocessing_for(cfg.preprocess, trial))
+        def make_member(trial: Trial, checkpoint: str | None = None) -> Member:
+            member = Member.create(trial, build_model, dataset.input_shape,
+                                   dataset.num_classes, data.train_size,
+                                   preprocessing_for(cfg.preprocess, trial))
+            return member.restore(checkpoint) if checkpoint else member
 
         capacity, capacity_source = device_capacity(cfg.device, max_members, make_member, data,
                                                     pack_options)
-        search = PackedSearch(
-            space=space, strategy=strategy, capacity=capacity, make_member=make_member,
-            data=data, pack_options=pack_options, tracker=tracker, seed=cfg.seed, tags=names,
-            capacity_source=capacity_source,
-        )
-        started = time.perf_counter()
-        scheduler.run(search.sample, search.train_rung)
-        search.finish()
-        wall = time.perf_counter() - started
+        with SearchProgress(scheduler) as progress:
+            search = PackedSearch(
+                space=space, strategy=strategy, capacity=capacity, make_member=make_member,
+                data=data, pack_options=pack_options, tracker=tracker, journal=journal,
+                checkpoints=run_dir / "checkpoints", seed=cfg.seed, tags=names,
+                continue_on_promotion=scheduler.continue_on_promotion,
+                capacity_source=capacity_source, progress=progress,
+            )
+            if records:
+                log.info("resuming: %d member results from %s", search.replay(records),
+                         journal.path)
+            started = time.perf_counter()
+            scheduler.run(search.sample, search.train_rung)
+            search.finish()
+        wall = time.perf_counter() - started + earlier_sessions_s(records)
         results = {**names, "seed": cfg.seed, "wall_time_s": round(wall, 3),
                    "R": scheduler.R, "eta": scheduler.eta,
+                   "continue_on_promotion": scheduler.continue_on_promotion,
+                   "resumed": bool(records),
                    "capacity": {"bytes": capacity.limit, "max_members": max_members},
                    "trials": list(search.trials.values()), "packs": search.packs,
                    "best": search.best()}
         best = results["best"]["val_accuracy"] if results["best"] else math.nan
         tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best})
         write_json(run_dir / "results.json", results)
+        journal.append("finished", wall_time_s=wall)
         tracker.log_artifact(run_dir / "results.json")
         tracker.log_artifact(run_dir / "plan.json")
         status = "FINISHED"
@@ -114,122 +134,54 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     return float(best)
 
 
-@dataclass
-class PackedSearch:
-    """Hyperband's callbacks: sample a bracket, and train and score one rung in packs."""
+# Keys that may differ between a run and its resume: they change no result.
+RESUME_FREE = ("resume", "summary_top_k", "tracking.")
 
-    space: SearchSpace
-    strategy: Strategy
-    capacity: Capacity
-    make_member: Callable[[Trial], Any]
-    data: Any
-    pack_options: Mapping[str, Any]
-    tracker: Any
-    seed: int
-    tags: Mapping[str, str]
-    capacity_source: str = "capacity"
-    trials: dict[str, dict] = field(default_factory=dict)
-    packs: list[dict] = field(default_factory=list)
-    _last: dict[int, list[str]] = field(default_factory=dict)
 
-    def sample(self, bracket: Bracket) -> list[Trial]:
-        trials = self.space.sample(bracket.rungs[0].n, self.seed, bracket.s)
-        if len(trials) < bracket.rungs[0].n:
-            log.warning("bracket %d wants %d configurations; the space has only %d",
-                        bracket.s, bracket.rungs[0].n, len(trials))
-        for t in trials:
-            self.trials[t.trial_id] = {"trial_id": t.trial_id, "hparams": dict(t.hparams),
-                                       "bracket": bracket.s, "status": "running",
-                                       "rungs": [], "packs": []}
-        return trials
+def open_journal(cfg: DictConfig, run_dir: Path) -> tuple[Journal, list[dict]]:
+    """The run's journal, and on ``resume=true`` the records of the run being resumed."""
+    journal = Journal(run_dir)
+    config = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
+              if not k.startswith(RESUME_FREE)}
+    if not cfg.get("resume", False):
+        if journal.exists:
+            raise ConfigError(f"hydra.run.dir={run_dir}: holds a journal already; add "
+                              "resume=true to continue that run, or choose another directory")
+        journal.append("start", config=config, overrides=task_overrides())
+        return journal, []
+    try:
+        records = journal.read()
+    except JournalError as e:
+        raise ConfigError(f"resume=true: {e}") from None
+    if any(r["event"] == "finished" for r in records):
+        raise ConfigError(f"resume=true: the run in {run_dir} has finished already")
+    differs = first_difference(records[0]["config"], config)
+    if differs:
+        started = " ".join(records[0].get("overrides") or []) or "no overrides"
+        raise ConfigError(f"resume=true: {differs}; resume with the overrides the run started "
+                          f"with ({started})")
+    journal.append("resume", overrides=task_overrides())
+    return journal, records
 
-    def train_rung(
-        self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float
-    ) -> dict[str, float | None]:
-        from packexp.packing.trainer import train_group
 
-        ids = [t.trial_id for t in trials]
-        for dropped in set(self._last.get(bracket.s, [])) - set(ids):
-            self._retire(dropped, "killed")
-        self._last[bracket.s] = ids
-        check_fits(trials, self.capacity, self.capacity_source)
-        groups = self.strategy.pack(trials, self.capacity)
-        check_partition(trials, groups, self.capacity)
-        log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs",
-                 bracket.s, rung, len(trials), epochs, len(groups))
-        scores: dict[str, float | None] = {}
-        for j, group in enumerate(groups):
-            runs = train_group(group, self.make_member, self.data, epochs, self.pack_options)
-            for k, pack_run in enumerate(runs):
-                pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (f"-{k}" if len(runs) > 1 else "")
-                scores.update(self._record(bracket, rung, epochs, pack_id, pack_run))
-        if rung == len(bracket.rungs) - 1:
-            for trial_id in ids:
-                if self.trials[trial_id]["status"] == "running":
-                    self._retire(trial_id, "finished")
-        return scores
+def earlier_sessions_s(records: list[dict]) -> float:
+    """Search time spent by the sessions a resumed run continues (to its last finished pack)."""
+    total, session = 0.0, 0.0
+    for r in records:
+        if r["event"] == "resume":
+            total, session = total + session, 0.0
+        elif r["event"] == "pack":
+            session = max(session, r.get("elapsed_s", 0.0))
+    return total + session
 
-    def _record(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
-                pack_run: Any) -> dict[str, float | None]:
-        stats, members = pack_run.stats, pack_run.members
-        self.packs.append({
-            "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
-            "members": [m.trial_id for m in members], "steps": stats.steps,
-            "build_s": round(stats.build_s, 4), "switches": stats.switches,
-            "switch_overhead_s": round(stats.switch_overhead_s, 4),
-            "train_s": round(stats.train_s, 4), "step_time_ms": stats.step_time_ms,
-            "peak_memory_mb": round(pack_run.peak_memory_bytes / 2**20, 2),
-            "planned_cost_mb": round(sum(self.capacity.cost(m.trial) for m in members) / 2**20,
-                                     2),
-            "splits": pack_run.splits,
-        })
-        scores: dict[str, float | None] = {}
-        for m in members:
-            ev = pack_run.evaluation[m.trial_id]
-            scores[m.trial_id] = ev.val_accuracy
-            record = self.trials[m.trial_id]
-            train_loss = m.train_loss if m.train_loss is not None and math.isfinite(
-                m.train_loss) else None
-            record["rungs"].append({
-                "rung": rung, "epochs": epochs, "steps": m.step,
-                "val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
-                "train_loss": train_loss, "pack_id": pack_id,
-            })
-            record["packs"].append(pack_id)
-            self.tracker.log_trial_rung(
-                m.trial_id, m.trial.hparams,
-                {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id},
-                epochs,
-                {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
-                 "train_loss": train_loss, "step_time_ms": stats.step_time_ms,
-                 "pack_members": len(members)},
-            )
-            if m.failed:
-                self._retire(m.trial_id, "failed")
-        return scores
 
-    def finish(self) -> None:
-        for trial_id, record in self.trials.items():
-            if record["status"] == "running":
-                self._retire(trial_id, "killed")
+def task_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
 
-    def best(self) -> dict | None:
-        """The trial and rung with the highest validation accuracy seen."""
-        scored = [(r["val_accuracy"], r["epochs"], t) for t in self.trials.values()
-                  for r in t["rungs"] if r["val_accuracy"] is not None]
-        if not scored:
-            return None
-        acc, epochs, trial = max(scored, key=lambda s: (s[0], s[1]))
-        return {"trial_id": trial["trial_id"], "hparams": trial["hparams"],
-                "val_accuracy": acc, "epochs": epochs}
-
-    def _retire(self, trial_id: str, status: str) -> None:
-        record = self.trials[trial_id]
-        if record["status"] != "running":
-            return
-        record["status"] = status
-        self.tracker.end_trial(trial_id, {"killed": "KILLED", "failed": "FAILED",
-                                          "finished": "FINISHED"}[status])
+        return [o for o in HydraConfig.get().overrides.task if not o.startswith("resume")]
+    except ValueError:
+        return []
 
 
 def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
@@ -357,25 +309,6 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
     return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
 
 
-def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:
-    """A member that cannot fit even alone is a config error naming both numbers."""
-    for t in trials:
-        if not capacity.fits([t]):
-            raise ConfigError(
-                f"{source}: {capacity.limit / 2**20:.2f} MB is smaller than one member "
-                f"({t.trial_id}, batch {t.hparams['batch_size']}, needs "
-                f"{capacity.cost(t) / 2**20:.1f} MB)")
-
-
-def check_partition(trials: list[Trial], packs: list[list[Trial]], capacity: Capacity) -> None:
-    """Guards the strategy contract: each trial in exactly one pack, none over capacity."""
-    placed = sorted(t.trial_id for p in packs for t in p)
-    if placed != sorted(t.trial_id for t in trials):
-        raise RuntimeError("strategy returned packs that do not hold each trial exactly once")
-    if any(len(p) > 1 and not capacity.fits(p) for p in packs):
-        raise RuntimeError("strategy returned a pack over capacity")
-
-
 def component_name(cfg: DictConfig, group: str) -> str:
     """The config file chosen for ``group``; its module name outside a Hydra app."""
     try:
@@ -387,9 +320,90 @@ def component_name(cfg: DictConfig, group: str) -> str:
 
 
 def plan_dict(scheduler: Hyperband) -> dict:
+    brackets = scheduler.brackets()
     return {"R": scheduler.R, "eta": scheduler.eta, "brackets": [
-        {"s": b.s, "rungs": [{"n": r.n, "r": r.r} for r in b.rungs]}
-        for b in scheduler.brackets()]}
+        {"s": b.s, "rungs": [{"n": r.n, "r": r.r} for r in b.rungs],
+         "epochs_continued": scheduler.epochs(b, True),
+         "epochs_from_scratch": scheduler.epochs(b, False)}
+        for b in brackets]}
+
+
+def plan(cfg: DictConfig, run_dir: Path) -> float:
+    """Prints and writes the bracket table and each bracket's first-rung packs; trains nothing.
+
+    Returns:
+        The epochs the whole search trains, under the configured continuation.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
+    space: SearchSpace = instantiate(cfg.search_space, "search_space")
+    check_space(space)
+    strategy: Strategy = instantiate(cfg.strategy, "strategy")
+    payload = plan_dict(scheduler)
+    capacity, source = planning_capacity(cfg, space)
+    for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
+        trials = space.sample(bracket.rungs[0].n, cfg.seed, bracket.s)
+        packs = strategy.pack(trials, capacity)
+        record["first_rung_packs"] = [[t.trial_id for t in p] for p in packs]
+        record["first_rung_pack_batch_sizes"] = [
+            [t.hparams["batch_size"] for t in p] for p in packs]
+    payload["capacity"] = {"source": source, "bytes": capacity.limit,
+                           "max_members": capacity.max_members}
+    payload["strategy"] = component_name(cfg, "strategy")
+    write_json(run_dir / "plan.json", payload)
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160
+    table = Table(title=f"Hyperband R={scheduler.R}, eta={scheduler.eta}: "
+                        f"{len(payload['brackets'])} brackets")
+    for column in ("bracket s", "rung", "n", "r (epochs)", "epochs, continued",
+                   "epochs, from scratch"):
+        table.add_column(column, justify="right")
+    for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
+        before = 0.0
+        for i, rung in enumerate(bracket.rungs):
+            table.add_row(str(bracket.s) if i == 0 else "", str(i), str(rung.n), f"{rung.r:g}",
+                          f"{rung.n * (rung.r - before):g}", f"{rung.n * rung.r:g}")
+            before = rung.r
+        table.add_row("", "all", str(sum(r.n for r in bracket.rungs)), "",
+                      f"{record['epochs_continued']:g}", f"{record['epochs_from_scratch']:g}",
+                      style="bold", end_section=True)
+    continued = sum(b["epochs_continued"] for b in payload["brackets"])
+    scratch = sum(b["epochs_from_scratch"] for b in payload["brackets"])
+    table.add_row("total", "", str(sum(b["rungs"][0]["n"] for b in payload["brackets"])),
+                  "", f"{continued:g}", f"{scratch:g}", style="bold")
+    console.print(table)
+    evaluations = sum(r["n"] for b in payload["brackets"] for r in b["rungs"])
+    console.print(f"{evaluations} evaluations in all")
+    console.print(f"First-rung packs under strategy {payload['strategy']} ({source}, at most "
+                  f"{capacity.max_members} members):")
+    for record in payload["brackets"]:
+        sizes = [len(p) for p in record["first_rung_packs"]]
+        console.print(f"  bracket {record['s']}: {len(sizes)} packs of {sizes}; batch sizes "
+                      f"{record['first_rung_pack_batch_sizes']}")
+    console.print(f"plan written to {(run_dir / 'plan.json').resolve()}")
+    return float(continued if scheduler.continue_on_promotion else scratch)
+
+
+def planning_capacity(cfg: DictConfig, space: SearchSpace) -> tuple[Capacity, str]:
+    """The device capacity with estimated member costs (no probe: planning trains nothing)."""
+    from packexp.packing.memory import MemoryModel, device_capacity_bytes
+
+    max_members = member_cap(cfg.pack.max_members)
+    dataset = instantiate(cfg.dataset, "dataset")
+    build_model = instantiate(cfg.model, "model")
+    probe_model(build_model, dataset, space)
+    try:
+        limit, source = device_capacity_bytes(cfg.device.memory_budget_mb,
+                                              cfg.device.gpu_memory_fraction)
+    except ValueError as e:
+        raise ConfigError(f"device.{e}") from None
+    memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
+                                               t.hparams))
+    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -444,4 +458,4 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
 
 
-TASKS: dict[str, Callable[[DictConfig, Path], float]] = {"tune": tune}
+TASKS: dict[str, Callable[[DictConfig, Path], float]] = {"tune": tune, "plan": plan}

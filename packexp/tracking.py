@@ -18,7 +18,10 @@ class TrackingError(RuntimeError):
 class NullTracker:
     """Tracking turned off (``tracking=none``)."""
 
-    def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> None:
+    run_id: str | None = None
+
+    def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
+              resume_run_id: str | None = None) -> None:
         pass
 
     def log_trial_rung(
@@ -71,7 +74,13 @@ class MlflowTracker(NullTracker):
     def location(self) -> str:
         return self.uri
 
-    def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> None:
+    @property
+    def run_id(self) -> str | None:
+        return self._parent
+
+    def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
+              resume_run_id: str | None = None) -> None:
+        """Opens the parent run, or re-attaches to ``resume_run_id`` and its trial runs."""
         # Fail within seconds on an unreachable server instead of retrying for minutes.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -89,12 +98,38 @@ class MlflowTracker(NullTracker):
                     self.experiment, artifact_location=artifacts)
             else:
                 self._experiment_id = found.experiment_id
+            if resume_run_id is not None:
+                self._reattach(resume_run_id)
+                return
             run = self._client.create_run(self._experiment_id, run_name=run_name, tags=dict(tags))
+        except TrackingError:
+            raise
         except Exception as e:
             raise TrackingError(
                 f"tracking.uri={self.uri}: cannot use the MLflow store ({e})") from e
         self._parent = run.info.run_id
-        self._client.log_batch(self._parent, params=[Param(k, str(v)) for k, v in params.items()])
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self._client.log_batch(self._parent, params=items[i : i + 100])
+
+    def _reattach(self, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self._client.get_run(run_id)
+        except MlflowException:
+            raise TrackingError(f"tracking.uri={self.uri}: the run being resumed logged to "
+                                f"MLflow run {run_id}, which this store does not have") from None
+        self._client.update_run(run_id, status="RUNNING")
+        self._parent = run_id
+        children = self._client.search_runs(
+            [self._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
+            max_results=50000)
+        for child in children:
+            self._trial_runs[child.info.run_name] = child.info.run_id
+            if child.info.status == "RUNNING":
+                self._open.add(child.info.run_name)
+        log.info("re-attached to MLflow run %s and %d trial runs", run_id, len(children))
 
     @property
     def _local(self) -> bool:

@@ -139,12 +139,13 @@ class TestCifar10:
     def test_a_corrupt_tar_names_the_file(self, cifar, tmp_path, damage):
         good = cifar.tar.read_bytes()
         bad = tmp_path / "cifar-10-python.tar.gz"
-        bad.write_bytes(good[: len(good) // 2] if damage == "truncated" else os.urandom(5000))
+        noise = np.random.default_rng(5000).bytes(5000)
+        bad.write_bytes(good[: len(good) // 2] if damage == "truncated" else noise)
         self._assert_corrupt(str(bad), bad)
 
     def test_a_corrupt_pickle_in_the_tar_names_the_file_and_member(self, cifar, tmp_path):
         folder = _copy_folder(cifar, tmp_path)
-        (folder / "data_batch_3").write_bytes(os.urandom(3000))
+        (folder / "data_batch_3").write_bytes(np.random.default_rng(3000).bytes(3000))
         bad = tmp_path / "bad.tar.gz"
         with tarfile.open(bad, "w:gz") as t:
             t.add(folder, arcname="cifar-10-batches-py")
@@ -154,7 +155,7 @@ class TestCifar10:
     @pytest.mark.parametrize(
         ("content", "reason"),
         [
-            (os.urandom(3000), ""),
+            (np.random.default_rng(3000).bytes(3000), ""),
             (pickle.dumps({b"labels": [1], b"data": np.zeros((1, 100), np.uint8)}), "3072"),
             (pickle.dumps({b"labels": [1, 2]}), "data"),
             (pickle.dumps(os.system), "unexpected object"),
@@ -259,7 +260,7 @@ class TestImageFolder:
     def test_a_corrupt_image_names_the_file(self, images, tmp_path):
         folder = Path(shutil.copytree(images, tmp_path / "images"))
         bad = folder / "dog" / "b.png"
-        bad.write_bytes(os.urandom(300))
+        bad.write_bytes(np.random.default_rng(300).bytes(300))
         with pytest.raises(ConfigError, match=rf"^dataset\.path: {re.escape(str(bad))}: "
                                               r"cannot decode image \(") as info:
             image_folder.load(str(folder))

@@ -107,12 +107,12 @@ def test_unreachable_tracking_server_fails_before_training(tmp_path):
 def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import packexp.run as runner
+    import packexp.tuner as tuner
 
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(runner.PackedSearch, "train_rung", explode)
+    monkeypatch.setattr(tuner.PackedSearch, "train_rung", explode)
     with pytest.raises(RuntimeError, match="boom"):
         tune(tmp_path, tracking="mlflow")
     assert not (tmp_path / "run" / "results.json").exists()

@@ -22,7 +22,8 @@ URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 
 # Everything a reader of a broken archive or pickle can raise, short of a bug of ours.
 _CORRUPT = (tarfile.TarError, OSError, EOFError, zlib.error, pickle.UnpicklingError, ValueError,
-            KeyError, IndexError, TypeError, AttributeError, ImportError, OverflowError)
+            KeyError, IndexError, TypeError, AttributeError, ImportError, OverflowError,
+            MemoryError)  # a corrupt pickle can ask for an absurd allocation
 
 
 class _BatchUnpickler(pickle.Unpickler):

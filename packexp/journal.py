@@ -1,0 +1,76 @@
+"""The run's append-only journal: what a killed search needs to resume without retraining."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+NAME = "journal.jsonl"
+
+
+class JournalError(ValueError):
+    """A journal that cannot be resumed from; the message says why."""
+
+
+class Journal:
+    """JSON records, one per line, each appended with one ``write`` and an ``fsync``.
+
+    A crash can therefore only tear the final line, which ``read`` ignores (and logs).
+
+    Args:
+        run_dir: The run directory that holds ``journal.jsonl``.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / NAME
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def append(self, event: str, **record: Any) -> None:
+        line = json.dumps({"event": event, **record}, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete record; a torn final line is dropped with a warning."""
+        if not self.exists:
+            raise JournalError(f"{self.path}: no journal here; nothing to resume")
+        lines = self.path.read_bytes().split(b"\n")
+        records = []
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                records.append(json.loads(raw))
+            except ValueError:
+                if number >= len(lines) - 1:  # the last line, written when the run was killed
+                    log.warning("%s: ignoring a half-written final line", self.path)
+                    continue
+                raise JournalError(f"{self.path}:{number}: not a JSON record") from None
+        if not records or records[0].get("event") != "start":
+            raise JournalError(f"{self.path}: does not begin with a start record")
+        return records
+
+    def events(self, event: str) -> Iterator[dict[str, Any]]:
+        return (r for r in self.read() if r["event"] == event)
+
+
+def first_difference(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> str | None:
+    """The first key whose value differs between two flat configs, as ``key: a != b``."""
+    for key in sorted(set(expected) | set(actual), key=lambda k: (k.count("."), k)):
+        if expected.get(key, "<unset>") != actual.get(key, "<unset>"):
+            return (f"{key}={actual.get(key, '<unset>')!r} here, but the journal has "
+                    f"{key}={expected.get(key, '<unset>')!r}")
+    return None

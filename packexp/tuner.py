@@ -1,0 +1,217 @@
+"""Packed Hyperband's execution: each rung's trials packed, trained, scored and journaled."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packexp.errors import ConfigError
+from packexp.hyperband import Bracket
+from packexp.journal import Journal
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity, Strategy
+
+log = logging.getLogger(__name__)
+
+STATUS = {"killed": "KILLED", "failed": "FAILED", "finished": "FINISHED"}
+
+
+@dataclass
+class PackedSearch:
+    """Hyperband's callbacks: sample a bracket; pack, train and score one rung.
+
+    Every member's result and checkpoint go to the journal as soon as its pack is done, so a
+    resumed search (``replay``) skips them. A promoted trial continues from its checkpoint
+    when ``continue_on_promotion``; otherwise it retrains from scratch. Either way its data
+    order and updates are the same, so the scores are too.
+    """
+
+    space: SearchSpace
+    strategy: Strategy
+    capacity: Capacity
+    make_member: Callable[..., Any]
+    data: Any
+    pack_options: Mapping[str, Any]
+    tracker: Any
+    journal: Journal
+    checkpoints: Path
+    seed: int
+    tags: Mapping[str, str]
+    continue_on_promotion: bool = True
+    capacity_source: str = "capacity"
+    progress: Any = None
+    started: float = field(default_factory=time.perf_counter)
+    trials: dict[str, dict] = field(default_factory=dict)
+    packs: list[dict] = field(default_factory=list)
+    _last: dict[int, list[str]] = field(default_factory=dict)
+    _done: dict[tuple[int, int], dict[str, dict]] = field(default_factory=dict)
+
+    def replay(self, records: list[dict]) -> int:
+        """Loads a killed run's finished work from its journal; returns the members found."""
+        for r in records:
+            if r["event"] == "result":
+                self._done.setdefault((r["bracket"], r["rung"]), {})[r["trial_id"]] = r
+            elif r["event"] == "pack":
+                self.packs.append(r["pack"])
+        return sum(len(v) for v in self._done.values())
+
+    def sample(self, bracket: Bracket) -> list[Trial]:
+        trials = self.space.sample(bracket.rungs[0].n, self.seed, bracket.s)
+        if len(trials) < bracket.rungs[0].n:
+            log.warning("bracket %d wants %d configurations; the space has only %d",
+                        bracket.s, bracket.rungs[0].n, len(trials))
+        for t in trials:
+            self.trials[t.trial_id] = {"trial_id": t.trial_id, "hparams": dict(t.hparams),
+                                       "bracket": bracket.s, "status": "running",
+                                       "rungs": [], "packs": []}
+        return trials
+
+    def train_rung(
+        self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float
+    ) -> dict[str, float | None]:
+        from packexp.packing.trainer import train_group
+
+        ids = [t.trial_id for t in trials]
+        for dropped in set(self._last.get(bracket.s, [])) - set(ids):
+            self._retire(dropped, "killed")
+        self._last[bracket.s] = ids
+        done = self._done.get((bracket.s, rung), {})
+        for trial_id in ids:
+            if trial_id in done:
+                self._add_result(done[trial_id])
+        todo = [t for t in trials if t.trial_id not in done]
+        scores = {i: done[i]["val_accuracy"] for i in ids if i in done}
+        if todo:
+            check_fits(todo, self.capacity, self.capacity_source)
+            groups = self.strategy.pack(todo, self.capacity)
+            check_partition(todo, groups, self.capacity)
+            self.journal.append("plan", bracket=bracket.s, rung=rung,
+                                packs=[[t.trial_id for t in g] for g in groups])
+            log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs%s",
+                     bracket.s, rung, len(todo), epochs, len(groups),
+                     f" ({len(done)} done before the resume)" if done else "")
+            if self.progress:
+                self.progress.rung(bracket.s, rung, len(groups), epochs)
+            for j, group in enumerate(groups):
+                if self.progress:
+                    self.progress.pack(j, len(group))
+                runs = train_group(group, self._member_for, self.data, epochs,
+                                   self.pack_options)
+                for k, pack_run in enumerate(runs):
+                    pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (
+                        f"-{k}" if len(runs) > 1 else "")
+                    scores.update(self._finish_pack(bracket, rung, epochs, pack_id, pack_run))
+        if rung == len(bracket.rungs) - 1:
+            for trial_id in ids:
+                if self.trials[trial_id]["status"] == "running":
+                    self._retire(trial_id, "finished")
+        return scores
+
+    def finish(self) -> None:
+        for trial_id, record in self.trials.items():
+            if record["status"] == "running":
+                self._retire(trial_id, "killed")
+
+    def best(self) -> dict | None:
+        """The trial and rung with the highest validation accuracy seen."""
+        scored = [(r["val_accuracy"], r["epochs"], t) for t in self.trials.values()
+                  for r in t["rungs"] if r["val_accuracy"] is not None]
+        if not scored:
+            return None
+        acc, epochs, trial = max(scored, key=lambda s: (s[0], s[1]))
+        return {"trial_id": trial["trial_id"], "hparams": trial["hparams"],
+                "val_accuracy": acc, "epochs": epochs}
+
+    def _member_for(self, trial: Trial) -> Any:
+        """The trial's member in its starting state for this rung."""
+        rungs = self.trials[trial.trial_id]["rungs"]
+        checkpoint = rungs[-1].get("checkpoint") if rungs and self.continue_on_promotion else None
+        return self.make_member(trial, checkpoint)
+
+    def _finish_pack(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
+                     pack_run: Any) -> dict[str, float | None]:
+        stats, members = pack_run.stats, pack_run.members
+        pack = {
+            "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
+            "members": [m.trial_id for m in members], "steps": stats.steps,
+            "build_s": round(stats.build_s, 4), "switches": stats.switches,
+            "switch_overhead_s": round(stats.switch_overhead_s, 4),
+            "train_s": round(stats.train_s, 4), "step_time_ms": stats.step_time_ms,
+            "peak_memory_mb": round(pack_run.peak_memory_bytes / 2**20, 2),
+            "planned_cost_mb": round(
+                sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
+            "splits": pack_run.splits,
+        }
+        scores: dict[str, float | None] = {}
+        for m in members:
+            ev = pack_run.evaluation[m.trial_id]
+            checkpoint = None
+            if self.continue_on_promotion and not m.failed and rung + 1 < len(bracket.rungs):
+                checkpoint = m.save(self.checkpoints / m.trial_id / f"r{rung}")
+            result = {
+                "trial_id": m.trial_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
+                "steps": m.step, "val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
+                "train_loss": m.train_loss if m.train_loss is not None
+                and math.isfinite(m.train_loss) else None,
+                "pack_id": pack_id, "checkpoint": checkpoint, "failed": m.failed,
+            }
+            self.journal.append("result", **result)
+            shutil.rmtree(self.checkpoints / m.trial_id / f"r{rung - 1}", ignore_errors=True)
+            self._add_result(result)
+            scores[m.trial_id] = ev.val_accuracy
+            self.tracker.log_trial_rung(
+                m.trial_id, m.trial.hparams,
+                {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id},
+                epochs,
+                {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
+                 "train_loss": result["train_loss"], "step_time_ms": stats.step_time_ms,
+                 "pack_members": len(members)},
+            )
+        self.journal.append("pack", pack=pack, elapsed_s=time.perf_counter() - self.started)
+        self.packs.append(pack)
+        if self.progress:
+            self.progress.advance()
+        return scores
+
+    def _add_result(self, result: dict) -> None:
+        record = self.trials[result["trial_id"]]
+        record["rungs"].append({k: result[k] for k in (
+            "rung", "epochs", "steps", "val_accuracy", "val_loss", "train_loss", "pack_id",
+            "checkpoint")})
+        record["packs"].append(result["pack_id"])
+        if result["failed"]:
+            self._retire(result["trial_id"], "failed")
+
+    def _retire(self, trial_id: str, status: str) -> None:
+        record = self.trials[trial_id]
+        if record["status"] != "running":
+            return
+        record["status"] = status
+        self.tracker.end_trial(trial_id, STATUS[status])
+        # Checkpoints exist only to continue from; a retired trial never continues.
+        shutil.rmtree(self.checkpoints / trial_id, ignore_errors=True)
+
+
+def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:
+    """A member that cannot fit even alone is a config error naming both numbers."""
+    for t in trials:
+        if not capacity.fits([t]):
+            raise ConfigError(
+                f"{source}: {capacity.limit / 2**20:.2f} MB is smaller than one member "
+                f"({t.trial_id}, batch {t.hparams['batch_size']}, needs "
+                f"{capacity.cost(t) / 2**20:.1f} MB)")
+
+
+def check_partition(trials: list[Trial], packs: list[list[Trial]], capacity: Capacity) -> None:
+    """Guards the strategy contract: each trial in exactly one pack, none over capacity."""
+    placed = sorted(t.trial_id for p in packs for t in p)
+    if placed != sorted(t.trial_id for t in trials):
+        raise RuntimeError("strategy returned packs that do not hold each trial exactly once")
+    if any(len(p) > 1 and not capacity.fits(p) for p in packs):
+        raise RuntimeError("strategy returned a pack over capacity")

@@ -1,0 +1,178 @@
+"""scripts/compare_strategies.py in a subprocess, on fake run directories and an MLflow store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "compare_strategies.py"
+STRATEGIES = ["none", "batch_size", "random", "knn"]
+
+# (model, strategy) -> wall times of its runs; mlp3/knn has three runs: median 40, mean 55.
+WALL = {
+    ("mlp3", "none"): [100.0], ("mlp3", "batch_size"): [80.0], ("mlp3", "random"): [50.0],
+    ("mlp3", "knn"): [40.0, 35.0, 90.0],
+    ("mobilenet", "none"): [300.0], ("mobilenet", "batch_size"): [200.0],
+    ("mobilenet", "random"): [250.0], ("mobilenet", "knn"): [100.0],
+}
+ACCURACY = {"mlp3": 0.9125, "mobilenet": 0.75}
+
+
+def compare(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, encoding="utf-8", timeout=120)
+
+
+def table(stdout: str, title: str) -> dict[str, dict[str, str]]:
+    """The rich table under ``title`` as {first cell: {column: cell}}."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if title in line)
+    header: list[str] = []
+    rows: dict[str, dict[str, str]] = {}
+    for line in lines[start + 1:]:
+        if line.startswith("└"):
+            break
+        cells = [c.strip() for c in line.strip("┃│").split("┃" if "┃" in line else "│")]
+        if line.startswith("┃"):
+            header = cells
+        elif line.startswith("│"):
+            rows[cells[0]] = dict(zip(header, cells, strict=True))
+    return rows
+
+
+def write_results(folder: Path, model: str, strategy: str, wall: float,
+                  accuracy: float | None, seed: int = 0) -> None:
+    folder.mkdir(parents=True)
+    best = None if accuracy is None else {"trial_id": "t0", "hparams": {},
+                                          "val_accuracy": accuracy, "epochs": 9}
+    (folder / "results.json").write_text(json.dumps({
+        "strategy": strategy, "model": model, "dataset": "cifar10", "seed": seed,
+        "wall_time_s": wall, "trials": [], "packs": [], "best": best}))
+
+
+@pytest.fixture
+def run_dirs(tmp_path) -> list[Path]:
+    """A multirun sweep folder plus a separate run folder, as a user's outputs look."""
+    sweep, single = tmp_path / "multirun", tmp_path / "runs"
+    job = 0
+    for (model, strategy), walls in WALL.items():
+        for seed, wall in enumerate(walls):
+            accuracy = None if (model, strategy) == ("mobilenet", "random") else ACCURACY[model]
+            folder = single / "extra" if wall == 90.0 else sweep / str(job)
+            write_results(folder, model, strategy, wall, accuracy, seed)
+            job += 1
+    # The same run again among MLflow's artifacts must count once, or the median becomes 65.
+    copy = sweep / "mlartifacts" / "1" / "abc" / "artifacts" / "results.json"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(single / "extra" / "results.json", copy)
+    return [sweep, single]
+
+
+def test_runs_table_speedups_and_chart(tmp_path, run_dirs):
+    out = compare("--runs", *map(str, run_dirs), "--out", str(tmp_path / "plots" / "t4.png"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("10 runs from results.json under")
+    times = table(out.stdout, "Hyperband wall time (s) on cifar10")
+    assert times["mlp3"] == {"model": "mlp3", "none": "100.0", "batch_size": "80.0",
+                             "random": "50.0", "knn": "40.0*", "speedup": "up to 2.5× (knn)"}
+    assert times["mobilenet"]["knn"] == "100.0"
+    assert times["mobilenet"]["speedup"] == "up to 3.0× (knn)"
+    speedups = table(out.stdout, "Speedup over none on cifar10")
+    assert [speedups["mlp3"][s] for s in STRATEGIES] == ["1.00×", "1.25×", "2.00×", "2.50×"]
+    assert [speedups["mobilenet"][s] for s in STRATEGIES] == ["1.00×", "1.50×", "1.20×", "3.00×"]
+    accuracy = table(out.stdout, "Best validation accuracy on cifar10")
+    assert accuracy["mlp3"]["knn"] == "0.9125" and accuracy["mobilenet"]["random"] == "null"
+    assert "* median wall time of several runs: mlp3/knn 3 runs." in out.stdout
+    png = tmp_path / "plots" / "t4.png"
+    assert f"chart: {png}" in out.stdout
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_default_chart_goes_to_the_working_directory(tmp_path, run_dirs):
+    out = compare("--runs", str(run_dirs[0]), "--dataset", "cifar10", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "strategy_comparison.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.fixture(scope="module")
+def mlflow_store(tmp_path_factory) -> str:
+    """Parent runs as MlflowTracker writes them, plus runs that must be ignored."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("table4")
+
+    def parent(strategy: str, wall: float, status: str = "FINISHED", **extra: str) -> str:
+        tags = {"strategy": strategy, "model": "mlp3", "dataset": "digits", "task": "tune",
+                **extra}
+        run_id = client.create_run(experiment, tags=tags).info.run_id
+        client.log_metric(run_id, "wall_time_s", wall)
+        client.log_metric(run_id, "best_val_accuracy", 0.97)
+        client.set_terminated(run_id, status=status)
+        return run_id
+
+    parent_id = parent("none", 100.0)
+    for strategy, wall in [("batch_size", 80.0), ("random", 50.0), ("knn", 40.0)]:
+        parent(strategy, wall)
+    parent("knn", 1.0, status="FAILED")
+    parent("knn", 2.0, **{"mlflow.parentRunId": parent_id})
+    return uri
+
+
+def test_mlflow_parent_runs_only(tmp_path, mlflow_store):
+    out = compare("--mlflow", mlflow_store, "--experiment", "table4",
+                  "--out", str(tmp_path / "c.png"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("4 runs from MLflow experiment 'table4'")
+    times = table(out.stdout, "Hyperband wall time (s) on digits")
+    assert times["mlp3"]["knn"] == "40.0" and times["mlp3"]["speedup"] == "up to 2.5× (knn)"
+    assert "median" not in out.stdout
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--runs", "{tmp}/nowhere"], "no such directory: {tmp}/nowhere"),
+        (["--runs", "{tmp}/empty"], "no finished tune runs found: searched results.json under "
+                                    "{tmp}/empty"),
+        (["--mlflow", "{store}", "--experiment", "nope"],
+         "--experiment nope: no such MLflow experiment"),
+        (["--mlflow", "sqlite:///{tmp}/missing.db"], "no such MLflow store: {tmp}/missing.db"),
+        (["--mlflow", "{store}", "--experiment", "table4", "--dataset", "cifar10"],
+         "no finished tune runs found: searched dataset 'cifar10' in MLflow experiment"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(tmp_path, mlflow_store, args, needle):
+    (tmp_path / "empty").mkdir()
+    fill = {"tmp": str(tmp_path), "store": mlflow_store}
+    out = compare(*(a.format(**fill) for a in args), "--out", str(tmp_path / "c.png"))
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("compare_strategies: error: ")
+    assert needle.format(**fill) in lines[0]
+    assert not (tmp_path / "c.png").exists()
+
+
+@pytest.mark.slow
+def test_sweep_end_to_end(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0"}
+    sweep = subprocess.run(
+        [sys.executable, "-m", "packexp", "-m", "strategy=none,knn", "experiment=quick",
+         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    out = compare("--runs", str(tmp_path / "sweep"), "--out", str(tmp_path / "c.png"))
+    assert out.returncode == 0, out.stderr
+    row = table(out.stdout, "Hyperband wall time (s) on digits")["mlp3"]
+    assert float(row["none"]) > 0 and float(row["knn"]) > 0
+    assert row["speedup"].startswith("up to ") and row["speedup"].endswith("× (knn)")
