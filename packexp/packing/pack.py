@@ -55,9 +55,10 @@ class Pack:
     share no parameters, each member's gradient is that of its own loss. Misaligned step
     budgets (smaller batches take more steps per epoch) are handled by ``misaligned``:
 
-    - ``mask``: one step function for the whole pack; each member's forward, backward and
-      update sit behind a condition on its own step budget, so a member whose budget is
-      spent does no work and its state stays untouched. One compilation per pack.
+    - ``mask``: one step function for the whole pack, compiled once. Every member steps,
+      but a member whose budget is spent gets its weights and optimizer state put back
+      after the update, bit for bit. It costs the finished member's wasted compute, which
+      strategies that pack similar batch sizes keep small.
     - ``switch``: the paper's way. When a member's budget is spent it leaves and the step
       function is rebuilt for the rest; the rebuild time is the switching overhead.
 
@@ -256,7 +257,16 @@ class Pack:
             inputs, labels = batch()
             return loss_fn(labels, m.model(inputs, training=True))
 
-        def joint_step(batches):
+        def joint_step(batches, active=None):
+            """One step of every member under one tape.
+
+            With ``active`` (a boolean per member), a member whose budget is spent has its
+            weights (BatchNorm statistics included) and optimizer state put back after the
+            update, bit for bit, so the step leaves it untouched.
+            """
+            state = [[v.value for v in (*m.model.weights, *m.optimizer.variables)]
+                     for m in members] if active is not None else None
+            saved = [[v.read_value() for v in vs] for vs in state] if state else None
             with tf.GradientTape() as tape:
                 losses = [member_loss(m, b) for m, b in zip(members, batches, strict=True)]
                 total = tf.add_n(losses)
@@ -265,24 +275,18 @@ class Pack:
             for m, vs in zip(members, variables, strict=True):
                 m.optimizer.apply(grads[offset : offset + len(vs)], vs)
                 offset += len(vs)
-            return tf.stack(losses)
-
-        def masked_step(batches, ks, t):
-            losses = []
-            for i, (m, vs, b) in enumerate(zip(members, variables, batches, strict=True)):
-                def own_step(m=m, vs=vs, b=b):
-                    with tf.GradientTape() as tape:
-                        loss = member_loss(m, b)
-                    m.optimizer.apply(tape.gradient(loss, vs), vs)
-                    return loss
-
-                losses.append(tf.cond(t < ks[i], own_step, lambda: tf.constant(0.0)))
-            return tf.stack(losses)
+            losses = tf.stack(losses)
+            if active is None:
+                return losses
+            for i, (vs, olds) in enumerate(zip(state, saved, strict=True)):
+                for v, old in zip(vs, olds, strict=True):
+                    v.assign(tf.where(active[i], v.read_value(), old))
+            return tf.where(active, losses, tf.zeros_like(losses))
 
         def train_chunk(idxs, ks, starts):
             def body(t, sums):
                 batches = member_batches(idxs, starts, t)
-                losses = masked_step(batches, ks, t) if masked else joint_step(batches)
+                losses = joint_step(batches, t < ks) if masked else joint_step(batches)
                 return t + 1, sums + losses
 
             # An explicit while_loop: autograph would otherwise convert every function the
