@@ -78,6 +78,7 @@ class Pack:
         *,
         misaligned: str = "mask",
         data_sharing: str = "gather",
+        fusion: str = "off",
         jit_compile: bool = False,
         chunk_steps: int = 500,
         eval_batch_size: int = 1024,
@@ -92,6 +93,7 @@ class Pack:
         self.data = data
         self.misaligned = misaligned
         self.data_sharing = data_sharing
+        self.fusion = fusion
         self._stream_step = 0
         self.jit_compile = jit_compile
         self.chunk_steps = chunk_steps
