@@ -51,6 +51,8 @@ class PackedSearch:
     packs: list[dict] = field(default_factory=list)
     _last: dict[int, list[str]] = field(default_factory=dict)
     _done: dict[tuple[int, int], dict[str, dict]] = field(default_factory=dict)
+    _plans: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
+    _pack_clock: float = 0.0
 
     def replay(self, records: list[dict]) -> int:
         """Loads a killed run's finished work from its journal; returns the members found."""
@@ -59,6 +61,8 @@ class PackedSearch:
                 self._done.setdefault((r["bracket"], r["rung"]), {})[r["trial_id"]] = r
             elif r["event"] == "pack":
                 self.packs.append(r["pack"])
+            elif r["event"] == "plan":
+                self._plans.setdefault((r["bracket"], r["rung"]), r["packs"])
         return sum(len(v) for v in self._done.values())
 
     def sample(self, bracket: Bracket) -> list[Trial]:
@@ -89,10 +93,13 @@ class PackedSearch:
         scores = {i: done[i]["val_accuracy"] for i in ids if i in done}
         if todo:
             check_fits(todo, self.capacity, self.capacity_source)
-            groups = self.strategy.pack(todo, self.capacity)
-            check_partition(todo, groups, self.capacity)
-            self.journal.append("plan", bracket=bracket.s, rung=rung,
-                                packs=[[t.trial_id for t in g] for g in groups])
+            groups = self._planned(bracket.s, rung, todo)
+            if groups is None:
+                groups = self.strategy.pack(todo, self.capacity)
+                check_partition(todo, groups, self.capacity)
+                self.journal.append("plan", bracket=bracket.s, rung=rung,
+                                    packs=[[t.trial_id for t in g] for g in groups])
+            self.tracker.log_rung_plan(bracket.s, rung, epochs, groups, sorted(done))
             log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs%s",
                      bracket.s, rung, len(todo), epochs, len(groups),
                      f" ({len(done)} done before the resume)" if done else "")
@@ -101,6 +108,7 @@ class PackedSearch:
             for j, group in enumerate(groups):
                 if self.progress:
                     self.progress.pack(j, len(group))
+                self._pack_clock = time.perf_counter()
                 runs = train_group(group, self._member_for, self.data, epochs,
                                    self.pack_options)
                 for k, pack_run in enumerate(runs):
@@ -112,6 +120,23 @@ class PackedSearch:
                 if self.trials[trial_id]["status"] == "running":
                     self._retire(trial_id, "finished")
         return scores
+
+    def _planned(self, bracket: int, rung: int, todo: list[Trial]) -> list[list[Trial]] | None:
+        """The journaled packs of an interrupted rung, for the trials still to train.
+
+        A pack's results are journaled together, so its members are all done or all to do;
+        rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
+        fused packs included.
+        """
+        plan = self._plans.get((bracket, rung))
+        if plan is None:
+            return None
+        by_id = {t.trial_id: t for t in todo}
+        groups = [[by_id[i] for i in pack if i in by_id] for pack in plan]
+        groups = [g for g in groups if g]
+        if sorted(t.trial_id for g in groups for t in g) != sorted(by_id):
+            return None
+        return groups
 
     def finish(self) -> None:
         for trial_id, record in self.trials.items():
@@ -137,9 +162,11 @@ class PackedSearch:
     def _finish_pack(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
                      pack_run: Any) -> dict[str, float | None]:
         stats, members = pack_run.stats, pack_run.members
+        now = time.perf_counter()
         pack = {
             "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
-            "members": [m.trial_id for m in members], "steps": stats.steps,
+            "members": [m.trial_id for m in members], "fused": stats.fused,
+            "steps": stats.steps,
             "build_s": round(stats.build_s, 4), "switches": stats.switches,
             "switch_overhead_s": round(stats.switch_overhead_s, 4),
             "train_s": round(stats.train_s, 4), "step_time_ms": stats.step_time_ms,
@@ -147,7 +174,10 @@ class PackedSearch:
             "planned_cost_mb": round(
                 sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
             "splits": pack_run.splits,
+            "started_s": round(self._pack_clock - self.started, 4),
+            "elapsed_s": round(now - self.started, 4),
         }
+        self._pack_clock = now  # the next part of a split pack starts here
         scores: dict[str, float | None] = {}
         for m in members:
             ev = pack_run.evaluation[m.trial_id]
@@ -165,16 +195,20 @@ class PackedSearch:
             shutil.rmtree(self.checkpoints / m.trial_id / f"r{rung - 1}", ignore_errors=True)
             self._add_result(result)
             scores[m.trial_id] = ev.val_accuracy
+            rungs = self.trials[m.trial_id]["rungs"]
             self.tracker.log_trial_rung(
                 m.trial_id, m.trial.hparams,
-                {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id},
+                {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id,
+                 "promoted_from": rungs[-2]["pack_id"] if len(rungs) > 1 else None},
                 epochs,
                 {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
-                 "train_loss": result["train_loss"], "step_time_ms": stats.step_time_ms,
-                 "pack_members": len(members)},
+                 "train_loss": result["train_loss"], "steps": m.step,
+                 "step_time_ms": stats.step_time_ms, "peak_memory_mb": pack["peak_memory_mb"],
+                 "members": len(members), "switch_overhead_s": pack["switch_overhead_s"]},
             )
         self.journal.append("pack", pack=pack, elapsed_s=time.perf_counter() - self.started)
         self.packs.append(pack)
+        self.tracker.log_pack(len(self.packs) - 1, pack, (self.best() or {}).get("val_accuracy"))
         if self.progress:
             self.progress.advance()
         return scores

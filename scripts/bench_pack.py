@@ -25,6 +25,7 @@ from rich.table import Table
 
 from packexp.data import digits, synthetic
 from packexp.packing import DeviceData, Member, Pack
+from packexp.packing.fused import why_not_fused
 from packexp.search_space import Trial, derive_seed
 
 OPTIMIZERS = ("adam", "sgd", "adagrad", "momentum")
@@ -73,26 +74,31 @@ def make_members(data, build, n, batch, seed=0):
     return out
 
 
-def timed_steps(members, data, steps: int, repeats: int, xla: bool) -> list[float]:
+def timed_steps(members, data, steps: int, repeats: int, xla: bool,
+                fusion: str = "off") -> list[float]:
     """Step times of one pack over ``repeats`` chunks after a warm-up chunk (ms)."""
-    pack = Pack(members, data, jit_compile=xla, chunk_steps=steps)
+    pack = Pack(members, data, jit_compile=xla, chunk_steps=steps, fusion=fusion)
     pack.train({m.trial_id: steps for m in members})
     return [pack.train({m.trial_id: steps for m in members}).step_time_ms
             for _ in range(repeats)]
 
 
-def measure(members, data, steps: int, repeats: int, xla: bool) -> tuple[float, float]:
-    """Median Ts(Seq) (the sum of each member alone) and Ts(Pack), interleaved per repeat.
+def measure(members, data, steps: int, repeats: int, xla: bool,
+            fused: bool) -> tuple[float, float, float | None]:
+    """Median Ts(Seq) (each member alone, summed), Ts(Pack) and Ts(Fused), interleaved.
 
-    Each repeat times every member alone and then the pack, so both see the same machine
-    load; the medians of the per-repeat figures are returned.
+    Each repeat times every member alone, then the plain pack, then the fused pack, so all
+    see the same machine load; the medians of the per-repeat figures are returned.
     """
-    seq, packed = [], []
+    seq, packed, fusedt = [], [], []
     singles = [[m] for m in members]
     for _ in range(repeats):
         seq.append(sum(timed_steps(s, data, steps, 1, xla)[0] for s in singles))
         packed.append(timed_steps(members, data, steps, 1, xla)[0])
-    return statistics.median(seq), statistics.median(packed)
+        if fused:
+            fusedt.append(timed_steps(members, data, steps, 1, xla, fusion="auto")[0])
+    return (statistics.median(seq), statistics.median(packed),
+            statistics.median(fusedt) if fusedt else None)
 
 
 def main() -> None:
@@ -119,26 +125,37 @@ def main() -> None:
         s = args.image_size
         data = DeviceData(synthetic.load(shape=[s, s, 3], train_size=max(1024, 4 * args.batch)))
     peak = matmul_peak_flops()
-    console = Console(width=140)
+    console = Console(width=200)
     console.print(f"float32 matmul peak (1024x1024, median): {peak / 1e9:.1f} GFLOP/s")
     table = Table(title=f"{args.model}, batch {args.batch}, {args.steps} steps per chunk, "
                         f"median of {args.repeats}")
-    for col in ("N", "Ts(Seq) ms", "seq xla", "Ts(Pack) ms", "pack xla", "Seq/Pack", "IMPV",
-                "pack GFLOP/s", "% of peak"):
+    columns = ["N", "Ts(Seq) ms", "seq xla", "Ts(Pack) ms", "pack xla", "Seq/Pack", "IMPV",
+               "pack GFLOP/s", "% of peak"]
+    fusable = why_not_fused(make_members(data, build, 2, args.batch), "gather") is None
+    if fusable:
+        columns += ["Ts(Fused) ms", "fused xla", "Seq/Fused", "fused GFLOP/s", "% of peak "]
+    for col in columns:
         table.add_column(col, justify="right")
     for n in args.n:
         members = make_members(data, build, n, args.batch)
-        runs = {xla: measure(members, data, args.steps, args.repeats, xla)
+        runs = {xla: measure(members, data, args.steps, args.repeats, xla, fusable)
                 for xla in args.xla}
         seq_xla = min(runs, key=lambda x: runs[x][0])
         pack_xla = min(runs, key=lambda x: runs[x][1])
         ts_seq, ts_pack = runs[seq_xla][0], runs[pack_xla][1]
         flops = sum(train_flops(m.model, args.batch) for m in members)
         achieved = flops / (ts_pack / 1000)
-        table.add_row(str(n), f"{ts_seq:.3f}", "on" if seq_xla else "off", f"{ts_pack:.3f}",
-                      "on" if pack_xla else "off", f"{ts_seq / ts_pack:.2f}",
-                      f"{(ts_seq - ts_pack) / ts_seq:.1%}", f"{achieved / 1e9:.2f}",
-                      f"{achieved / peak:.1%}")
+        row = [str(n), f"{ts_seq:.3f}", "on" if seq_xla else "off", f"{ts_pack:.3f}",
+               "on" if pack_xla else "off", f"{ts_seq / ts_pack:.2f}",
+               f"{(ts_seq - ts_pack) / ts_seq:.1%}", f"{achieved / 1e9:.2f}",
+               f"{achieved / peak:.1%}"]
+        if fusable:
+            fused_xla = min(runs, key=lambda x: runs[x][2])
+            ts_fused = runs[fused_xla][2]
+            fused_rate = flops / (ts_fused / 1000)
+            row += [f"{ts_fused:.3f}", "on" if fused_xla else "off", f"{ts_seq / ts_fused:.2f}",
+                    f"{fused_rate / 1e9:.2f}", f"{fused_rate / peak:.1%}"]
+        table.add_row(*row)
     console.print(table)
 
 

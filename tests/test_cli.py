@@ -66,7 +66,7 @@ def test_default_run_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_sweeps_strategies(tmp_path):
-    out = packexp("-m", "strategy=none,knn", "experiment=quick",
+    out = packexp("-m", "strategy=none,knn", "experiment=quick", "pack.fusion=off",
                   f"hydra.sweep.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
     runs = [json.loads((tmp_path / str(i) / "results.json").read_text()) for i in (0, 1)]

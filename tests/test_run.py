@@ -58,11 +58,29 @@ def test_promoted_trials_are_the_best_of_their_rung(tmp_path):
 
 
 def test_packing_changes_time_never_scores(tmp_path):
-    _, none, _ = tune(tmp_path / "none", "strategy=none", "scheduler.R=9", "seed=4")
-    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
+    """Plain packs: bit-identical scores whatever the strategy."""
+    exact = ("scheduler.R=9", "seed=4", "pack.fusion=off")
+    _, none, _ = tune(tmp_path / "none", "strategy=none", *exact)
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *exact)
     assert max(len(p["members"]) for p in knn["packs"]) > 1
     assert scores(none) == scores(knn)
     assert none["best"] == knn["best"]
+
+
+def test_fused_packing_changes_scores_only_by_rounding(tmp_path):
+    """Fused packs (the default for mlp3): the same scores up to float32 rounding."""
+    _, none, _ = tune(tmp_path / "none", "strategy=none", "scheduler.R=9", "seed=4")
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
+    assert all(p["fused"] for p in knn["packs"])
+    a, b = scores(none), scores(knn)
+    assert a.keys() == b.keys()
+    for trial_id, rungs in a.items():
+        for (rung, epochs, acc), (rung2, epochs2, acc2) in zip(rungs, b[trial_id], strict=True):
+            assert (rung, epochs) == (rung2, epochs2)
+            assert (acc is None) == (acc2 is None)
+            if acc is not None:
+                assert abs(acc - acc2) <= 1 / 360 + 1e-9  # at most one validation example
+    assert none["best"]["trial_id"] == knn["best"]["trial_id"]
 
 
 def test_mlflow_parent_and_nested_trial_runs(tmp_path):

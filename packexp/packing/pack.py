@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.packing.data import DeviceData, batch_indices
+from packexp.packing.fused import FusedPack, why_not_fused
 from packexp.packing.member import Member
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class PackStats:
     """What one ``Pack.train`` call measured."""
 
     members: int
+    fused: bool = False
     steps: int = 0
     train_s: float = 0.0
     build_s: float = 0.0
@@ -100,6 +102,8 @@ class Pack:
         self.eval_batch_size = eval_batch_size
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._compiled: dict[tuple, Any] = {}
+        self._fused: FusedPack | None = None
+        self._unfused_reason: str | None = None
 
     def train(self, steps: Mapping[str, int]) -> PackStats:
         """Trains each member for its own number of further steps.
@@ -111,6 +115,8 @@ class Pack:
             Timings: build time, switching overhead and the median pack step time.
         """
         remaining = {m.trial_id: int(steps.get(m.trial_id, 0)) for m in self.members}
+        if self._fusable():
+            return self._train_fused(remaining)
         stats = PackStats(members=len(self.members))
         while True:
             active = [m for m in self.members if remaining[m.trial_id] > 0 and not m.failed]
@@ -126,16 +132,62 @@ class Pack:
                 ks = [min(remaining[m.trial_id], self.chunk_steps) if m in active else 0
                       for m in group]
             fn = self._step_fn(group, masked, stats)
-            mean_losses = self._run_chunk(fn, group, ks, stats)
-            for m, k, loss in zip(group, ks, mean_losses, strict=True):
-                if k == 0:
-                    continue
-                m.step += k
-                remaining[m.trial_id] -= k
-                m.train_loss = float(loss)
-                if not math.isfinite(loss):
-                    m.failed = True
-                    log.info("member %s diverged (loss %s); it stops training", m.trial_id, loss)
+            self._account(group, ks, self._run_chunk(fn, group, ks, stats), remaining)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the pack trains as one fused model (``fusion=auto`` and all qualify)."""
+        return self._fusable()
+
+    def _fusable(self) -> bool:
+        if self.fusion != "auto":
+            return False
+        if self._unfused_reason is None:
+            self._unfused_reason = why_not_fused(self.members, self.data_sharing) or ""
+            if self._unfused_reason:
+                log.info("pack of %d trains unfused: %s", len(self.members),
+                         self._unfused_reason)
+        return not self._unfused_reason
+
+    def _train_fused(self, remaining: dict[str, int]) -> PackStats:
+        stats = PackStats(members=len(self.members), fused=True)
+        if self._fused is None:
+            t0 = time.perf_counter()
+            self._fused = FusedPack(self.members, self.data, jit_compile=self.jit_compile)
+            stats.build_s = time.perf_counter() - t0
+        fused = self._fused
+        while True:
+            ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
+                  for m in self.members]
+            n = max(ks)
+            if n == 0:
+                break
+            idxs = np.zeros((len(self.members), n, fused.batch), np.int32)
+            for i, (m, k) in enumerate(zip(self.members, ks, strict=True)):
+                if k:
+                    idxs[i, :k, : m.batch_size] = m.next_batches(k)
+            t0 = time.perf_counter()
+            mean_losses = fused.run_chunk(idxs, ks, [m.step for m in self.members])
+            elapsed = time.perf_counter() - t0
+            stats.steps += n
+            stats.train_s += elapsed
+            stats.chunk_step_ms.append(1000 * elapsed / n)
+            self._account(self.members, ks, mean_losses, remaining)
+        fused.write_back()
+        return stats
+
+    def _account(self, group: list[Member], ks: list[int], mean_losses: np.ndarray,
+                 remaining: dict[str, int]) -> None:
+        """Advances step counters after a chunk and marks members whose loss diverged."""
+        for m, k, loss in zip(group, ks, mean_losses, strict=True):
+            if k == 0:
+                continue
+            m.step += k
+            remaining[m.trial_id] -= k
+            m.train_loss = float(loss)
+            if not math.isfinite(loss):
+                m.failed = True
+                log.info("member %s diverged (loss %s); it stops training", m.trial_id, loss)
 
     def evaluate(self) -> dict[str, Evaluation]:
         """Each member's validation accuracy and loss; None for failed members."""
@@ -143,6 +195,8 @@ class Pack:
         out = {m.trial_id: Evaluation(None, None) for m in self.members if m.failed}
         if not live:
             return out
+        if self._fused is not None:
+            return self._evaluate_fused(out)
         fn = self._eval_fn(live)
         correct = np.zeros(len(live))
         loss_sum = np.zeros(len(live))
@@ -153,6 +207,23 @@ class Pack:
             correct += c.numpy()
             loss_sum += s.numpy()
         for m, c, s in zip(live, correct, loss_sum, strict=True):
+            loss = s / n
+            ok = math.isfinite(loss)
+            out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None)
+        return out
+
+    def _evaluate_fused(self, out: dict[str, Evaluation]) -> dict[str, Evaluation]:
+        n = self.data.val_size
+        correct = np.zeros(len(self.members))
+        loss_sum = np.zeros(len(self.members))
+        for lo in range(0, n, self.eval_batch_size):
+            c, s = self._fused.evaluate(self.data.x_val[lo : lo + self.eval_batch_size],
+                                        self.data.y_val[lo : lo + self.eval_batch_size])
+            correct += c
+            loss_sum += s
+        for m, c, s in zip(self.members, correct, loss_sum, strict=True):
+            if m.failed:
+                continue
             loss = s / n
             ok = math.isfinite(loss)
             out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None)
@@ -169,7 +240,7 @@ class Pack:
             raise KeyError(f"trial {trial_id!r} is not in this pack")
         path = member.save(directory)
         self.members.remove(member)
-        self._compiled.clear()
+        self._reset()
         return path
 
     def load(self, member: Member, checkpoint: str | None = None) -> Member:
@@ -177,8 +248,14 @@ class Pack:
         if checkpoint is not None:
             member.restore(checkpoint)
         self.members.append(member)
-        self._compiled.clear()
+        self._reset()
         return member
+
+    def _reset(self) -> None:
+        """Drops compiled steps and fused state after the membership changed."""
+        self._compiled.clear()
+        self._fused = None
+        self._unfused_reason = None
 
     def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):
         key = (tuple(m.trial_id for m in group), masked)
