@@ -64,12 +64,16 @@ class MemoryModel:
     Args:
         build_model: Builds a trial's model (the runner's model builder, bound to the data).
         probe: Runs a measured probe; a callable ``(trial) -> peak bytes`` or None.
+        worth_probing: Given an estimate in bytes, whether a probe could change a packing
+            decision; None probes every batch size.
     """
 
     def __init__(self, build_model: Callable[[Trial], keras.Model],
-                 probe: Callable[[Trial], int] | None = None) -> None:
+                 probe: Callable[[Trial], int] | None = None,
+                 worth_probing: Callable[[int], bool] | None = None) -> None:
         self._build = build_model
         self._probe = probe
+        self._worth_probing = worth_probing
         self._shape: tuple[int, int, int] | None = None  # trainable, frozen, activations
         self._scale: dict[int, float] = {}
         self.probes: dict[int, tuple[int, int]] = {}  # batch -> (estimate, measured)
@@ -85,7 +89,8 @@ class MemoryModel:
         batch = int(trial.hparams["batch_size"])
         if batch not in self._scale:
             self._scale[batch] = 1.0
-            if self._probe is not None:
+            worth = self._worth_probing is None or self._worth_probing(self.estimate(trial))
+            if self._probe is not None and worth:
                 estimate = self.estimate(trial)
                 measured = int(self._probe(trial))
                 self.probes[batch] = (estimate, measured)
