@@ -10,12 +10,17 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 PAPER_ORDER = ("none", "batch_size", "random", "knn")
 BASELINE = "none"
@@ -143,7 +148,7 @@ def load_mlflow(uri: str, experiment: str) -> tuple[list[RunResult], str]:
     return results, f"MLflow experiment {experiment!r} in {uri}"
 
 
-def _search_all(client, experiment_id: str, filter_string: str) -> Iterable:
+def _search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> Iterator[Run]:
     token = None
     while True:
         page = client.search_runs([experiment_id], filter_string, page_token=token)

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "compare_strategies.py"
 STRATEGIES = ["none", "batch_size", "random", "knn"]
+X = "\N{MULTIPLICATION SIGN}"
 
 # (model, strategy) -> wall times of its runs; mlp3/knn has three runs: median 40, mean 55.
 WALL = {
@@ -82,12 +83,14 @@ def test_runs_table_speedups_and_chart(tmp_path, run_dirs):
     assert out.stdout.startswith("10 runs from results.json under")
     times = table(out.stdout, "Hyperband wall time (s) on cifar10")
     assert times["mlp3"] == {"model": "mlp3", "none": "100.0", "batch_size": "80.0",
-                             "random": "50.0", "knn": "40.0*", "speedup": "up to 2.5× (knn)"}
+                             "random": "50.0", "knn": "40.0*", "speedup": f"up to 2.5{X} (knn)"}
     assert times["mobilenet"]["knn"] == "100.0"
-    assert times["mobilenet"]["speedup"] == "up to 3.0× (knn)"
+    assert times["mobilenet"]["speedup"] == f"up to 3.0{X} (knn)"
     speedups = table(out.stdout, "Speedup over none on cifar10")
-    assert [speedups["mlp3"][s] for s in STRATEGIES] == ["1.00×", "1.25×", "2.00×", "2.50×"]
-    assert [speedups["mobilenet"][s] for s in STRATEGIES] == ["1.00×", "1.50×", "1.20×", "3.00×"]
+    assert [speedups["mlp3"][s] for s in STRATEGIES] == [f"{v}{X}" for v in
+                                                         ("1.00", "1.25", "2.00", "2.50")]
+    assert [speedups["mobilenet"][s] for s in STRATEGIES] == [f"{v}{X}" for v in
+                                                              ("1.00", "1.50", "1.20", "3.00")]
     accuracy = table(out.stdout, "Best validation accuracy on cifar10")
     assert accuracy["mlp3"]["knn"] == "0.9125" and accuracy["mobilenet"]["random"] == "null"
     assert "* median wall time of several runs: mlp3/knn 3 runs." in out.stdout
@@ -134,7 +137,7 @@ def test_mlflow_parent_runs_only(tmp_path, mlflow_store):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("4 runs from MLflow experiment 'table4'")
     times = table(out.stdout, "Hyperband wall time (s) on digits")
-    assert times["mlp3"]["knn"] == "40.0" and times["mlp3"]["speedup"] == "up to 2.5× (knn)"
+    assert times["mlp3"]["knn"] == "40.0" and times["mlp3"]["speedup"] == f"up to 2.5{X} (knn)"
     assert "median" not in out.stdout
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
 
@@ -175,4 +178,4 @@ def test_sweep_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr
     row = table(out.stdout, "Hyperband wall time (s) on digits")["mlp3"]
     assert float(row["none"]) > 0 and float(row["knn"]) > 0
-    assert row["speedup"].startswith("up to ") and row["speedup"].endswith("× (knn)")
+    assert row["speedup"].startswith("up to ") and row["speedup"].endswith(f"{X} (knn)")
