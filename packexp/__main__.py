@@ -8,6 +8,8 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from packexp.errors import ConfigError
@@ -41,6 +43,8 @@ def main(cfg: DictConfig) -> float:
         return run(cfg)
     except (ConfigError, TrackingError) as e:
         print(f"packexp: error: {e}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # the launcher records the failed job and runs the rest of the sweep
         sys.exit(2)
 
 

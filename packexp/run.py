@@ -19,8 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from packexp.errors import ConfigError
 from packexp.hyperband import Hyperband
 from packexp.journal import Journal, JournalError, first_difference
+from packexp.plots import write_plots
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy
+from packexp.tracking import hydra_tags, speedup_metrics
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +77,11 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     tracker.start(
         run_name=f"{names['strategy']}-{names['model']}-{names['dataset']}-seed{cfg.seed}",
         params=flatten(OmegaConf.to_container(cfg, resolve=True)),
-        tags={**names, "task": "tune"},
+        tags={**names, "task": "tune", **hydra_tags()},
         resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
+        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
     )
+    tracker.log_artifact(run_dir / ".hydra", "hydra")
     if not records and tracker.run_id:
         journal.append("tracking", run_id=tracker.run_id)
     status = "FAILED"
@@ -119,16 +123,20 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                    "trials": list(search.trials.values()), "packs": search.packs,
                    "best": search.best()}
         best = results["best"]["val_accuracy"] if results["best"] else math.nan
-        tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best})
+        tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best,
+                             **speedup_metrics(results)})
         write_json(run_dir / "results.json", results)
         journal.append("finished", wall_time_s=wall)
         tracker.log_artifact(run_dir / "results.json")
         tracker.log_artifact(run_dir / "plan.json")
+        for picture in write_plots(results, run_dir):
+            tracker.log_artifact(picture, "plots")
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
+        tracker.log_artifact(run_dir / "packexp.log")
         tracker.end(status)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5))
     return float(best)
@@ -287,6 +295,9 @@ def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
             raise ConfigError(f"{where}.{e}") from None
 
 
+PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models
+
+
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
                     data: Any, pack_options: Mapping[str, Any]) -> tuple[Capacity, str]:
     """Memory capacity of one pack, with member costs from the estimate and its probes."""
@@ -307,7 +318,16 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
             warmed.append(True)
         return probe_member(trial, make_member, data, pack_options)
 
-    memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None)
+    if device.probe not in (True, False, "auto"):
+        raise ConfigError(f"device.probe={device.probe!r}: must be true, false or auto")
+
+    def worth_probing(estimate: int) -> bool:
+        # auto: a probe only matters where a full pack, by the estimate, could come within
+        # PROBE_MARGIN of the capacity; far below it, no probe result changes a plan.
+        return device.probe is True or estimate * max_members * PROBE_MARGIN >= limit
+
+    memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
+                         worth_probing)
     return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
 
 
@@ -460,4 +480,12 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
 
 
-TASKS: dict[str, Callable[[DictConfig, Path], float]] = {"tune": tune, "plan": plan}
+def profile(cfg: DictConfig, run_dir: Path) -> float:
+    """The paper's micro-benchmark ``cfg.profile`` (packexp/profile/); TensorFlow loads here."""
+    from packexp.profile import run_profile
+
+    return run_profile(cfg, run_dir)
+
+
+TASKS: dict[str, Callable[[DictConfig, Path], float]] = {"tune": tune, "plan": plan,
+                                                         "profile": profile}

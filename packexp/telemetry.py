@@ -1,9 +1,12 @@
-"""Device facts and memory readings: the only module that talks to NVML."""
+"""Device facts, memory readings and a resource sampler: the only module that talks to NVML."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -109,3 +112,88 @@ def _tf_gpu() -> str | None:
     import tensorflow as tf
 
     return "GPU:0" if tf.config.list_logical_devices("GPU") else None
+
+
+@dataclass(frozen=True)
+class ResourceSample:
+    """One reading: wall-clock time, host RSS, and the GPU's memory and load when there is one."""
+
+    timestamp_ms: int
+    host_rss_mb: float
+    gpu_memory_used_mb: float | None = None
+    gpu_utilization_pct: float | None = None
+
+    def metrics(self) -> dict[str, float]:
+        values = {"host_rss_mb": self.host_rss_mb,
+                  "gpu_memory_used_mb": self.gpu_memory_used_mb,
+                  "gpu_utilization_pct": self.gpu_utilization_pct}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+def sample_resources(index: int = 0) -> ResourceSample:
+    """Host RSS, plus GPU ``index``'s used memory and utilisation from NVML when it exists."""
+    memory = gpu_memory(index)
+    return ResourceSample(
+        timestamp_ms=int(time.time() * 1000),
+        host_rss_mb=round(host_rss() / 2**20, 2),
+        gpu_memory_used_mb=None if memory is None else round((memory[0] - memory[1]) / 2**20, 2),
+        gpu_utilization_pct=gpu_utilization(index),
+    )
+
+
+class ResourceSampler:
+    """Samples ``sample_resources`` every ``interval_s`` seconds on a daemon thread.
+
+    Readings queue up until ``drain`` takes them, so whoever logs them does so on its own
+    thread. Without a GPU the readings hold host RSS only (NVML's absence is logged once).
+
+    Args:
+        interval_s: Seconds between readings.
+    """
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s={interval_s!r}: must be a positive number of seconds")
+        self.interval_s = float(interval_s)
+        self._samples: list[ResourceSample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ResourceSampler:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="packexp-telemetry",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def drain(self) -> list[ResourceSample]:
+        """The readings taken since the last drain, oldest first."""
+        with self._lock:
+            samples, self._samples = self._samples, []
+        return samples
+
+    def __enter__(self) -> ResourceSampler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                sample = sample_resources()
+            except Exception as e:  # a telemetry hiccup must never stop training
+                log.debug("resource sample failed: %s", e)
+            else:
+                with self._lock:
+                    self._samples.append(sample)
+            if self._stop.wait(self.interval_s):
+                return

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+# What a trial run's MLflow status means, as its ``outcome`` tag says in words.
+OUTCOMES = {"KILLED": "cut", "FAILED": "diverged", "FINISHED": "completed"}
+INTERRUPTED = "interrupted"
+MAX_EXPERIMENT_NAME = 500  # MLflow's limit
 
 
 class TrackingError(RuntimeError):
@@ -16,27 +23,40 @@ class TrackingError(RuntimeError):
 
 
 class NullTracker:
-    """Tracking turned off (``tracking=none``)."""
+    """Tracking turned off (``tracking=none``): every call does nothing."""
 
     run_id: str | None = None
 
+    def __init__(self, **settings: Any) -> None:
+        # Accepts and ignores the store settings (an experiment bundle may set
+        # tracking.experiment), so tracking=none works with any of them.
+        del settings
+
     def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-              resume_run_id: str | None = None) -> None:
+              resume_run_id: str | None = None, config_yaml: str | None = None) -> None:
+        pass
+
+    def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
+                      done: Sequence[str] = ()) -> None:
         pass
 
     def log_trial_rung(
-        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, str],
+        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
         epochs: float, metrics: Mapping[str, float | None],
     ) -> None:
+        pass
+
+    def log_pack(self, index: int, pack: Mapping[str, Any],
+                 best_val_accuracy: float | None = None) -> None:
         pass
 
     def end_trial(self, trial_id: str, status: str) -> None:
         pass
 
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
         pass
 
-    def log_artifact(self, path: Path) -> None:
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         pass
 
     def end(self, status: str = "FINISHED") -> None:
@@ -51,24 +71,40 @@ class MlflowTracker(NullTracker):
     """One parent run per invocation and one nested run per trial.
 
     Uses ``MlflowClient`` with explicit run ids, never the fluent active-run stack, so a
-    failed job in a multirun cannot leave a run open for the next one.
+    failed job in a multirun cannot leave a run open for the next one. The store is checked
+    at start-up (a ``TrackingError`` there); after that a logging call that fails is a
+    warning, never the end of a search that has been training for an hour.
 
     Args:
         uri: Tracking URI; None for the local store ``<store_dir>/mlflow.db``.
-        experiment: MLflow experiment name that groups the runs.
+        experiment: MLflow experiment name that groups the runs (a sweep's jobs share it).
         store_dir: Folder of the default local store and its artifacts.
+        sample_interval_s: Seconds between host RSS (and GPU memory and utilisation)
+            readings logged on the parent run; null or 0 for none.
     """
 
-    def __init__(self, uri: str | None = None, experiment: str = "packexp",
-                 store_dir: str = "outputs") -> None:
+    def __init__(self, uri: str | None = None, experiment: Any = "packexp",
+                 store_dir: str = "outputs", sample_interval_s: float | None = 1.0) -> None:
+        self.experiment = experiment_name(experiment)
+        if sample_interval_s is not None and (
+                isinstance(sample_interval_s, bool)
+                or not isinstance(sample_interval_s, int | float) or sample_interval_s < 0):
+            raise ValueError(f"sample_interval_s={sample_interval_s!r}: must be a number of "
+                             "seconds >= 0, or null")
+        if uri is not None and (not isinstance(uri, str) or not uri.strip()):
+            raise ValueError(f"uri={uri!r}: must be a tracking URI, or null for the local store")
         self.store = Path(store_dir).resolve()
         self.uri = uri or f"sqlite:///{self.store / 'mlflow.db'}"
-        self.experiment = experiment
-        self._client = None
+        self.sample_interval_s = sample_interval_s or 0
+        self._client: Any = None
         self._parent: str | None = None
         self._experiment_id: str | None = None
         self._trial_runs: dict[str, str] = {}
         self._open: set[str] = set()
+        self._pending: dict[str, str] = {}
+        self._sampler: Any = None
+        self._samples_logged = 0
+        self._warned = 0
 
     @property
     def location(self) -> str:
@@ -79,38 +115,74 @@ class MlflowTracker(NullTracker):
         return self._parent
 
     def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-              resume_run_id: str | None = None) -> None:
-        """Opens the parent run, or re-attaches to ``resume_run_id`` and its trial runs."""
-        # Fail within seconds on an unreachable server instead of retrying for minutes.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+              resume_run_id: str | None = None, config_yaml: str | None = None) -> None:
+        """Opens the parent run, or re-attaches to ``resume_run_id`` and its trial runs.
+
+        Every failure here is a ``TrackingError`` naming the setting, raised before training.
+        """
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        if self.uri.startswith("sqlite:"):
-            self.store.mkdir(parents=True, exist_ok=True)
+        database = Path(self.uri.removeprefix("sqlite:///")) if self.uri.startswith(
+            "sqlite:///") else None
+        if database is not None:
+            database.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._client = MlflowClient(tracking_uri=self.uri)
-            found = self._client.get_experiment_by_name(self.experiment)
-            if found is None:
-                artifacts = (self.store / "mlartifacts").as_uri() if self._local else None
-                self._experiment_id = self._client.create_experiment(
-                    self.experiment, artifact_location=artifacts)
-            else:
-                self._experiment_id = found.experiment_id
-            if resume_run_id is not None:
-                self._reattach(resume_run_id)
-                return
-            run = self._client.create_run(self._experiment_id, run_name=run_name, tags=dict(tags))
-        except TrackingError:
-            raise
+            with _fail_fast(), _exclusive(database):
+                self._client = MlflowClient(tracking_uri=self.uri)
+                self._experiment_id = self._experiment()
+                if resume_run_id is not None:
+                    self._reattach(resume_run_id)
+                else:
+                    run = self._client.create_run(self._experiment_id, run_name=run_name,
+                                                  tags=dict(tags))
+                    self._parent = run.info.run_id
+                    items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+                    for i in range(0, len(items), 100):  # MLflow takes 100 params per batch
+                        self._client.log_batch(self._parent, params=items[i : i + 100])
+                if config_yaml is not None:
+                    # Also proves the artifact store works before any training.
+                    self._client.log_text(self._parent, config_yaml, "config.yaml")
         except Exception as e:
-            raise TrackingError(
-                f"tracking.uri={self.uri}: cannot use the MLflow store ({e})") from e
-        self._parent = run.info.run_id
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self._client.log_batch(self._parent, params=items[i : i + 100])
+            if self._parent is not None:  # never leave a run open behind a start-up error
+                with contextlib.suppress(Exception):
+                    self._client.set_terminated(self._parent, status="FAILED")
+                self._parent = None
+            if isinstance(e, TrackingError):
+                raise
+            raise TrackingError(f"tracking.uri={self.uri}: cannot use the MLflow store "
+                                f"({_one_line(e)})") from e
+        if self.sample_interval_s:
+            from packexp.telemetry import ResourceSampler
+
+            self._sampler = ResourceSampler(self.sample_interval_s).start()
+
+    def _experiment(self) -> str:
+        """The experiment's id; created if missing, restored if deleted."""
+        from mlflow.exceptions import MlflowException
+
+        client = self._client
+        found = client.get_experiment_by_name(self.experiment)
+        if found is None:
+            artifacts = (self.store / "mlartifacts").as_uri() if self._local else None
+            try:
+                return client.create_experiment(self.experiment, artifact_location=artifacts)
+            except MlflowException as e:
+                found = client.get_experiment_by_name(self.experiment)
+                if found is None:  # not a parallel job that created it first: a bad name
+                    raise TrackingError(f"tracking.experiment={self.experiment!r}: MLflow "
+                                        f"rejects it ({_one_line(e)})") from None
+        if found.lifecycle_stage == "deleted":
+            try:
+                client.restore_experiment(found.experiment_id)
+            except MlflowException as e:
+                raise TrackingError(
+                    f"tracking.experiment={self.experiment!r}: the MLflow experiment of that "
+                    f"name is deleted and cannot be restored ({_one_line(e)}); choose another "
+                    "name or delete it for good (mlflow gc)") from None
+            log.warning("tracking.experiment=%r was a deleted MLflow experiment; restored it",
+                        self.experiment)
+        return found.experiment_id
 
     def _reattach(self, run_id: str) -> None:
         from mlflow.exceptions import MlflowException
@@ -126,19 +198,52 @@ class MlflowTracker(NullTracker):
             [self._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
             max_results=50000)
         for child in children:
-            self._trial_runs[child.info.run_name] = child.info.run_id
-            if child.info.status == "RUNNING":
-                self._open.add(child.info.run_name)
+            name = child.info.run_name
+            self._trial_runs[name] = child.info.run_id
+            if child.info.status == "RUNNING" or child.data.tags.get("outcome") == INTERRUPTED:
+                self._client.update_run(child.info.run_id, status="RUNNING")
+                self._open.add(name)
         log.info("re-attached to MLflow run %s and %d trial runs", run_id, len(children))
 
     @property
     def _local(self) -> bool:
         return self.uri.startswith(("sqlite:", "file:")) or "://" not in self.uri
 
+    def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
+                      done: Sequence[str] = ()) -> None:
+        """The strategy's packs for one rung, as ``packing/b<s>-r<rung>.json`` on the parent."""
+        payload = {
+            "bracket": bracket, "rung": rung, "epochs": epochs,
+            "packs": [{"pack_id": f"b{bracket}-r{rung}-p{j:02d}",
+                       "members": [t.trial_id for t in group],
+                       "hparams": [dict(t.hparams) for t in group]}
+                      for j, group in enumerate(packs)],
+            "done_before_resume": list(done),
+        }
+        name = f"packing/b{bracket}-r{rung}{'-resumed' if done else ''}.json"
+        self._safely("log the packing plan", self._client.log_dict, self._parent, payload, name)
+
     def log_trial_rung(
-        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, str],
+        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
         epochs: float, metrics: Mapping[str, float | None],
     ) -> None:
+        """The trial's scores after a rung (``step`` = its epochs); opens its run the first time.
+
+        Args:
+            trial_id: The trial; its nested run is named after it.
+            hparams: Logged as the run's params when it opens.
+            tags: Replace the run's tags of the same name (``rung``, ``pack_id``, ...).
+            epochs: Epochs the trial has trained in all; the metrics' step.
+            metrics: None values are left out.
+        """
+        self._safely("log a trial's rung", self._log_trial_rung, trial_id, hparams, tags,
+                     epochs, metrics)
+        if trial_id in self._pending:
+            self.end_trial(trial_id, self._pending.pop(trial_id))
+
+    def _log_trial_rung(self, trial_id: str, hparams: Mapping[str, Any],
+                        tags: Mapping[str, Any], epochs: float,
+                        metrics: Mapping[str, float | None]) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         client = self._client
@@ -146,42 +251,219 @@ class MlflowTracker(NullTracker):
         if run_id is None:
             run = client.create_run(
                 self._experiment_id, run_name=trial_id,
-                tags={"mlflow.parentRunId": self._parent, **tags})
+                tags={"mlflow.parentRunId": self._parent, **_strings(tags)})
             run_id = self._trial_runs[trial_id] = run.info.run_id
             self._open.add(trial_id)
             client.log_batch(run_id, params=[Param(k, str(v)) for k, v in hparams.items()])
-        step = round(epochs)
+        now = _now_ms()
         client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), _now_ms(), step)
+            metrics=[Metric(k, float(v), now, round(epochs))
                      for k, v in metrics.items() if v is not None],
-            tags=[RunTag(k, str(v)) for k, v in tags.items()],
+            tags=[RunTag(k, v) for k, v in _strings(tags).items()],
         )
 
-    def end_trial(self, trial_id: str, status: str) -> None:
-        if trial_id in self._open:
-            self._client.set_terminated(self._trial_runs[trial_id], status=status)
-            self._open.discard(trial_id)
+    def log_pack(self, index: int, pack: Mapping[str, Any],
+                 best_val_accuracy: float | None = None) -> None:
+        """One finished pack's measurements on the parent run, ``step`` = ``index``.
 
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        Also logs the best validation accuracy so far and the resource readings taken since
+        the last call, so the UI plots them against wall time while the search runs.
+        """
         from mlflow.entities import Metric
 
-        self._client.log_batch(
-            self._parent, metrics=[Metric(k, float(v), _now_ms(), 0) for k, v in metrics.items()])
+        now = _now_ms()
+        values = {k: pack.get(k) for k in ("step_time_ms", "peak_memory_mb",
+                                          "switch_overhead_s", "build_s", "train_s")}
+        values["members"] = len(pack.get("members", ()))
+        values["best_so_far_val_accuracy"] = best_val_accuracy
+        metrics = [Metric(k, float(v), now, index) for k, v in values.items() if v is not None]
+        self._safely("log a pack", self._client.log_batch, self._parent, metrics=metrics)
+        self._flush_samples()
 
-    def log_artifact(self, path: Path) -> None:
-        self._client.log_artifact(self._parent, str(path))
+    def end_trial(self, trial_id: str, status: str) -> None:
+        """Ends the trial's run: KILLED (cut by successive halving), FAILED or FINISHED."""
+        if trial_id not in self._trial_runs:
+            self._pending[trial_id] = status  # retired before its first rung was logged
+            return
+        if trial_id in self._open:
+            self._open.discard(trial_id)
+            self._safely("end a trial run", self._end_run, self._trial_runs[trial_id], status,
+                         OUTCOMES.get(status, status.lower()))
+
+    def _end_run(self, run_id: str, status: str, outcome: str) -> None:
+        self._client.set_tag(run_id, "outcome", outcome)
+        self._client.set_terminated(run_id, status=status)
+
+    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
+        from mlflow.entities import Metric
+
+        now = _now_ms()
+        self._safely("log metrics", self._client.log_batch, self._parent, metrics=[
+            Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None])
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """A file or a folder's files, on the parent run; a missing path is skipped."""
+        path = Path(path)
+        if not path.exists():
+            return
+        log_it = self._client.log_artifacts if path.is_dir() else self._client.log_artifact
+        self._safely(f"log {path.name}", log_it, self._parent, str(path), artifact_path)
 
     def end(self, status: str = "FINISHED") -> None:
+        """Ends the parent run and any trial run still open (``outcome`` = interrupted)."""
         if self._parent is None:
             return
-        for trial_id in list(self._open):
-            self.end_trial(trial_id, "KILLED" if status == "FINISHED" else status)
-        self._client.set_terminated(self._parent, status=status)
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._flush_samples()
+            self._sampler = None
+        for trial_id in sorted(self._open):
+            self._open.discard(trial_id)
+            # An open trial was cut short by the end of the search, not by halving.
+            self._safely("end a trial run", self._end_run, self._trial_runs[trial_id],
+                         "KILLED" if status == "FINISHED" else status, INTERRUPTED)
+        self._safely("end the run", self._client.set_terminated, self._parent, status=status)
+        if self._warned:
+            log.warning("%d MLflow calls failed in this run; its MLflow record is incomplete",
+                        self._warned)
         self._parent = None
+
+    def _flush_samples(self) -> None:
+        if self._sampler is None:
+            return
+        from mlflow.entities import Metric
+
+        metrics = []
+        for sample in self._sampler.drain():
+            metrics += [Metric(k, float(v), sample.timestamp_ms, self._samples_logged)
+                        for k, v in sample.metrics().items()]
+            self._samples_logged += 1
+        for i in range(0, len(metrics), 1000):  # MLflow takes 1000 metrics per batch
+            self._safely("log resource samples", self._client.log_batch, self._parent,
+                         metrics=metrics[i : i + 1000])
+
+    def _safely(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        try:
+            call(*args, **kwargs)
+        except Exception as e:
+            self._warned += 1
+            log.warning("MLflow: could not %s (%s); the search goes on", what, _one_line(e))
+
+
+def experiment_name(value: Any) -> str:
+    """``tracking.experiment`` as MLflow takes it, or a ``ValueError`` naming the key."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"experiment={value!r}: must be a name (a non-empty string)")
+    name = str(value)
+    if not name.strip():
+        raise ValueError(f"experiment={value!r}: must be a name (a non-empty string)")
+    if len(name) > MAX_EXPERIMENT_NAME:
+        raise ValueError(f"experiment={name[:40]!r}...: MLflow takes at most "
+                         f"{MAX_EXPERIMENT_NAME} characters, not {len(name)}")
+    return name
+
+
+def hydra_tags() -> dict[str, str]:
+    """Where the run sits in a Hydra sweep (``sweep_dir``, ``job_num``) and its overrides."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra = HydraConfig.get()
+    except ValueError:
+        return {}
+    tags = {"overrides": " ".join(hydra.overrides.task) or "(none)"}
+    if str(hydra.mode) == "RunMode.MULTIRUN":
+        tags.update(sweep_dir=str(Path(hydra.sweep.dir).resolve()), job_num=str(hydra.job.num))
+    return tags
+
+
+def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
+    """``speedup_vs_sequential_estimate``: sequential training time over packed, estimated.
+
+    Ts(Seq) is estimated member by member: the steps it trained in its pack times the step
+    time of a singleton pack of the same run at the nearest batch size (interpolated
+    between batch sizes). Ts(Pack) is the packs' measured training time. Only training
+    steps count, not step-function builds. Without a singleton pack there is nothing to
+    estimate a member's time alone from, and nothing is returned.
+
+    Args:
+        results: ``results.json``'s content: ``packs``, ``trials``, ``continue_on_promotion``.
+
+    Returns:
+        The speedup and both times in seconds, or {} when the run has no singleton pack.
+    """
+    import numpy as np
+
+    trials = {t["trial_id"]: t for t in results["trials"]}
+    alone: dict[int, list[float]] = {}
+    for pack in results["packs"]:
+        if len(pack["members"]) == 1 and pack["steps"] > 0 and pack["train_s"] > 0:
+            batch = trials[pack["members"][0]]["hparams"]["batch_size"]
+            alone.setdefault(batch, []).append(pack["train_s"] / pack["steps"])
+    if not alone:
+        return {}
+    sizes = sorted(alone)
+    per_step = [float(np.median(alone[b])) for b in sizes]
+    sequential = packed = 0.0
+    for pack in results["packs"]:
+        packed += pack["train_s"]
+        for member in pack["members"]:
+            rungs = trials[member]["rungs"]
+            i = next(k for k, r in enumerate(rungs) if r["pack_id"] == pack["pack_id"])
+            before = rungs[i - 1]["steps"] if i and results.get("continue_on_promotion") else 0
+            batch = trials[member]["hparams"]["batch_size"]
+            sequential += (rungs[i]["steps"] - before) * float(np.interp(batch, sizes, per_step))
+    if packed <= 0:
+        return {}
+    return {"speedup_vs_sequential_estimate": sequential / packed,
+            "sequential_train_s_estimate": sequential, "packed_train_s": packed}
+
+
+@contextlib.contextmanager
+def _fail_fast() -> Iterator[None]:
+    """No retries and a short timeout while the store is checked, whatever the user set."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                                           "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "10"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _exclusive(database: Path | None) -> Iterator[None]:
+    """Holds a lock beside a sqlite store, so parallel jobs do not create its tables twice."""
+    if database is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as before
+        yield
+        return
+    with open(database.with_name(database.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _strings(tags: Mapping[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in tags.items() if v is not None}
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

@@ -1,0 +1,338 @@
+"""MLflow tracking: run hierarchy, tags, metrics, artifacts, stores and bad input."""
+
+from __future__ import annotations
+
+import http.server
+import inspect
+import json
+import logging
+import threading
+import time
+
+import pytest
+from omegaconf import open_dict
+
+from packexp import plots, telemetry
+from packexp.errors import ConfigError
+from packexp.run import run
+from packexp.tracking import MlflowTracker, NullTracker, TrackingError, hydra_tags, speedup_metrics
+from tests.conftest import compose_config
+
+QUICK9 = ["experiment=quick", "scheduler.R=9"]
+
+
+def tune(tmp_path, *overrides: str, tracking: str = "mlflow", run_dir=None):
+    cfg = compose_config([*QUICK9, f"tracking={tracking}", *overrides])
+    if tracking == "mlflow":
+        with open_dict(cfg):
+            cfg.tracking.store_dir = str(tmp_path / "store")
+    out = run_dir or tmp_path / "run"
+    best = run(cfg, run_dir=out)
+    return best, json.loads((out / "results.json").read_text()), out
+
+
+def store(tmp_path, experiment: str = "packexp"):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id]) if exp else []
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return client, parents, children
+
+
+def history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in
+            sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))]
+
+
+def test_null_tracker_takes_every_call_the_mlflow_tracker_takes():
+    public = {n for n in dir(MlflowTracker) if not n.startswith("_")}
+    assert public <= set(dir(NullTracker))
+    for name in public & set(vars(NullTracker)):
+        member = getattr(MlflowTracker, name)
+        if callable(member):
+            assert inspect.signature(member) == inspect.signature(getattr(NullTracker, name))
+
+
+def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
+    best, results, out = tune(tmp_path, "tracking.sample_interval_s=0.2")
+    client, [parent], children = store(tmp_path)
+    pid = parent.info.run_id
+    assert parent.info.status == "FINISHED"
+    assert {parent.data.tags[k] for k in ("strategy", "model", "dataset", "task")} == {
+        "knn", "mlp3", "digits", "tune"}
+    params = parent.data.params
+    assert (params["model.width"], params["strategy.threshold"], params["scheduler.R"]) == (
+        "64", str(compose_config(QUICK9).strategy.threshold), "9")
+
+    packs = {p["pack_id"]: p for p in results["packs"]}
+    by_name = {c.info.run_name: c for c in children}
+    assert sorted(by_name) == sorted(t["trial_id"] for t in results["trials"])
+    outcome = {"killed": ("KILLED", "cut"), "finished": ("FINISHED", "completed"),
+               "failed": ("FAILED", "diverged")}
+    for trial in results["trials"]:
+        child = by_name[trial["trial_id"]]
+        tags, rungs = child.data.tags, trial["rungs"]
+        assert tags["mlflow.parentRunId"] == pid
+        assert (child.info.status, tags["outcome"]) == outcome[trial["status"]]
+        assert (tags["strategy"], tags["model"], tags["dataset"]) == ("knn", "mlp3", "digits")
+        assert (tags["bracket"], tags["rung"], tags["pack_id"]) == (
+            str(trial["bracket"]), str(rungs[-1]["rung"]), rungs[-1]["pack_id"])
+        if len(rungs) > 1:
+            assert tags["promoted_from"] == rungs[-2]["pack_id"]
+        else:
+            assert "promoted_from" not in tags
+        assert child.data.params["batch_size"] == str(trial["hparams"]["batch_size"])
+        steps = [round(r["epochs"]) for r in rungs]
+        for key in ("val_accuracy", "val_loss", "train_loss"):
+            assert history(client, child.info.run_id, key) == [
+                (s, pytest.approx(r[key])) for s, r in zip(steps, rungs, strict=True)]
+        assert history(client, child.info.run_id, "members") == [
+            (s, len(packs[r["pack_id"]]["members"])) for s, r in zip(steps, rungs, strict=True)]
+        assert [v for _, v in history(client, child.info.run_id, "peak_memory_mb")] == [
+            pytest.approx(packs[r["pack_id"]]["peak_memory_mb"]) for r in rungs]
+    assert {c.info.status for c in children} >= {"FINISHED", "KILLED"}
+
+    n = len(results["packs"])
+    assert history(client, pid, "members") == [
+        (i, len(p["members"])) for i, p in enumerate(results["packs"])]
+    for key in ("step_time_ms", "peak_memory_mb", "switch_overhead_s"):
+        assert [s for s, _ in history(client, pid, key)] == list(range(n))
+    running = [v for _, v in history(client, pid, "best_so_far_val_accuracy")]
+    assert running == sorted(running) and running[-1] == pytest.approx(best)
+    metrics = parent.data.metrics
+    assert metrics["best_val_accuracy"] == pytest.approx(best)
+    assert metrics["wall_time_s"] == pytest.approx(results["wall_time_s"], abs=0.01)
+    expected = speedup_metrics(results)
+    assert expected, "R=9 under knn has singleton packs to estimate from"
+    assert metrics["speedup_vs_sequential_estimate"] == pytest.approx(
+        expected["speedup_vs_sequential_estimate"])
+    rss = history(client, pid, "host_rss_mb")
+    assert rss and all(v > 0 for _, v in rss)
+    assert [s for s, _ in rss] == list(range(len(rss)))
+
+    artifacts = {a.path for a in client.list_artifacts(pid)}
+    assert {"config.yaml", "results.json", "plan.json", "packing", "plots"} <= artifacts
+    assert {a.path for a in client.list_artifacts(pid, "plots")} == {
+        "plots/timeline.png", "plots/best_so_far.png"}
+    rungs = {(p["bracket"], p["rung"]) for p in results["packs"]}
+    assert {a.path for a in client.list_artifacts(pid, "packing")} == {
+        f"packing/b{s}-r{r}.json" for s, r in rungs}
+    for name in ("timeline.png", "best_so_far.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_diverged_trial_ends_failed_never_finished_without_a_score(tmp_path):
+    _, results, _ = tune(tmp_path, "experiment=quick", "search_space.params.learning_rate=[1e12]",
+                         "search_space.params.optimizer=[sgd]",
+                         "search_space.params.activation=[relu]")
+    assert {t["status"] for t in results["trials"]} == {"failed"}
+    _, [parent], children = store(tmp_path)
+    assert parent.info.status == "FINISHED"
+    assert len(children) == len(results["trials"])
+    for child in children:
+        assert (child.info.status, child.data.tags["outcome"]) == ("FAILED", "diverged")
+        assert "val_accuracy" not in child.data.metrics
+
+
+def test_tracking_none_still_draws_the_plots(tmp_path):
+    _, results, out = tune(tmp_path, "experiment=quick", tracking="none")
+    assert not (tmp_path / "store").exists()
+    for name in ("timeline.png", "best_so_far.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+    assert results["packs"][0]["started_s"] <= results["packs"][0]["elapsed_s"]
+
+
+def test_a_deleted_experiment_of_the_same_name_is_restored(tmp_path, caplog):
+    tune(tmp_path / "a", "experiment=quick")
+    client, _, _ = store(tmp_path / "a")
+    client.delete_experiment(client.get_experiment_by_name("packexp").experiment_id)
+    caplog.set_level(logging.WARNING, logger="packexp.tracking")
+    tune(tmp_path / "a", "experiment=quick", run_dir=tmp_path / "b")
+    client, parents, _ = store(tmp_path / "a")
+    assert client.get_experiment_by_name("packexp").lifecycle_stage == "active"
+    assert len(parents) == 2
+    assert "was a deleted MLflow experiment; restored it" in caplog.text
+
+
+@pytest.mark.parametrize(("value", "match"), [
+    ("''", r"^tracking\.experiment='': must be a name"),
+    ("null", r"^tracking\.experiment=None: must be a name"),
+    ("x" * 501, r"^tracking\.experiment='xxxx.*MLflow takes at most 500 characters, not 501"),
+    ("[a,b]", r"^tracking\.experiment=\['a', 'b'\]: must be a name"),
+])
+def test_an_experiment_name_mlflow_rejects_is_a_one_line_config_error(tmp_path, value, match):
+    cfg = compose_config(["experiment=quick", "tracking=mlflow", f"tracking.experiment={value}"])
+    with pytest.raises(ConfigError, match=match):
+        run(cfg, run_dir=tmp_path)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_name_the_store_refuses_is_a_tracking_error_naming_the_key(tmp_path, monkeypatch):
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    def refuse(self, name, **kwargs):
+        raise MlflowException(f"Invalid experiment name: '{name}'")
+
+    monkeypatch.setattr(MlflowClient, "create_experiment", refuse)
+    tracker = MlflowTracker(experiment="bad/name", store_dir=str(tmp_path))
+    with pytest.raises(TrackingError, match=r"^tracking\.experiment='bad/name': MLflow rejects"):
+        tracker.start("r", {}, {})
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "true"])
+def test_a_bad_sample_interval_is_a_config_error(tmp_path, value):
+    cfg = compose_config(["experiment=quick", "tracking=mlflow",
+                          f"tracking.sample_interval_s={value}"])
+    with pytest.raises(ConfigError, match=r"^tracking\.sample_interval_s="):
+        run(cfg, run_dir=tmp_path)
+
+
+@pytest.fixture
+def not_mlflow():
+    """An HTTP server on loopback that answers every request with 404."""
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_is_not_mlflow_fails_at_start_up_in_seconds(tmp_path, not_mlflow):
+    cfg = compose_config(["experiment=quick", "tracking=mlflow", f"tracking.uri={not_mlflow}"])
+    started = time.monotonic()
+    with pytest.raises(TrackingError, match=rf"^tracking\.uri={not_mlflow}: cannot use"):
+        run(cfg, run_dir=tmp_path)
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "results.json").exists()
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_an_artifact_store_failing_at_start_up_leaves_no_run_open(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError("artifact store is read-only")
+
+    monkeypatch.setattr(MlflowClient, "log_text", refuse)
+    cfg = compose_config(["experiment=quick", "tracking=mlflow"])
+    with open_dict(cfg):
+        cfg.tracking.store_dir = str(tmp_path / "store")
+    with pytest.raises(TrackingError, match=r"^tracking\.uri=sqlite:.*read-only"):
+        run(cfg, run_dir=tmp_path / "run")
+    _, [parent], children = store(tmp_path)
+    assert parent.info.status == "FAILED" and not children
+
+
+def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeypatch, caplog):
+    def broken(self, *args, **kwargs):
+        raise ConnectionError("server went away")
+
+    monkeypatch.setattr(MlflowTracker, "_log_trial_rung", broken)
+    caplog.set_level(logging.WARNING, logger="packexp.tracking")
+    best, results, _ = tune(tmp_path, "experiment=quick")
+    assert results["best"]["val_accuracy"] == best
+    assert "could not log a trial's rung (server went away); the search goes on" in caplog.text
+    _, [parent], children = store(tmp_path)
+    assert parent.info.status == "FINISHED" and not children
+
+
+def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
+    import packexp.tuner as tuner
+
+    original = tuner.PackedSearch._finish_pack
+    done = []
+
+    def finish(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        done.append(1)
+        if len(done) == 2:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(tuner.PackedSearch, "_finish_pack", finish)
+    with pytest.raises(KeyboardInterrupt):
+        tune(tmp_path)
+    _, [parent], children = store(tmp_path)
+    assert parent.info.status == "KILLED"
+    interrupted = {c.info.run_name for c in children if c.data.tags["outcome"] == "interrupted"}
+    assert interrupted
+    assert {c.info.status for c in children if c.info.run_name in interrupted} == {"KILLED"}
+
+    monkeypatch.setattr(tuner.PackedSearch, "_finish_pack", original)
+    _, results, _ = tune(tmp_path, "resume=true")
+    _, [parent], children = store(tmp_path)
+    assert parent.info.status == "FINISHED"
+    status = {t["trial_id"]: t["status"].upper() for t in results["trials"]}
+    assert {c.info.run_name: c.info.status for c in children} == status
+    assert "interrupted" not in {c.data.tags["outcome"] for c in children}
+
+
+def test_resource_sampler_reads_host_rss_and_the_gpu_when_there_is_one(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: None)
+    monkeypatch.setattr(telemetry, "gpu_utilization", lambda index=0: None)
+    with telemetry.ResourceSampler(0.02) as sampler:
+        time.sleep(0.2)
+    samples = sampler.drain()
+    assert len(samples) >= 2 and not sampler.drain()
+    assert all(set(s.metrics()) == {"host_rss_mb"} and s.host_rss_mb > 0 for s in samples)
+    assert [s.timestamp_ms for s in samples] == sorted(s.timestamp_ms for s in samples)
+
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 12 * 2**30))
+    monkeypatch.setattr(telemetry, "gpu_utilization", lambda index=0: 87.0)
+    sample = telemetry.sample_resources()
+    assert sample.metrics() == {"host_rss_mb": sample.host_rss_mb,
+                                "gpu_memory_used_mb": 4096.0, "gpu_utilization_pct": 87.0}
+    with pytest.raises(ValueError, match="interval_s=0"):
+        telemetry.ResourceSampler(0)
+
+
+def test_speedup_estimate_by_hand():
+    trials = [
+        {"trial_id": "a", "hparams": {"batch_size": 20},
+         "rungs": [{"pack_id": "p0", "steps": 100}, {"pack_id": "p1", "steps": 300}]},
+        {"trial_id": "b", "hparams": {"batch_size": 40}, "rungs": [{"pack_id": "p0", "steps": 50}]},
+        {"trial_id": "c", "hparams": {"batch_size": 30}, "rungs": [{"pack_id": "p0", "steps": 70}]},
+        {"trial_id": "d", "hparams": {"batch_size": 40}, "rungs": [{"pack_id": "p2", "steps": 50}]},
+    ]
+    packs = [
+        {"pack_id": "p0", "members": ["a", "b", "c"], "steps": 100, "train_s": 0.5},
+        {"pack_id": "p1", "members": ["a"], "steps": 200, "train_s": 0.2},   # 1 ms a step at 20
+        {"pack_id": "p2", "members": ["d"], "steps": 50, "train_s": 0.15},   # 3 ms a step at 40
+    ]
+    results = {"trials": trials, "packs": packs, "continue_on_promotion": True}
+    # Alone: a 100 steps x 1 ms, b 50 x 3 ms, c 70 x 2 ms (interpolated), plus p1 and p2.
+    sequential = 0.1 + 0.15 + 0.14 + 0.2 + 0.15
+    got = speedup_metrics(results)
+    assert got["sequential_train_s_estimate"] == pytest.approx(sequential)
+    assert got["packed_train_s"] == pytest.approx(0.85)
+    assert got["speedup_vs_sequential_estimate"] == pytest.approx(sequential / 0.85)
+    results["continue_on_promotion"] = False  # a promoted trial retrains all 300 steps
+    assert speedup_metrics(results)["sequential_train_s_estimate"] == pytest.approx(
+        sequential + 0.1)
+    packs[1]["members"] = packs[2]["members"] = ["a", "d"]
+    assert speedup_metrics(results) == {}
+
+
+def test_pack_spans_put_a_resumed_session_after_the_first():
+    packs = [{"started_s": 1.0, "elapsed_s": 2.0}, {"started_s": 2.5, "elapsed_s": 4.0},
+             {"started_s": 0.5, "elapsed_s": 1.5},  # the resumed session's clock restarts
+             {"elapsed_s": 3.0, "build_s": 0.5, "train_s": 1.0}]
+    assert plots.pack_spans(packs) == [(1.0, 2.0), (2.5, 4.0), (4.5, 5.5), (5.5, 7.0)]
+
+
+def test_outside_hydra_there_are_no_sweep_tags():
+    assert hydra_tags() == {}
