@@ -67,3 +67,33 @@ def test_packed_cnn_training_moves_every_weight_and_batchnorm_statistic(data, pa
                    if np.array_equal(w.numpy(), f.numpy())]
         assert unmoved == []
         assert any(w.path.endswith("moving_mean") for w in m.model.weights)
+
+
+@pytest.mark.slow
+def test_a_pack_of_all_three_paper_cnns_matches_each_alone():
+    """MobileNetV2, ResNet-50 and DenseNet-121 in one pack, resized up from 8x8 images."""
+    from packexp.models import densenet121, resnet50
+
+    tiny = DeviceData(synthetic.load(shape=[8, 8, 3], num_classes=3, train_size=24,
+                                     val_size=8))
+    builds = [BUILD, resnet50.build, densenet121.build]
+    trials = [Trial(f"c{i}", {"batch_size": b, "optimizer": o, "learning_rate": 1e-3,
+                              "activation": a}, (), seed=derive_seed(4, i))
+              for i, (b, o, a) in enumerate([(8, "adam", "relu"), (6, "sgd", "tanh"),
+                                             (4, "adagrad", "leaky_relu")])]
+
+    def members(indices):
+        return [Member.create(trials[i], builds[i], (8, 8, 3), 3, tiny.train_size)
+                for i in indices]
+
+    packed = members(range(3))
+    pack = Pack(packed, tiny)
+    pack.train({m.trial_id: 2 for m in packed})
+    evaluation = pack.evaluate()
+    for i, m in enumerate(packed):
+        [alone] = members([i])
+        solo = Pack([alone], tiny)
+        solo.train({alone.trial_id: 2})
+        for a, b in zip(m.model.get_weights(), alone.model.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert solo.evaluate()[m.trial_id] == evaluation[m.trial_id]
