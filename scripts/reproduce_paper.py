@@ -602,6 +602,12 @@ def render(manifest: dict[str, Any]) -> str:
     lines += section_switch(res)
     lines += section_concurrency(res)
     lines += section_kerastuner(manifest.get("kerastuner"))
+    benchmarks = DOCS / "BENCHMARKS.md"
+    if benchmarks.exists():  # bench_pack / bench_search figures, recorded by hand
+        lines += ["## Pack, fusion and search benchmarks", "",
+                  f"See [{benchmarks.name}]({benchmarks.name}): scripts/bench_pack.py "
+                  "(plain and fused packs) and scripts/bench_search.py (the four strategies).",
+                  ""]
     if pending:
         lines += ["## GPU rows: pending", "",
                   "No GPU was present, so these were not measured: "
