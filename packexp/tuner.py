@@ -199,6 +199,7 @@ class PackedSearch:
             self.tracker.log_trial_rung(
                 m.trial_id, m.trial.hparams,
                 {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id,
+                 "fused": str(stats.fused).lower(),
                  "promoted_from": rungs[-2]["pack_id"] if len(rungs) > 1 else None},
                 epochs,
                 {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
