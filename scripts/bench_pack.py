@@ -67,8 +67,8 @@ def make_members(data, build, n, batch, seed=0):
     ds = data.dataset
     out = []
     for i in range(n):
-        hp = {"batch_size": batch, "optimizer": OPTIMIZERS[i % len(OPTIMIZERS)], "learning_rate": 1e-3,
-              "activation": "relu"}
+        hp = {"batch_size": batch, "optimizer": OPTIMIZERS[i % len(OPTIMIZERS)],
+              "learning_rate": 1e-3, "activation": "relu"}
         trial = Trial(f"m{i}", hp, (), seed=derive_seed(seed, i))
         out.append(Member.create(trial, build, ds.input_shape, ds.num_classes, data.train_size))
     return out
