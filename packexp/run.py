@@ -301,14 +301,10 @@ PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny mo
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
                     data: Any, pack_options: Mapping[str, Any]) -> tuple[Capacity, str]:
     """Memory capacity of one pack, with member costs from the estimate and its probes."""
-    from packexp.packing.memory import MemoryModel, device_capacity_bytes
+    from packexp.packing.memory import MemoryModel
     from packexp.packing.trainer import probe_member
 
-    try:
-        limit, source = device_capacity_bytes(device.memory_budget_mb,
-                                              device.gpu_memory_fraction)
-    except ValueError as e:
-        raise ConfigError(f"device.{e}") from None
+    limit, source = device_limit(device)
 
     warmed: list[bool] = []
 
@@ -410,19 +406,25 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     return float(continued if scheduler.continue_on_promotion else scratch)
 
 
+def device_limit(device: DictConfig) -> tuple[int, str]:
+    """Bytes one pack may use on the device, and the setting they come from."""
+    from packexp.packing.memory import device_capacity_bytes
+
+    try:
+        return device_capacity_bytes(device.memory_budget_mb, device.gpu_memory_fraction)
+    except ValueError as e:
+        raise ConfigError(f"device.{e}") from None
+
+
 def planning_capacity(cfg: DictConfig, space: SearchSpace) -> tuple[Capacity, str]:
     """The device capacity with estimated member costs (no probe: planning trains nothing)."""
-    from packexp.packing.memory import MemoryModel, device_capacity_bytes
+    from packexp.packing.memory import MemoryModel
 
     max_members = member_cap(cfg.pack.max_members)
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
     probe_model(build_model, dataset, space)
-    try:
-        limit, source = device_capacity_bytes(cfg.device.memory_budget_mb,
-                                              cfg.device.gpu_memory_fraction)
-    except ValueError as e:
-        raise ConfigError(f"device.{e}") from None
+    limit, source = device_limit(cfg.device)
     memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
                                                t.hparams))
     return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source

@@ -191,37 +191,27 @@ class Pack:
 
     def evaluate(self) -> dict[str, Evaluation]:
         """Each member's validation accuracy and loss; None for failed members."""
-        live = [m for m in self.members if not m.failed]
         out = {m.trial_id: Evaluation(None, None) for m in self.members if m.failed}
-        if not live:
-            return out
-        if self._fused is not None:
-            return self._evaluate_fused(out)
-        fn = self._eval_fn(live)
-        correct = np.zeros(len(live))
-        loss_sum = np.zeros(len(live))
+        if self._fused is not None:  # fused state is current: it was written back last
+            scored = self.members
+            fn = self._fused.evaluate
+        else:
+            scored = [m for m in self.members if not m.failed]
+            if not scored:
+                return out
+            plain = self._eval_fn(scored)
+
+            def fn(x, y):
+                return tuple(t.numpy() for t in plain(x, y))
+
         n = self.data.val_size
+        correct, loss_sum = np.zeros(len(scored)), np.zeros(len(scored))
         for lo in range(0, n, self.eval_batch_size):
             c, s = fn(self.data.x_val[lo : lo + self.eval_batch_size],
                       self.data.y_val[lo : lo + self.eval_batch_size])
-            correct += c.numpy()
-            loss_sum += s.numpy()
-        for m, c, s in zip(live, correct, loss_sum, strict=True):
-            loss = s / n
-            ok = math.isfinite(loss)
-            out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None)
-        return out
-
-    def _evaluate_fused(self, out: dict[str, Evaluation]) -> dict[str, Evaluation]:
-        n = self.data.val_size
-        correct = np.zeros(len(self.members))
-        loss_sum = np.zeros(len(self.members))
-        for lo in range(0, n, self.eval_batch_size):
-            c, s = self._fused.evaluate(self.data.x_val[lo : lo + self.eval_batch_size],
-                                        self.data.y_val[lo : lo + self.eval_batch_size])
             correct += c
             loss_sum += s
-        for m, c, s in zip(self.members, correct, loss_sum, strict=True):
+        for m, c, s in zip(scored, correct, loss_sum, strict=True):
             if m.failed:
                 continue
             loss = s / n
