@@ -256,8 +256,8 @@ def pack_settings(pack: DictConfig) -> dict[str, Any]:
         raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true or false")
     if pack.data_sharing not in ("gather", "slice"):
         raise ConfigError(f"pack.data_sharing={pack.data_sharing!r}: must be gather or slice")
-    if pack.fusion not in ("auto", "off"):
-        raise ConfigError(f"pack.fusion={pack.fusion!r}: must be auto or off")
+    if pack.fusion not in ("auto", "on", "off"):  # packing.fused.MODES, without TensorFlow
+        raise ConfigError(f"pack.fusion={pack.fusion!r}: must be auto, on or off")
     return {"misaligned": pack.misaligned, "data_sharing": pack.data_sharing,
             "fusion": pack.fusion, "jit_compile": pack.jit_compile,
             "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}

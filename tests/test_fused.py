@@ -113,15 +113,6 @@ def test_packs_that_cannot_fuse_say_why(kwargs, reason):
     assert not pack.fused
 
 
-def test_cnns_stay_unfused_on_a_cpu():
-    """TensorFlow has no grouped convolution on a CPU: CNN packs stay plain, and say so."""
-    from packexp.models import mobilenet
-
-    build = functools.partial(mobilenet.build, alpha=0.35)
-    ms = [Member.create(trial(i, *CONFIGS[i]), build, (16, 16, 3), 3, 128) for i in range(2)]
-    assert "not a stack of Dense layers" in why_not_fused(ms, "gather")
-
-
 def test_misaligned_budgets_leave_finished_members_untouched(data):
     configs = list(enumerate(CONFIGS[:2]))
     ms = members(data, configs)

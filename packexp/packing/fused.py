@@ -1,9 +1,11 @@
-"""Horizontal fusion: members of one Dense architecture trained as one stacked model.
+"""Horizontal fusion: members of one architecture trained as one fused model (HFTA).
 
-N Dense layers become one batched matmul over stacked kernels ``[members, in, out]`` with
-biases ``[members, 1, out]`` (HFTA). Each member keeps its own activation, optimizer type
-and hyper-parameters (vectors over the member axis), batch size (padded to the largest and
-masked out of its loss) and step budget (a member whose budget is spent keeps its state).
+The members' layers run as fused operations (``fused_graph``): Dense layers as one batched
+matmul over stacked kernels ``[members, in, out]``, convolutions as one grouped
+convolution over member-major folded channels. Each member keeps its own activation,
+optimizer type and hyper-parameters (vectors over the member axis), batch size (padded
+to the largest and masked out of its loss and its BatchNorm statistics) and step budget
+(a member whose budget is spent keeps its state).
 """
 
 from __future__ import annotations
@@ -17,25 +19,13 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.packing.data import DeviceData
+from packexp.packing.fused_graph import Context, FusedGraph, Unfusable, has_convolutions, plan
 from packexp.packing.member import Member
 
 log = logging.getLogger(__name__)
 
 KINDS = ("sgd", "momentum", "adam", "adagrad")
-
-
-def dense_stack(model: keras.Model) -> list[keras.layers.Dense] | None:
-    """The model's Dense layers when it is Dense layers only (after an optional Flatten)."""
-    layers = []
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.Flatten | keras.layers.InputLayer):
-            if layers:
-                return None
-            continue
-        if not isinstance(layer, keras.layers.Dense) or not layer.use_bias:
-            return None
-        layers.append(layer)
-    return layers or None
+MODES = ("auto", "on", "off")
 
 
 def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
@@ -52,20 +42,33 @@ def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
     return None
 
 
-def why_not_fused(members: Sequence[Member], data_sharing: str) -> str | None:
-    """None when ``members`` can train fused; otherwise the reason, for the log."""
+def has_gpu() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "auto"
+                  ) -> str | None:
+    """None when ``members`` train fused under ``fusion``; otherwise the reason, for the log.
+
+    ``auto`` fuses Dense models everywhere and CNNs on a GPU; ``on`` also fuses CNNs on a
+    CPU (where TensorFlow's grouped convolution is oneDNN's, and slower than the plain
+    pack); ``off`` never fuses.
+    """
+    if fusion == "off":
+        return "pack.fusion=off"
     if data_sharing != "gather":
         return "fusion needs gather data sharing"
-    stacks = [dense_stack(m.model) for m in members]
-    if any(s is None for s in stacks):
-        return "the model is not a stack of Dense layers"
-    shapes = {tuple(tuple(w.shape) for layer in s for w in layer.weights) for s in stacks}
-    if len(shapes) != 1:
-        return "members' layer shapes differ"
+    try:
+        ops = plan([m.model for m in members])
+    except Unfusable as e:
+        return str(e)
     if any(optimizer_kind(m.optimizer) is None for m in members):
         return "an optimizer has no fused update rule"
     if len({m.preprocessing for m in members}) != 1 or members[0].preprocessing.augments:
         return "members' preprocessing differs or augments"
+    if fusion == "auto" and has_convolutions(ops) and not has_gpu():
+        return ("convolutions fuse into grouped convolutions on a GPU only; on a CPU the "
+                "pack trains unfused (pack.fusion=on fuses it anyway)")
     return None
 
 
@@ -82,23 +85,19 @@ class FusedPack:
         self.data = data
         self.jit_compile = jit_compile
         self.batch = max(m.batch_size for m in members)
-        stacks = [dense_stack(m.model) for m in members]
-        self._stacks = stacks
-        self.depth = len(stacks[0])
-        n = len(members)
-
-        def stacked(values: list[np.ndarray]) -> tf.Variable:
-            return tf.Variable(np.stack(values))
-
-        self.weights: list[tf.Variable] = []
-        for layer in range(self.depth):
-            self.weights.append(stacked([s[layer].kernel.numpy() for s in stacks]))
-            self.weights.append(stacked([s[layer].bias.numpy()[None, :] for s in stacks]))
+        self.graph = FusedGraph([m.model for m in members])
+        trainable = self.graph.trainable
+        self.weights = [s.variable for s in trainable]
         first, second = zip(*(_slots(m.optimizer) for m in members), strict=True)
-        self.slot_m = [stacked([_slot_value(f, j, w) for f in first])
-                       for j, w in enumerate(self.weights)]
-        self.slot_v = [stacked([_slot_value(v, j, w) for v in second])
-                       for j, w in enumerate(self.weights)]
+
+        def stacked_slots(slots: Sequence[Any]) -> list[tf.Variable]:
+            return [tf.Variable(np.stack([
+                _slot_value(m.optimizer, slot, weight, s.variable)
+                for m, slot, weight in zip(members, slots, s.weights, strict=True)]))
+                for s in trainable]
+
+        self.slot_m = stacked_slots(first)
+        self.slot_v = stacked_slots(second)
         kinds = [optimizer_kind(m.optimizer) for m in members]
         self.kinds = [k for k in KINDS if k in kinds]
         self.kind = {k: tf.constant([x == k for x in kinds]) for k in self.kinds}
@@ -113,50 +112,24 @@ class FusedPack:
         self.beta_2 = vector([float(getattr(o, "beta_2", 0.999)) for o in opts])
         self.epsilon = vector([float(getattr(o, "epsilon", 1e-7) or 0.0) for o in opts])
         self.iterations = tf.Variable([int(o.iterations.numpy()) for o in opts], dtype=tf.int64)
-        # Per layer, each member's activation, applied to its slice.
-        self.activations = []
-        for layer in range(self.depth):
-            fns = [s[layer].activation for s in stacks]
-            names = [f.__name__ for f in fns]
-            self.activations.append([
-                (fn, tf.constant([x == name for x in names])[:, None, None])
-                for name, fn in dict(zip(names, fns, strict=True)).items()])
-        self.members_n = n
+        self.members_n = len(members)
         self._train = self._compile_train()
         self._eval = self._compile_eval()
 
     def write_back(self) -> None:
         """Copies the stacked state back into each member's Keras model and optimizer."""
-        weights = [w.numpy() for w in self.weights]
+        self.graph.write_back()
         slot_m = [m.numpy() for m in self.slot_m]
         slot_v = [v.numpy() for v in self.slot_v]
         iterations = self.iterations.numpy()
-        for i, (m, stack) in enumerate(zip(self.members, self._stacks, strict=True)):
-            for layer in range(self.depth):
-                stack[layer].kernel.assign(weights[2 * layer][i])
-                stack[layer].bias.assign(weights[2 * layer + 1][i][0])
+        for i, m in enumerate(self.members):
             m.optimizer.iterations.assign(iterations[i])
             first, second = _slots(m.optimizer)
-            for j in range(len(weights)):
-                if first is not None:
-                    first[j].assign(slot_m[j][i].reshape(first[j].shape))
-                if second is not None:
-                    second[j].assign(slot_v[j][i].reshape(second[j].shape))
-
-    def forward(self, x: tf.Tensor) -> tf.Tensor:
-        """Logits ``[members, batch, classes]`` of inputs ``[members or 1, batch, features]``."""
-        h = x
-        for layer in range(self.depth):
-            h = tf.matmul(h, self.weights[2 * layer]) + self.weights[2 * layer + 1]
-            acts = self.activations[layer]
-            if len(acts) == 1:
-                h = acts[0][0](h)
-            else:
-                out = h
-                for fn, mask in acts:
-                    out = tf.where(mask, fn(h), out)
-                h = out
-        return h
+            for j, s in enumerate(self.graph.trainable):
+                index = m.optimizer._get_variable_index(s.weights[i])
+                for slots, values in ((first, slot_m), (second, slot_v)):
+                    if slots is not None:
+                        slots[index].assign(values[j][i].reshape(slots[index].shape))
 
     def run_chunk(self, idxs: np.ndarray, ks: Sequence[int], starts: Sequence[int]) -> np.ndarray:
         """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``."""
@@ -167,22 +140,22 @@ class FusedPack:
         correct, loss = self._eval(x, y)
         return correct.numpy(), loss.numpy()
 
-    def _features(self, x: tf.Tensor) -> tf.Tensor:
-        x = self.members[0].preprocessing.evaluation(x)
-        rank = len(self.data.dataset.input_shape)
-        return tf.reshape(x, tf.concat([tf.shape(x)[:-rank], [-1]], axis=0))
-
     def _compile_train(self):
         x_all, y_all = self.data.x_train, self.data.y_train
-        sizes = tf.constant([m.batch_size for m in self.members], tf.float32)
-        rows = tf.cast(tf.range(self.batch)[None, :] < tf.constant(
-            [m.batch_size for m in self.members])[:, None], tf.float32)  # [members, batch]
+        preprocess = self.members[0].preprocessing.evaluation  # fused packs never augment
+        sizes = [m.batch_size for m in self.members]
+        rows = tf.cast(tf.range(self.batch)[None, :] < tf.constant(sizes)[:, None],
+                       tf.float32)  # [members, batch]
+        padded = len(set(sizes)) > 1
+        sizes = tf.constant(sizes, tf.float32)
 
         def step(idx, active):
-            x = self._features(tf.gather(x_all, idx))  # [members, batch, features]
+            x = self.graph.inputs(preprocess(tf.gather(x_all, idx)), shared=False)
             y = tf.gather(y_all, idx)
+            ctx = Context(self.members_n, training=True, rows=rows if padded else None,
+                          active=active)
             with tf.GradientTape() as tape:
-                logits = self.forward(x)
+                logits = self.graph(x, ctx)
                 # Keras's own loss, as the plain pack uses, so the two agree to rounding.
                 per_row = keras.losses.sparse_categorical_crossentropy(y, logits,
                                                                        from_logits=True)
@@ -214,17 +187,24 @@ class FusedPack:
         Only the rules of optimizer types present in the pack are computed; with several,
         each member's slice takes its own type's result.
         """
-        def col(v: tf.Tensor) -> tf.Tensor:  # every stacked tensor is [members, a, b]
-            return tf.reshape(v, [-1, 1, 1])
-
         kinds = self.kinds
-        lr, mu = col(self.lr), col(self.momentum)
-        b1, b2, eps = col(self.beta_1), col(self.beta_2), col(self.epsilon)
         step = tf.cast(self.iterations + 1, tf.float32)
-        alpha = col(self.lr * tf.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step))
-        on = col(active)
-        masks = {k: col(self.kind[k]) for k in kinds}
+        vectors = {"lr": self.lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
+                   "eps": self.epsilon, "on": active,
+                   "alpha": self.lr * tf.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step),
+                   **{k: self.kind[k] for k in kinds}}
+        by_rank: dict[int, dict[str, tf.Tensor]] = {}
+
+        def columns(rank: int) -> dict[str, tf.Tensor]:
+            """The per-member vectors shaped to broadcast over ``[members, ...]``."""
+            if rank not in by_rank:
+                shape = [-1] + [1] * (rank - 1)
+                by_rank[rank] = {k: tf.reshape(v, shape) for k, v in vectors.items()}
+            return by_rank[rank]
+
         for w, g, m, v in zip(self.weights, grads, self.slot_m, self.slot_v, strict=True):
+            c = columns(w.shape.rank)
+            lr, mu, b1, b2, eps, alpha = (c[k] for k in ("lr", "mu", "b1", "b2", "eps", "alpha"))
             rules = {}  # kind -> (new w, new m, new v)
             if "sgd" in kinds:
                 rules["sgd"] = (w - g * lr, m, v)
@@ -240,15 +220,16 @@ class FusedPack:
                 rules["adagrad"] = (w - lr * g / tf.sqrt(acc + eps), m, acc)
             new = list(rules[kinds[0]])
             for k in kinds[1:]:
-                new = [tf.where(masks[k], r, n) for r, n in zip(rules[k], new, strict=True)]
+                new = [tf.where(c[k], r, n) for r, n in zip(rules[k], new, strict=True)]
             for var, value in zip((w, m, v), new, strict=True):
                 if value is not var:
-                    var.assign(tf.where(on, value, var))
+                    var.assign(tf.where(c["on"], value, var))
         self.iterations.assign_add(tf.cast(active, tf.int64))
 
     def _compile_eval(self):
         def evaluate(x, y):
-            logits = self.forward(self._features(x)[None])
+            x = self.graph.inputs(self.members[0].preprocessing.evaluation(x), shared=True)
+            logits = self.graph(x, Context(self.members_n))
             pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
             correct = tf.reduce_sum(tf.cast(tf.equal(pred, y[None]), tf.float32), axis=1)
             labels = tf.broadcast_to(y[None], tf.shape(pred))
@@ -273,7 +254,10 @@ def _slots(optimizer: keras.optimizers.Optimizer) -> tuple[Any, Any]:
     return None, None
 
 
-def _slot_value(slots: Any, index: int, like: tf.Variable) -> np.ndarray:
-    """One member's slot for stacked variable ``index``, in the stacked layout."""
+def _slot_value(optimizer: keras.optimizers.Optimizer, slots: Any, weight: keras.Variable,
+                like: tf.Variable) -> np.ndarray:
+    """A member's slot of ``weight`` in the stacked layout of ``like`` (zeros if none)."""
     shape = like.shape[1:]
-    return np.zeros(shape, np.float32) if slots is None else slots[index].numpy().reshape(shape)
+    if slots is None:
+        return np.zeros(shape, np.float32)
+    return slots[optimizer._get_variable_index(weight)].numpy().reshape(shape)

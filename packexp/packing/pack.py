@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.packing.data import DeviceData, batch_indices
+from packexp.packing.fused import MODES as FUSION_MODES
 from packexp.packing.fused import FusedPack, why_not_fused
 from packexp.packing.member import Member
 
@@ -91,6 +92,8 @@ class Pack:
             raise ValueError(f"misaligned={misaligned!r}: must be 'mask' or 'switch'")
         if data_sharing not in ("gather", "slice"):
             raise ValueError(f"data_sharing={data_sharing!r}: must be 'gather' or 'slice'")
+        if fusion not in FUSION_MODES:
+            raise ValueError(f"fusion={fusion!r}: must be one of {list(FUSION_MODES)}")
         self.members = list(members)
         self.data = data
         self.misaligned = misaligned
@@ -136,14 +139,15 @@ class Pack:
 
     @property
     def fused(self) -> bool:
-        """Whether the pack trains as one fused model (``fusion=auto`` and all qualify)."""
+        """Whether the pack trains as one fused model (see ``why_not_fused``)."""
         return self._fusable()
 
     def _fusable(self) -> bool:
-        if self.fusion != "auto":
+        if self.fusion == "off":
             return False
         if self._unfused_reason is None:
-            self._unfused_reason = why_not_fused(self.members, self.data_sharing) or ""
+            self._unfused_reason = why_not_fused(self.members, self.data_sharing,
+                                                 self.fusion) or ""
             if self._unfused_reason:
                 log.info("pack of %d trains unfused: %s", len(self.members),
                          self._unfused_reason)

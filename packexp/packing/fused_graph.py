@@ -1,0 +1,482 @@
+"""Keras layers in fused form: one operation computes the same layer of every member.
+
+A fused tensor holds all members' activations in one of two layouts, chosen by the rank a
+member's own tensor has:
+
+- images (``[batch, height, width, channels]`` per member) are *folded* to
+  ``[batch, height, width, members * channels]`` with member-major channels. N Conv2D
+  layers are then one grouped convolution (``groups=N``), N DepthwiseConv2D layers one
+  depthwise convolution, and per-channel operations (BatchNorm, pooling, padding,
+  resizing) act on each member's own channels by construction (HFTA's layout);
+- vectors (``[batch, features]`` per member) are *stacked* to ``[members, batch, features]``:
+  N Dense layers are one batched matmul over kernels ``[members, in, out]``.
+
+``plan`` checks that the members' models are one architecture made of layers with a
+fused form and returns the fused operations; ``FusedGraph`` stacks the members'
+weights and runs the template model's graph with those operations in place of its layers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+IMAGE_RANK = 4  # [batch, height, width, channels] per member: folded
+VECTOR_RANK = 2  # [batch, features] per member: stacked
+
+
+class Unfusable(ValueError):
+    """The members cannot train fused; the message says why."""
+
+
+@dataclass
+class Stacked:
+    """One weight of every member as a variable ``[members, *shape]``.
+
+    ``shape`` may differ from the member's own weight shape by unit axes (Dense biases are
+    kept as ``[members, 1, out]`` so they broadcast over the batch).
+    """
+
+    variable: tf.Variable
+    weights: list[keras.Variable]  # the members' own, in member order
+    trainable: bool
+
+
+@dataclass
+class Context:
+    """What one call of the fused graph needs beyond its input.
+
+    Attributes:
+        members: How many members are fused.
+        training: Training mode (batch statistics, moving-statistic updates).
+        rows: ``[members, batch]`` float mask of each member's real rows when batch sizes
+            differ (padded rows are left out of BatchNorm statistics); None when they agree.
+        active: ``[members]`` bool, the members that take this step; others' BatchNorm
+            statistics are left as they are.
+    """
+
+    members: int
+    training: bool = False
+    rows: tf.Tensor | None = None
+    active: tf.Tensor | None = None
+
+
+def fold(x: tf.Tensor) -> tf.Tensor:
+    """``[members, batch, h, w, c]`` -> ``[batch, h, w, members * c]``."""
+    n, h, w, c = x.shape[0], x.shape[2], x.shape[3], x.shape[4]
+    return tf.reshape(tf.transpose(x, [1, 2, 3, 0, 4]), [-1, h, w, n * c])
+
+
+def unfold(x: tf.Tensor, members: int) -> tf.Tensor:
+    """``[batch, h, w, members * c]`` -> ``[members, batch, h, w, c]``."""
+    h, w, c = x.shape[1], x.shape[2], x.shape[3] // members
+    return tf.transpose(tf.reshape(x, [-1, h, w, members, c]), [3, 0, 1, 2, 4])
+
+
+def stack_vectors(x: tf.Tensor, members: int) -> tf.Tensor:
+    """Folded ``[batch, members * c]`` -> stacked ``[members, batch, c]``."""
+    return tf.transpose(tf.reshape(x, [-1, members, x.shape[-1] // members]), [1, 0, 2])
+
+
+def member_mask(x: tf.Tensor, selected: Sequence[bool]) -> tf.Tensor:
+    """A mask over ``x``'s member axis that broadcasts against ``x`` (either layout)."""
+    n = len(selected)
+    if x.shape.rank == IMAGE_RANK:  # folded: member-major channel blocks
+        return tf.constant(np.repeat(selected, x.shape[-1] // n))
+    return tf.constant(np.reshape(selected, [n] + [1] * (x.shape.rank - 1)))
+
+
+def per_member(x: tf.Tensor, fns: Sequence[Callable], keys: Sequence[Any]) -> tf.Tensor:
+    """Applies member i's elementwise ``fns[i]`` to its slice of ``x``.
+
+    Members with equal ``keys`` share one evaluation; with one key there is no masking.
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    (first, *rest) = groups.values()
+    out = fns[first[0]](x)
+    for idx in rest:
+        selected = [i in idx for i in range(len(keys))]
+        out = tf.where(member_mask(x, selected), fns[idx[0]](x), out)
+    return out
+
+
+def _rank(tensor: Any) -> int:
+    return len(tensor.shape)
+
+
+def _input_rank(layer: keras.layers.Layer) -> int:
+    try:
+        return _rank(layer.input)
+    except (AttributeError, ValueError) as e:  # shared layers have several inputs
+        raise Unfusable(f"layer {layer.name} is called more than once") from e
+
+
+class FusedOp:
+    """The same layer of every member, computed as one operation."""
+
+    #: per-member input ranks the operation accepts
+    ranks: tuple[int, ...] = (IMAGE_RANK, VECTOR_RANK)
+
+    def __init__(self, layers: Sequence[keras.layers.Layer]) -> None:
+        self.layers = list(layers)
+        self.layer = layers[0]
+        if not isinstance(self.layer, keras.layers.Add | keras.layers.Concatenate):
+            rank = _input_rank(self.layer)
+            if rank not in self.ranks:
+                raise Unfusable(f"{type(self.layer).__name__} {self.layer.name} on a rank-"
+                                f"{rank} input has no fused form")
+        self.check()
+
+    def check(self) -> None:
+        """Raises Unfusable when the members' layers differ beyond what fusion allows."""
+        shapes = {tuple(tuple(w.shape) for w in layer.weights) for layer in self.layers}
+        if len(shapes) != 1:
+            raise Unfusable(f"members' layer shapes differ ({self.layer.name})")
+        configs = [_config(layer) for layer in self.layers]
+        if any(c != configs[0] for c in configs[1:]):
+            raise Unfusable(f"members' {self.layer.name} layers are configured differently")
+
+    def build(self, stack: Callable[..., tf.Variable]) -> None:
+        """Creates the stacked variables through ``stack(weights, shape=None)``."""
+
+    def __call__(self, ctx: Context, x: Any) -> tf.Tensor:
+        return self.layer.call(x)
+
+
+def _config(layer: keras.layers.Layer) -> dict:
+    config = dict(layer.get_config())
+    for key in ("name", "activation", "trainable"):
+        config.pop(key, None)
+    return config
+
+
+def _activation_key(layer: keras.layers.Layer) -> Any:
+    if isinstance(layer, keras.layers.Activation):
+        return layer.activation
+    return (type(layer).__name__, repr(sorted(_config(layer).items())))
+
+
+class Elementwise(FusedOp):
+    """Activation layers; members may differ in which (ReLU6 in one, tanh in another)."""
+
+    def check(self) -> None:
+        pass
+
+    def __call__(self, ctx: Context, x: tf.Tensor) -> tf.Tensor:
+        return per_member(x, [layer.call for layer in self.layers],
+                          [_activation_key(layer) for layer in self.layers])
+
+
+class Dense(FusedOp):
+    ranks = (VECTOR_RANK,)
+
+    def build(self, stack):
+        self.kernel = stack([layer.kernel for layer in self.layers])
+        units = self.layer.units
+        self.bias = stack([layer.bias for layer in self.layers], [1, units]) \
+            if self.layer.use_bias else None
+
+    def __call__(self, ctx, x):
+        h = tf.matmul(x, self.kernel)  # [members or 1, batch, in] x [members, in, out]
+        if self.bias is not None:
+            h = h + self.bias
+        return per_member(h, [layer.activation for layer in self.layers],
+                          [layer.activation for layer in self.layers])
+
+
+class Conv2D(FusedOp):
+    """N convolutions as one grouped convolution over folded channels."""
+
+    ranks = (IMAGE_RANK,)
+
+    def check(self):
+        super().check()
+        if self.layer.groups != 1 or self.layer.data_format != "channels_last":
+            raise Unfusable(f"Conv2D {self.layer.name} is grouped or channels-first")
+
+    def build(self, stack):
+        self.kernel = stack([layer.kernel for layer in self.layers])  # [N, kh, kw, in, out]
+        self.bias = stack([layer.bias for layer in self.layers]) if self.layer.use_bias else None
+
+    def __call__(self, ctx, x):
+        n, kh, kw, cin, cout = self.kernel.shape
+        kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 3, 0, 4]), [kh, kw, cin, n * cout])
+        h = tf.nn.conv2d(x, kernel, strides=self.layer.strides,
+                         padding=self.layer.padding.upper(), dilations=self.layer.dilation_rate)
+        if self.bias is not None:
+            h = h + tf.reshape(self.bias, [-1])
+        return per_member(h, [layer.activation for layer in self.layers],
+                          [layer.activation for layer in self.layers])
+
+
+class DepthwiseConv2D(FusedOp):
+    """N depthwise convolutions as one over the folded channels."""
+
+    ranks = (IMAGE_RANK,)
+
+    def check(self):
+        super().check()
+        if self.layer.data_format != "channels_last":
+            raise Unfusable(f"DepthwiseConv2D {self.layer.name} is channels-first")
+
+    def build(self, stack):
+        self.kernel = stack([layer.kernel for layer in self.layers])  # [N, kh, kw, c, mult]
+        self.bias = stack([layer.bias for layer in self.layers]) if self.layer.use_bias else None
+
+    def __call__(self, ctx, x):
+        n, kh, kw, c, mult = self.kernel.shape
+        kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 0, 3, 4]), [kh, kw, n * c, mult])
+        h = tf.nn.depthwise_conv2d(x, kernel, strides=(1, *self.layer.strides, 1),
+                                   padding=self.layer.padding.upper(),
+                                   dilations=self.layer.dilation_rate)
+        if self.bias is not None:
+            h = h + tf.reshape(self.bias, [-1])
+        return per_member(h, [layer.activation for layer in self.layers],
+                          [layer.activation for layer in self.layers])
+
+
+class BatchNormalization(FusedOp):
+    """Per-member BatchNorm: statistics per folded channel, or per member when stacked.
+
+    Padded rows (smaller batch sizes) are left out of the batch statistics, and moving
+    statistics change only for members that take the step.
+    """
+
+    def check(self):
+        super().check()
+        layer = self.layer
+        if layer.axis not in (-1, _input_rank(layer) - 1) or layer.renorm or layer.synchronized:
+            raise Unfusable(f"BatchNormalization {layer.name} is not over the last axis")
+
+    def build(self, stack):
+        def weights(name):
+            return stack([getattr(layer, name) for layer in self.layers])
+
+        self.gamma = weights("gamma") if self.layer.scale else None
+        self.beta = weights("beta") if self.layer.center else None
+        self.moving_mean = weights("moving_mean")
+        self.moving_variance = weights("moving_variance")
+
+    def __call__(self, ctx, x):
+        folded = x.shape.rank == IMAGE_RANK
+
+        def view(v):  # [members, c] -> folded [members * c] or stacked [members, 1, c]
+            if v is None:
+                return None
+            return tf.reshape(v, [-1]) if folded else v[:, None, :]
+
+        if ctx.training:
+            axes = [0, 1, 2] if folded else [1]
+            if ctx.rows is None:
+                mean, variance = tf.nn.moments(x, axes, keepdims=not folded)
+            else:
+                c = x.shape[-1] // ctx.members
+                w = (tf.repeat(tf.transpose(ctx.rows), c, axis=1)[:, None, None, :] if folded
+                     else ctx.rows[:, :, None])
+                mean, variance = tf.nn.weighted_moments(x, axes, w, keepdims=not folded)
+            momentum = self.layer.momentum
+            for var, stat in ((self.moving_mean, mean), (self.moving_variance, variance)):
+                new = var * momentum + tf.reshape(stat, var.shape) * (1.0 - momentum)
+                var.assign(tf.where(ctx.active[:, None], new, var))
+        else:
+            mean, variance = view(self.moving_mean), view(self.moving_variance)
+        return tf.nn.batch_normalization(x, mean, variance, view(self.beta), view(self.gamma),
+                                         self.layer.epsilon)
+
+
+class Channelwise(FusedOp):
+    """Weightless layers that act on each channel alone (padding, pooling, resizing)."""
+
+    ranks = (IMAGE_RANK,)
+
+    def check(self):
+        super().check()
+        if getattr(self.layer, "data_format", "channels_last") != "channels_last":
+            raise Unfusable(f"{self.layer.name} is channels-first")
+
+
+class Rescaling(FusedOp):
+    def check(self):
+        super().check()
+        if np.size(self.layer.scale) != 1 or np.size(self.layer.offset) != 1:
+            raise Unfusable(f"Rescaling {self.layer.name} has per-channel factors")
+
+
+class GlobalPooling2D(Channelwise):
+    def __call__(self, ctx, x):
+        h = self.layer.call(x)  # [batch, members * c], or [batch, 1, 1, members * c]
+        return h if self.layer.keepdims else stack_vectors(h, ctx.members)
+
+
+class Flatten(FusedOp):
+    def __call__(self, ctx, x):
+        if x.shape.rank == IMAGE_RANK:
+            x = unfold(x, ctx.members)
+            return tf.reshape(x, [ctx.members, -1, x.shape[2] * x.shape[3] * x.shape[4]])
+        return x
+
+
+class Add(FusedOp):
+    def __call__(self, ctx, xs):
+        return functools.reduce(tf.add, xs)  # Keras's order
+
+
+class Concatenate(FusedOp):
+    """Concatenation over channels, member by member in the folded layout."""
+
+    def check(self):
+        super().check()
+        ranks = {_rank(t) for t in self.layer.input}
+        if len(ranks) != 1 or self.layer.axis not in (-1, ranks.pop() - 1):
+            raise Unfusable(f"Concatenate {self.layer.name} is not over the last axis")
+
+    def __call__(self, ctx, xs):
+        if xs[0].shape.rank != IMAGE_RANK:
+            return tf.concat(xs, axis=-1)
+        n = ctx.members
+        h, w = xs[0].shape[1], xs[0].shape[2]
+        parts = [tf.reshape(x, [-1, h, w, n, x.shape[-1] // n]) for x in xs]
+        joined = tf.concat(parts, axis=-1)
+        return tf.reshape(joined, [-1, h, w, joined.shape[3] * joined.shape[4]])
+
+
+class Identity(FusedOp):
+    def check(self):
+        super().check()
+        if getattr(self.layer, "rate", 0):
+            raise Unfusable(f"Dropout {self.layer.name} draws per-member random masks")
+
+    def __call__(self, ctx, x):
+        return x
+
+
+ACTIVATION_LAYERS = (keras.layers.Activation, keras.layers.ReLU, keras.layers.LeakyReLU,
+                     keras.layers.ELU, keras.layers.Softmax)
+
+#: Keras layer type -> its fused operation. The first match wins.
+OPS: tuple[tuple[type, type[FusedOp]], ...] = (
+    (keras.layers.Dense, Dense),
+    (keras.layers.DepthwiseConv2D, DepthwiseConv2D),
+    (keras.layers.Conv2D, Conv2D),
+    (keras.layers.BatchNormalization, BatchNormalization),
+    (ACTIVATION_LAYERS, Elementwise),
+    (keras.layers.Add, Add),
+    (keras.layers.Concatenate, Concatenate),
+    ((keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D), GlobalPooling2D),
+    ((keras.layers.ZeroPadding2D, keras.layers.Cropping2D, keras.layers.MaxPooling2D,
+      keras.layers.AveragePooling2D, keras.layers.Resizing), Channelwise),
+    (keras.layers.Rescaling, Rescaling),
+    (keras.layers.Flatten, Flatten),
+    (keras.layers.Dropout, Identity),
+)
+
+
+def _flat_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """The model's layers in order, nested models' layers in their place."""
+    out = []
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            out += _flat_layers(layer)
+        elif not isinstance(layer, keras.layers.InputLayer):
+            out.append(layer)
+    return out
+
+
+def _graph(model: keras.Model) -> keras.Model:
+    """The functional graph of a model (a Sequential model's built one)."""
+    graph = getattr(model, "_functional", None) or model
+    if not hasattr(graph, "_run_through_graph") or len(graph.inputs) != 1:
+        raise Unfusable(f"model {model.name} is not a single-input functional model")
+    return graph
+
+
+def plan(models: Sequence[keras.Model]) -> list[FusedOp]:
+    """The fused operation of each layer of the template (first) model.
+
+    Raises:
+        Unfusable: the models differ in architecture, or a layer has no fused form.
+    """
+    per_model = [_flat_layers(m) for m in models]
+    if len({len(layers) for layers in per_model}) != 1:
+        raise Unfusable("members' models have different layers")
+    for m in models:
+        _graph(m)
+        if _rank(m.inputs[0]) not in (IMAGE_RANK, VECTOR_RANK) or _rank(m.outputs[0]) != 2:
+            raise Unfusable("only classifiers of vectors or images fuse")
+    ops = []
+    for layers in zip(*per_model, strict=True):
+        template = layers[0]
+        activation = isinstance(template, ACTIVATION_LAYERS)
+        if any(isinstance(x, ACTIVATION_LAYERS) != activation or
+               (not activation and type(x) is not type(template)) for x in layers):
+            raise Unfusable("members' models have different layers")
+        op = next((cls for types, cls in OPS if isinstance(template, types)), None)
+        if op is None:
+            raise Unfusable(f"{type(template).__name__} layers have no fused form")
+        ops.append(op(layers))
+    return ops
+
+
+def has_convolutions(ops: Sequence[FusedOp]) -> bool:
+    return any(isinstance(op, Conv2D | DepthwiseConv2D) for op in ops)
+
+
+class FusedGraph:
+    """The members' models as one: stacked weights and the template's graph of fused ops."""
+
+    def __init__(self, models: Sequence[keras.Model]) -> None:
+        self.models = list(models)
+        self.members = len(models)
+        self.ops = plan(models)
+        self.stacked: list[Stacked] = []
+        for op in self.ops:
+            op.build(self._stack)
+        self._by_layer = {id(op.layer): op for op in self.ops}
+
+    def _stack(self, weights: list[keras.Variable], shape: Sequence[int] | None = None
+               ) -> tf.Variable:
+        shape = list(weights[0].shape) if shape is None else list(shape)
+        value = tf.stack([tf.reshape(w.value, shape) for w in weights])
+        variable = tf.Variable(value, trainable=weights[0].trainable)
+        self.stacked.append(Stacked(variable, list(weights), weights[0].trainable))
+        return variable
+
+    @property
+    def trainable(self) -> list[Stacked]:
+        return [s for s in self.stacked if s.trainable]
+
+    def write_back(self) -> None:
+        """Copies each member's slice into its own Keras weights."""
+        for s in self.stacked:
+            values = s.variable.numpy()
+            for i, w in enumerate(s.weights):
+                w.assign(values[i].reshape(w.shape))
+
+    def inputs(self, x: tf.Tensor, shared: bool) -> tf.Tensor:
+        """The fused input from per-member batches ``[members, batch, ...]``, or from one
+        batch every member sees (``shared``, for evaluation)."""
+        if x.shape.rank - (0 if shared else 1) == IMAGE_RANK:
+            return tf.tile(x, [1, 1, 1, self.members]) if shared else fold(x)
+        return x[None] if shared else x
+
+    def __call__(self, x: tf.Tensor, ctx: Context) -> tf.Tensor:
+        """Logits ``[members, batch, classes]`` of a fused input (see ``inputs``)."""
+        return self._run(self.models[0], x, ctx)
+
+    def _run(self, model: keras.Model, x: tf.Tensor, ctx: Context) -> tf.Tensor:
+        def call(op, *args, **kwargs):
+            if isinstance(op, keras.Model):
+                return self._run(op, args[0], ctx)
+            if isinstance(op, keras.layers.InputLayer):
+                return args[0]
+            return self._by_layer[id(op)](ctx, args[0])
+
+        return _graph(model)._run_through_graph(x, operation_fn=lambda op: op, call_fn=call)

@@ -1,0 +1,174 @@
+"""Fused CNNs: grouped convolutions and per-member BatchNorm over folded channels.
+
+TensorFlow 2.21 runs grouped convolutions on a CPU too (through oneDNN), so the fused CNN
+path is checked for correctness here with ``fusion="on"``; ``auto`` fuses CNNs on GPUs
+only, and the ``gpu`` tests check that choice where there is one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import keras
+import numpy as np
+import pytest
+
+from packexp.data import synthetic
+from packexp.models import mobilenet
+from packexp.packing import DeviceData, Member, Pack
+from packexp.packing.fused import has_gpu, why_not_fused
+from tests.test_packing import CONFIGS, trial
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(scope="module")
+def images() -> DeviceData:
+    return DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=4, train_size=96,
+                                     val_size=40))
+
+
+def every_layer_cnn(input_shape, num_classes, hparams) -> keras.Model:
+    """A small CNN with one of each layer the fused graph translates."""
+    act = hparams["activation"]
+    layers = keras.layers
+    x = inputs = keras.Input(input_shape)
+    x = layers.Rescaling(2.0, offset=-1.0)(x)
+    x = layers.ZeroPadding2D(1)(x)
+    x = layers.Conv2D(6, 3, strides=2, activation=act)(x)  # bias and activation inside
+    x = layers.BatchNormalization()(x)
+    a = layers.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
+    a = layers.BatchNormalization(momentum=0.9)(a)
+    a = layers.Activation(act)(a)
+    b = layers.Conv2D(6, 1, use_bias=False)(x)
+    b = layers.ReLU(6.0)(b)
+    x = layers.Add()([a, b])
+    x = layers.Concatenate()([x, layers.Conv2D(4, 1)(x)])
+    x = layers.MaxPooling2D(2)(x)
+    x = layers.AveragePooling2D(1)(x)
+    skip = layers.GlobalAveragePooling2D()(x)
+    flat = layers.Dense(8, activation=act)(layers.Flatten()(x))
+    flat = layers.BatchNormalization()(flat)
+    x = layers.Concatenate()([skip, flat])
+    return keras.Model(inputs, layers.Dense(num_classes)(x))
+
+
+def cnn_members(data, configs, build=every_layer_cnn) -> list[Member]:
+    ds = data.dataset
+    return [Member.create(trial(i, *c), build, ds.input_shape, ds.num_classes,
+                          data.train_size) for i, c in configs]
+
+
+def train(data, configs, steps, fusion, build=every_layer_cnn):
+    ms = cnn_members(data, configs, build)
+    pack = Pack(ms, data, fusion=fusion, chunk_steps=7)
+    stats = pack.train({m.trial_id: steps for m in ms})
+    return ms, pack.evaluate(), stats
+
+
+def assert_close(a: Member, b: Member, rtol=RTOL, atol=ATOL) -> None:
+    """Weights, BatchNorm statistics and optimizer slots agree."""
+    for wa, wb in zip(a.model.weights, b.model.weights, strict=True):
+        np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=rtol, atol=atol, err_msg=wa.path)
+    for va, vb in zip(a.optimizer.variables, b.optimizer.variables, strict=True):
+        np.testing.assert_allclose(va.numpy(), vb.numpy(), rtol=rtol, atol=atol)
+
+
+MIXED = list(enumerate(CONFIGS))  # four optimizers, activations, lrs and batch sizes
+
+
+def test_fused_cnn_matches_each_member_trained_plain_and_alone(images):
+    """Per-member BatchNorm, mixed batch sizes (padded rows kept out of the statistics),
+    optimizers and activations: each fused member ends as it does trained plain alone."""
+    configs = [c for c in MIXED if c[1][1] != "adam"]  # Adam: see test_fused.py
+    fused, fused_eval, stats = train(images, configs, 15, "on")
+    assert stats.fused
+    for m, config in zip(fused, configs, strict=True):
+        [plain], plain_eval, plain_stats = train(images, [config], 15, "off")
+        assert not plain_stats.fused and m.step == plain.step == 15
+        assert_close(m, plain)
+        assert fused_eval[m.trial_id].val_loss == pytest.approx(
+            plain_eval[m.trial_id].val_loss, rel=1e-4)
+
+
+@pytest.mark.parametrize(("configs", "steps"),
+                         [([c for c in MIXED if c[1][1] != "adam"], 15), (MIXED, 3)])
+def test_fused_cnn_members_do_not_depend_on_pack_mates(images, configs, steps):
+    """A grouped convolution's arithmetic depends on the group count (the library picks
+    its algorithm per shape), so fused-in-a-pack and fused-alone agree to float32
+    tolerance, not bit for bit; Adam amplifies that, so it is checked over a few steps."""
+    fused, _, _ = train(images, configs, steps, "on")
+    for m, config in zip(fused, configs, strict=True):
+        [alone], _, alone_stats = train(images, [config], steps, "on")
+        assert alone_stats.fused
+        assert_close(m, alone)
+
+
+def test_a_finished_fused_cnn_member_keeps_its_batchnorm_statistics(images):
+    configs = MIXED[1:3]
+    ms = cnn_members(images, configs)
+    Pack(ms, images, fusion="on", chunk_steps=4).train({"t1": 3, "t2": 9})
+    [alone] = cnn_members(images, configs[:1])
+    Pack([alone], images, fusion="off").train({"t1": 3})
+    assert_close(ms[0], alone)
+
+
+def test_mobilenet_fuses_whole(images):
+    """The real MobileNetV2: nested model, on-device resizing, ReLU6 in one member and
+    leaky ReLU in another, depthwise convolutions, residual adds.
+
+    One step: on these tiny random images MobileNetV2 is chaotic, and plain training
+    itself moves weights by 0.2 after two SGD steps at 0.1 from a 1e-6 perturbation of its
+    initial weights; the small CNN above checks agreement over many steps.
+    """
+    build = functools.partial(mobilenet.build, alpha=0.35)
+    configs = [(1, CONFIGS[1]), (3, (32, "sgd", 1e-2, "leaky_relu"))]
+    fused, fused_eval, stats = train(images, configs, 1, "on", build)
+    assert stats.fused
+    for m, config in zip(fused, configs, strict=True):
+        [plain], plain_eval, _ = train(images, [config], 1, "off", build)
+        assert_close(m, plain)
+        assert fused_eval[m.trial_id].val_loss == pytest.approx(
+            plain_eval[m.trial_id].val_loss, rel=1e-4)
+
+
+@pytest.mark.skipif(has_gpu(), reason="checks the CPU choice")
+def test_on_a_cpu_auto_leaves_cnns_unfused_and_says_so(images, caplog):
+    ms = cnn_members(images, MIXED[:2])
+    assert "GPU only" in why_not_fused(ms, "gather", "auto")
+    assert why_not_fused(ms, "gather", "on") is None
+    with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
+        stats = Pack(ms, images, fusion="auto").train({m.trial_id: 2 for m in ms})
+    assert not stats.fused
+    assert "pack.fusion=on fuses it anyway" in caplog.text
+
+
+def test_layers_without_a_fused_form_keep_the_pack_plain(images):
+    def with_dropout(input_shape, num_classes, hparams):
+        return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
+                                 keras.layers.Dropout(0.5), keras.layers.Dense(num_classes)])
+
+    ms = cnn_members(images, MIXED[:2], with_dropout)
+    assert "Dropout" in why_not_fused(ms, "gather", "on")
+    assert not Pack(ms, images, fusion="on").fused
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_auto_fuses_cnns_and_matches_plain(images):
+    configs = [c for c in MIXED if c[1][1] != "adam"]
+    assert why_not_fused(cnn_members(images, configs), "gather", "auto") is None
+    fused, _, stats = train(images, configs, 10, "auto")
+    assert stats.fused
+    for m, config in zip(fused, configs, strict=True):
+        [plain], _, _ = train(images, [config], 10, "off")
+        assert_close(m, plain, rtol=1e-3, atol=1e-4)  # cuDNN picks its own algorithms
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_mobilenet_packs_fuse_by_default(images):
+    build = functools.partial(mobilenet.build, alpha=0.35)
+    ms = cnn_members(images, MIXED[:2], build)
+    pack = Pack(ms, images, fusion="auto")
+    assert pack.fused
+    assert pack.train({m.trial_id: 2 for m in ms}).fused
