@@ -1,6 +1,7 @@
 """Micro-benchmark: N members trained one at a time, then packed (Ts(Seq), Ts(Pack), IMPV).
 
 Usage: python scripts/bench_pack.py [--model mlp3] [--n 1 2 4 8] [--batch 32] [--xla off on]
+                                    [--fusion auto|on]
 
 Ts(Seq) trains each member alone in the same engine; every figure is the faster of XLA off
 and on, so the baseline is never handicapped.
@@ -84,7 +85,7 @@ def timed_steps(members, data, steps: int, repeats: int, xla: bool,
 
 
 def measure(members, data, steps: int, repeats: int, xla: bool,
-            fused: bool) -> tuple[float, float, float | None]:
+            fusion: str | None) -> tuple[float, float, float | None]:
     """Median Ts(Seq) (each member alone, summed), Ts(Pack) and Ts(Fused), interleaved.
 
     Each repeat times every member alone, then the plain pack, then the fused pack, so all
@@ -95,8 +96,8 @@ def measure(members, data, steps: int, repeats: int, xla: bool,
     for _ in range(repeats):
         seq.append(sum(timed_steps(s, data, steps, 1, xla)[0] for s in singles))
         packed.append(timed_steps(members, data, steps, 1, xla)[0])
-        if fused:
-            fusedt.append(timed_steps(members, data, steps, 1, xla, fusion="auto")[0])
+        if fusion:
+            fusedt.append(timed_steps(members, data, steps, 1, xla, fusion=fusion)[0])
     return (statistics.median(seq), statistics.median(packed),
             statistics.median(fusedt) if fusedt else None)
 
@@ -112,6 +113,8 @@ def main() -> None:
     p.add_argument("--override", nargs="*", default=[], help="Hydra overrides of the model")
     p.add_argument("--xla", nargs="+", default=["off", "on"], choices=["off", "on"],
                    help="XLA settings to try; each figure takes the faster")
+    p.add_argument("--fusion", default="auto", choices=["auto", "on"],
+                   help="fusion mode of the fused column; 'on' fuses CNNs on a CPU too")
     args = p.parse_args()
     args.xla = [x == "on" for x in args.xla]
 
@@ -131,14 +134,18 @@ def main() -> None:
                         f"median of {args.repeats}")
     columns = ["N", "Ts(Seq) ms", "seq xla", "Ts(Pack) ms", "pack xla", "Seq/Pack", "IMPV",
                "pack GFLOP/s", "% of peak"]
-    fusable = why_not_fused(make_members(data, build, 2, args.batch), "gather") is None
+    reason = why_not_fused(make_members(data, build, 2, args.batch), "gather", args.fusion)
+    fusable = reason is None
+    if not fusable:
+        console.print(f"no fused column: {reason}")
     if fusable:
         columns += ["Ts(Fused) ms", "fused xla", "Seq/Fused", "fused GFLOP/s", "% of peak "]
     for col in columns:
         table.add_column(col, justify="right")
     for n in args.n:
         members = make_members(data, build, n, args.batch)
-        runs = {xla: measure(members, data, args.steps, args.repeats, xla, fusable)
+        runs = {xla: measure(members, data, args.steps, args.repeats, xla,
+                             args.fusion if fusable else None)
                 for xla in args.xla}
         seq_xla = min(runs, key=lambda x: runs[x][0])
         pack_xla = min(runs, key=lambda x: runs[x][1])

@@ -5,6 +5,8 @@ Usage: python scripts/bench_search.py [--strategies none batch_size random knn] 
 
 Each repeat runs every strategy once, in a rotated order, as a fresh `python -m packexp`
 process with the same seed; the figures are medians of the searches' own wall times.
+A strategy may carry overrides of its own after colons, to compare settings in one run:
+``--strategies knn knn:pack.fusion=off none``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def search(strategy: str, overrides: list[str], run_dir: Path) -> dict:
+def search(variant: str, overrides: list[str], run_dir: Path) -> dict:
+    """Runs one search; ``variant`` is a strategy name, optionally ``:override:...``."""
+    strategy, *own = variant.split(":")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     cmd = [sys.executable, "-m", "packexp", f"strategy={strategy}", "tracking=none",
-           f"hydra.run.dir={run_dir}", *overrides]
+           f"hydra.run.dir={run_dir}", *overrides, *own]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"bench_search: {' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
@@ -49,7 +53,8 @@ def main() -> None:
             order = args.strategies[r % len(args.strategies):] + args.strategies[
                 : r % len(args.strategies)]
             for strategy in order:
-                res = search(strategy, args.overrides, Path(tmp) / f"{strategy}-{r}")
+                res = search(strategy, args.overrides, Path(tmp) / f"{len(walls[strategy])}-"
+                             f"{strategy.replace(':', '_').replace('=', '-')}")
                 walls[strategy].append(res["wall_time_s"])
                 results[strategy] = res
                 print(f"repeat {r + 1}: {strategy:>10} {res['wall_time_s']:8.2f} s",

@@ -52,7 +52,7 @@ def test_fused_members_match_each_trained_alone(data):
     fused, fused_eval, stats = train(data, configs, 3, "auto")
     assert stats.fused and stats.members == 4
     for m, config in zip(fused, configs, strict=True):
-        [alone], alone_eval, alone_stats = train(data, [config], 3, "auto")
+        [alone], alone_eval, alone_stats = train(data, [config], 3, "on")
         assert alone_stats.fused
         assert m.step == alone.step == m.steps_for(3)
         assert_close(m, alone)
@@ -91,6 +91,15 @@ def test_fused_adam_follows_keras_adam(data):
         assert_close(m, plain)
 
 
+def test_a_single_member_fuses_only_when_forced(data):
+    """Under auto a pack of one trains plain (fusing one member only adds cost);
+    ``on`` fuses it, which the isolation tests above rely on."""
+    [m] = members(data, [(0, CONFIGS[0])])
+    assert "nothing to fuse" in why_not_fused([m], "gather", "auto")
+    assert not Pack([m], data, fusion="auto").fused
+    assert Pack([m], data, fusion="on").fused
+
+
 def test_fusion_off_forces_the_plain_pack(data):
     _, _, stats = train(data, list(enumerate(CONFIGS[:2])), 0.2, "off")
     assert not stats.fused
@@ -119,7 +128,7 @@ def test_misaligned_budgets_leave_finished_members_untouched(data):
     Pack(ms, data, fusion="auto", chunk_steps=7).train({"t0": 5, "t1": 30})
     assert (ms[0].step, ms[1].step) == (5, 30)
     alone = members(data, configs[:1])
-    Pack(alone, data, fusion="auto").train({"t0": 5})
+    Pack(alone, data, fusion="on").train({"t0": 5})
     assert_close(ms[0], alone[0])
 
 
@@ -146,7 +155,7 @@ def test_a_diverging_member_fails_without_disturbing_fused_mates(data):
     assert stats.fused and ms[1].failed and evaluation["t9"].val_accuracy is None
     for m, config in ((ms[0], configs[0]), (ms[2], configs[2])):
         assert not m.failed
-        [alone], _, _ = train(data, [config], 1, "auto")
+        [alone], _, _ = train(data, [config], 1, "on")
         assert_close(m, alone)
 
 

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("sgd", "momentum", "adam", "adagrad")
 MODES = ("auto", "on", "off")
+SINGLE = "a pack of one member has nothing to fuse"
 
 
 def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
@@ -50,12 +51,15 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
                   ) -> str | None:
     """None when ``members`` train fused under ``fusion``; otherwise the reason, for the log.
 
-    ``auto`` fuses Dense models everywhere and CNNs on a GPU; ``on`` also fuses CNNs on a
-    CPU (where TensorFlow's grouped convolution is oneDNN's, and slower than the plain
-    pack); ``off`` never fuses.
+    ``auto`` fuses packs of two or more members: Dense models everywhere, CNNs on a GPU.
+    ``on`` fuses wherever the layers allow, one member and CNNs on a CPU included (there
+    TensorFlow's grouped convolution is oneDNN's, measured slower than the plain pack).
+    ``off`` never fuses.
     """
     if fusion == "off":
         return "pack.fusion=off"
+    if fusion == "auto" and len(members) < 2:
+        return SINGLE
     if data_sharing != "gather":
         return "fusion needs gather data sharing"
     try:
@@ -80,7 +84,8 @@ class FusedPack:
     """
 
     def __init__(self, members: Sequence[Member], data: DeviceData, *,
-                 jit_compile: bool = False) -> None:
+                 jit_compile: bool = False, width: int = 1) -> None:
+        """``width``: the steps per chunk the step function is warmed up (compiled) for."""
         self.members = list(members)
         self.data = data
         self.jit_compile = jit_compile
@@ -113,7 +118,7 @@ class FusedPack:
         self.epsilon = vector([float(getattr(o, "epsilon", 1e-7) or 0.0) for o in opts])
         self.iterations = tf.Variable([int(o.iterations.numpy()) for o in opts], dtype=tf.int64)
         self.members_n = len(members)
-        self._train = self._compile_train()
+        self._train = self._compile_train(width)
         self._eval = self._compile_eval()
 
     def write_back(self) -> None:
@@ -140,7 +145,7 @@ class FusedPack:
         correct, loss = self._eval(x, y)
         return correct.numpy(), loss.numpy()
 
-    def _compile_train(self):
+    def _compile_train(self, width: int):
         x_all, y_all = self.data.x_train, self.data.y_train
         preprocess = self.members[0].preprocessing.evaluation  # fused packs never augment
         sizes = [m.batch_size for m in self.members]
@@ -177,7 +182,7 @@ class FusedPack:
                          input_signature=(tf.TensorSpec([self.members_n, None, self.batch],
                                                          tf.int32),
                                           tf.TensorSpec([self.members_n], tf.int32)))
-        fn(tf.zeros([self.members_n, 1, self.batch], tf.int32),
+        fn(tf.zeros([self.members_n, width, self.batch], tf.int32),
            tf.zeros([self.members_n], tf.int32))
         return fn
 

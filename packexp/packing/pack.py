@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import MODES as FUSION_MODES
-from packexp.packing.fused import FusedPack, why_not_fused
+from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
 from packexp.packing.member import Member
 
 log = logging.getLogger(__name__)
@@ -149,15 +149,17 @@ class Pack:
             self._unfused_reason = why_not_fused(self.members, self.data_sharing,
                                                  self.fusion) or ""
             if self._unfused_reason:
-                log.info("pack of %d trains unfused: %s", len(self.members),
-                         self._unfused_reason)
+                log.log(logging.DEBUG if self._unfused_reason == SINGLE else logging.INFO,
+                        "pack of %d trains unfused: %s", len(self.members),
+                        self._unfused_reason)
         return not self._unfused_reason
 
     def _train_fused(self, remaining: dict[str, int]) -> PackStats:
         stats = PackStats(members=len(self.members), fused=True)
         if self._fused is None:
             t0 = time.perf_counter()
-            self._fused = FusedPack(self.members, self.data, jit_compile=self.jit_compile)
+            self._fused = FusedPack(self.members, self.data, jit_compile=self.jit_compile,
+                                    width=self.chunk_steps if self.jit_compile else 1)
             stats.build_s = time.perf_counter() - t0
         fused = self._fused
         while True:
@@ -166,7 +168,8 @@ class Pack:
             n = max(ks)
             if n == 0:
                 break
-            idxs = np.zeros((len(self.members), n, fused.batch), np.int32)
+            width = self.chunk_steps if self.jit_compile else n  # one shape: one XLA compile
+            idxs = np.zeros((len(self.members), width, fused.batch), np.int32)
             for i, (m, k) in enumerate(zip(self.members, ks, strict=True)):
                 if k:
                     idxs[i, :k, : m.batch_size] = m.next_batches(k)
