@@ -604,10 +604,7 @@ def render(manifest: dict[str, Any]) -> str:
     lines += section_kerastuner(manifest.get("kerastuner"))
     benchmarks = DOCS / "BENCHMARKS.md"
     if benchmarks.exists():  # bench_pack / bench_search figures, recorded by hand
-        lines += ["## Pack, fusion and search benchmarks", "",
-                  f"See [{benchmarks.name}]({benchmarks.name}): scripts/bench_pack.py "
-                  "(plain and fused packs) and scripts/bench_search.py (the four strategies).",
-                  ""]
+        lines += section_benchmarks(benchmarks)
     if pending:
         lines += ["## GPU rows: pending", "",
                   "No GPU was present, so these were not measured: "
@@ -615,6 +612,14 @@ def render(manifest: dict[str, Any]) -> str:
                   + "; and every profile of MLP-3 and MobileNet on a GPU, which is where the "
                   "paper's own numbers come from.", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def section_benchmarks(path: Path) -> list[str]:
+    """docs/BENCHMARKS.md (bench_pack and bench_search figures) as a section of its own."""
+    body = path.read_text().splitlines()
+    title, rest = body[0].lstrip("# "), body[1:]
+    return [f"## {title}", "", f"Copied from [{path.name}]({path.name}).",
+            *[f"#{line}" if line.startswith("#") else line for line in rest], ""]
 
 
 def copy_figures(manifest: dict[str, Any]) -> None:

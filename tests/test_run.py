@@ -68,10 +68,14 @@ def test_packing_changes_time_never_scores(tmp_path):
 
 
 def test_fused_packing_changes_scores_only_by_rounding(tmp_path):
-    """Fused packs (the default for mlp3): the same scores up to float32 rounding."""
+    """Fused packs (the default for mlp3 packs of two or more) against plain single-member
+    packs: the same scores up to float32 rounding."""
     _, none, _ = tune(tmp_path / "none", "strategy=none", "scheduler.R=9", "seed=4")
     _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
-    assert all(p["fused"] for p in knn["packs"])
+    # Packs of two or more fuse; a pack of one (all of them under none) trains plain.
+    assert any(p["fused"] for p in knn["packs"])
+    assert all(p["fused"] == (len(p["members"]) > 1) for p in knn["packs"])
+    assert not any(p["fused"] for p in none["packs"])
     a, b = scores(none), scores(knn)
     assert a.keys() == b.keys()
     for trial_id, rungs in a.items():
