@@ -40,20 +40,22 @@ def phase_fns(fused: FusedPack, xla: bool) -> dict:
     x_all, y_all = fused.data.x_train, fused.data.y_train
     n = fused.members_n
 
-    def loss(idx):
+    def loss(idx, params):
         x = fused.graph.inputs(tf.gather(x_all, idx), shared=False)
-        logits = fused.graph(x, Context(n, training=True, active=tf.ones([n], tf.bool)))
-        per_row = keras.losses.sparse_categorical_crossentropy(tf.gather(y_all, idx), logits,
-                                                               from_logits=True)
+        ctx = Context(n, params, training=True, active=tf.ones([n], tf.bool))
+        per_row = keras.losses.sparse_categorical_crossentropy(
+            tf.gather(y_all, idx), fused.graph(x, ctx), from_logits=True)
         return tf.reduce_sum(per_row)
 
     def forward(idx):
-        return loss(idx)
+        return loss(idx, [v.read_value() for v in fused.graph.variables()])
 
     def backward(idx):
+        params = [v.read_value() for v in fused.graph.variables()]
         with tf.GradientTape() as tape:
-            total = loss(idx)
-        return tf.add_n([tf.reduce_sum(g) for g in tape.gradient(total, fused.weights)])
+            tape.watch(params)
+            total = loss(idx, params)
+        return tf.add_n([tf.reduce_sum(g) for g in tape.gradient(total, params)])
 
     def looped(body):
         def run(idxs):

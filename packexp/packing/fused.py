@@ -81,6 +81,8 @@ class FusedPack:
 
     The members' Keras weights and optimizer state are read in when the pack is built and
     written back by ``write_back``, so checkpoints stay per member and in the plain format.
+    Within a chunk of steps the state is carried through the loop as tensors and assigned
+    to the variables once at the end, so the step is a pure function of the state.
     """
 
     def __init__(self, members: Sequence[Member], data: DeviceData, *,
@@ -91,8 +93,7 @@ class FusedPack:
         self.jit_compile = jit_compile
         self.batch = max(m.batch_size for m in members)
         self.graph = FusedGraph([m.model for m in members])
-        trainable = self.graph.trainable
-        self.weights = [s.variable for s in trainable]
+        trainable = [self.graph.stacked[i] for i in self.graph.trainable]
         first, second = zip(*(_slots(m.optimizer) for m in members), strict=True)
 
         def stacked_slots(slots: Sequence[Any]) -> list[tf.Variable]:
@@ -130,11 +131,12 @@ class FusedPack:
         for i, m in enumerate(self.members):
             m.optimizer.iterations.assign(iterations[i])
             first, second = _slots(m.optimizer)
-            for j, s in enumerate(self.graph.trainable):
-                index = m.optimizer._get_variable_index(s.weights[i])
+            for j, index in enumerate(self.graph.trainable):
+                weight = self.graph.stacked[index].weights[i]
+                slot = m.optimizer._get_variable_index(weight)
                 for slots, values in ((first, slot_m), (second, slot_v)):
                     if slots is not None:
-                        slots[index].assign(values[j][i].reshape(slots[index].shape))
+                        slots[slot].assign(values[j][i].reshape(slots[slot].shape))
 
     def run_chunk(self, idxs: np.ndarray, ks: Sequence[int], starts: Sequence[int]) -> np.ndarray:
         """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``."""
@@ -153,51 +155,70 @@ class FusedPack:
                        tf.float32)  # [members, batch]
         padded = len(set(sizes)) > 1
         sizes = tf.constant(sizes, tf.float32)
+        trainable = self.graph.trainable
+        n = self.members_n
 
-        def step(idx, active):
+        def step(idx, active, params, slot_m, slot_v, iterations):
+            """One step as a function of the state: returns the losses and the new state."""
             x = self.graph.inputs(preprocess(tf.gather(x_all, idx)), shared=False)
             y = tf.gather(y_all, idx)
-            ctx = Context(self.members_n, training=True, rows=rows if padded else None,
+            ctx = Context(n, params, training=True, rows=rows if padded else None,
                           active=active)
+            weights = [params[i] for i in trainable]
             with tf.GradientTape() as tape:
+                tape.watch(weights)
                 logits = self.graph(x, ctx)
                 # Keras's own loss, as the plain pack uses, so the two agree to rounding.
                 per_row = keras.losses.sparse_categorical_crossentropy(y, logits,
                                                                        from_logits=True)
                 losses = tf.reduce_sum(per_row * rows, axis=1) / sizes
                 total = tf.reduce_sum(tf.where(active, losses, 0.0))
-            grads = tape.gradient(total, self.weights)
-            self._apply(grads, active)
-            return tf.where(active, losses, 0.0)
+            grads = tape.gradient(total, weights)
+            new_w, slot_m, slot_v = self._apply(weights, grads, slot_m, slot_v, iterations,
+                                                active)
+            params = list(params)
+            for i, w in zip(trainable, new_w, strict=True):
+                params[i] = w
+            for i, value in ctx.updates.items():
+                params[i] = value
+            iterations = iterations + tf.cast(active, tf.int64)
+            return tf.where(active, losses, 0.0), (params, slot_m, slot_v, iterations)
+
+        variables = (self.graph.variables(), self.slot_m, self.slot_v, self.iterations)
 
         def train_chunk(idxs, ks):
-            def body(t, sums):
-                return t + 1, sums + step(idxs[:, t], t < ks)
+            def body(t, sums, state):
+                losses, state = step(idxs[:, t], t < ks, *state)
+                return t + 1, sums + losses, state
 
-            _, sums = tf.while_loop(lambda t, _: t < tf.reduce_max(ks), body,
-                                    (tf.constant(0), tf.zeros([self.members_n])))
+            state = tf.nest.map_structure(lambda v: v.read_value(), variables)
+            _, sums, state = tf.while_loop(lambda t, *_: t < tf.reduce_max(ks), body,
+                                           (tf.constant(0), tf.zeros([n]), state))
+            tf.nest.map_structure(lambda v, value: v.assign(value), variables, state)
             return sums / tf.cast(tf.maximum(ks, 1), tf.float32)
 
         fn = tf.function(train_chunk, autograph=False, jit_compile=self.jit_compile,
-                         input_signature=(tf.TensorSpec([self.members_n, None, self.batch],
-                                                         tf.int32),
-                                          tf.TensorSpec([self.members_n], tf.int32)))
-        fn(tf.zeros([self.members_n, width, self.batch], tf.int32),
-           tf.zeros([self.members_n], tf.int32))
+                         input_signature=(tf.TensorSpec([n, None, self.batch], tf.int32),
+                                          tf.TensorSpec([n], tf.int32)))
+        fn(tf.zeros([n, width, self.batch], tf.int32), tf.zeros([n], tf.int32))
         return fn
 
-    def _apply(self, grads: list[tf.Tensor], active: tf.Tensor) -> None:
+    def _apply(self, weights: list[tf.Tensor], grads: list[tf.Tensor],
+               slot_m: list[tf.Tensor], slot_v: list[tf.Tensor], iterations: tf.Tensor,
+               active: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
         """Each member's own optimizer rule on its slice (Keras's update formulas).
 
         Only the rules of optimizer types present in the pack are computed; with several,
-        each member's slice takes its own type's result.
+        each member's slice takes its own type's result. Members not ``active`` keep their
+        state. Returns the new weights and slots.
         """
         kinds = self.kinds
-        step = tf.cast(self.iterations + 1, tf.float32)
+        step = tf.cast(iterations + 1, tf.float32)
         vectors = {"lr": self.lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
-                   "eps": self.epsilon, "on": active,
-                   "alpha": self.lr * tf.sqrt(1 - self.beta_2**step) / (1 - self.beta_1**step),
-                   **{k: self.kind[k] for k in kinds}}
+                   "eps": self.epsilon, "on": active, **{k: self.kind[k] for k in kinds}}
+        if "adam" in kinds:
+            vectors["alpha"] = (self.lr * tf.sqrt(1 - self.beta_2**step)
+                                / (1 - self.beta_1**step))
         by_rank: dict[int, dict[str, tf.Tensor]] = {}
 
         def columns(rank: int) -> dict[str, tf.Tensor]:
@@ -207,9 +228,10 @@ class FusedPack:
                 by_rank[rank] = {k: tf.reshape(v, shape) for k, v in vectors.items()}
             return by_rank[rank]
 
-        for w, g, m, v in zip(self.weights, grads, self.slot_m, self.slot_v, strict=True):
+        out_w, out_m, out_v = [], [], []
+        for w, g, m, v in zip(weights, grads, slot_m, slot_v, strict=True):
             c = columns(w.shape.rank)
-            lr, mu, b1, b2, eps, alpha = (c[k] for k in ("lr", "mu", "b1", "b2", "eps", "alpha"))
+            lr, mu, b1, b2, eps = (c[k] for k in ("lr", "mu", "b1", "b2", "eps"))
             rules = {}  # kind -> (new w, new m, new v)
             if "sgd" in kinds:
                 rules["sgd"] = (w - g * lr, m, v)
@@ -219,22 +241,21 @@ class FusedPack:
             if "adam" in kinds:
                 m1 = m + (g - m) * (1 - b1)
                 v1 = v + (tf.square(g) - v) * (1 - b2)
-                rules["adam"] = (w - m1 * alpha / (tf.sqrt(v1) + eps), m1, v1)
+                rules["adam"] = (w - m1 * c["alpha"] / (tf.sqrt(v1) + eps), m1, v1)
             if "adagrad" in kinds:
                 acc = v + tf.square(g)
                 rules["adagrad"] = (w - lr * g / tf.sqrt(acc + eps), m, acc)
             new = list(rules[kinds[0]])
             for k in kinds[1:]:
-                new = [tf.where(c[k], r, n) for r, n in zip(rules[k], new, strict=True)]
-            for var, value in zip((w, m, v), new, strict=True):
-                if value is not var:
-                    var.assign(tf.where(c["on"], value, var))
-        self.iterations.assign_add(tf.cast(active, tf.int64))
+                new = [tf.where(c[k], r, x) for r, x in zip(rules[k], new, strict=True)]
+            for out, value, old in zip((out_w, out_m, out_v), new, (w, m, v), strict=True):
+                out.append(old if value is old else tf.where(c["on"], value, old))
+        return out_w, out_m, out_v
 
     def _compile_eval(self):
         def evaluate(x, y):
             x = self.graph.inputs(self.members[0].preprocessing.evaluation(x), shared=True)
-            logits = self.graph(x, Context(self.members_n))
+            logits = self.graph(x, Context(self.members_n, self.graph.variables()))
             pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
             correct = tf.reduce_sum(tf.cast(tf.equal(pred, y[None]), tf.float32), axis=1)
             labels = tf.broadcast_to(y[None], tf.shape(pred))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import keras
@@ -52,19 +52,31 @@ class Stacked:
 class Context:
     """What one call of the fused graph needs beyond its input.
 
+    The graph's state is passed in and out as tensors rather than read from and assigned
+    to its variables, so a training loop can carry it from step to step with no stateful
+    operation in the loop body.
+
     Attributes:
         members: How many members are fused.
+        params: The value of each of ``FusedGraph.stacked``, in order.
         training: Training mode (batch statistics, moving-statistic updates).
         rows: ``[members, batch]`` float mask of each member's real rows when batch sizes
             differ (padded rows are left out of BatchNorm statistics); None when they agree.
         active: ``[members]`` bool, the members that take this step; others' BatchNorm
             statistics are left as they are.
+        updates: Filled in training: index into ``params`` -> its new value (BatchNorm
+            moving statistics).
     """
 
     members: int
+    params: Sequence[tf.Tensor]
     training: bool = False
     rows: tf.Tensor | None = None
     active: tf.Tensor | None = None
+    updates: dict[int, tf.Tensor] = field(default_factory=dict)
+
+    def __getitem__(self, index: int | None) -> tf.Tensor | None:
+        return None if index is None else self.params[index]
 
 
 def fold(x: tf.Tensor) -> tf.Tensor:
@@ -144,8 +156,9 @@ class FusedOp:
         if any(c != configs[0] for c in configs[1:]):
             raise Unfusable(f"members' {self.layer.name} layers are configured differently")
 
-    def build(self, stack: Callable[..., tf.Variable]) -> None:
-        """Creates the stacked variables through ``stack(weights, shape=None)``."""
+    def build(self, stack: Callable[..., int]) -> None:
+        """Stacks the members' weights through ``stack(weights, shape=None)``, which returns
+        the index of the stacked value in ``Context.params``."""
 
     def __call__(self, ctx: Context, x: Any) -> tf.Tensor:
         return self.layer.call(x)
@@ -185,9 +198,9 @@ class Dense(FusedOp):
             if self.layer.use_bias else None
 
     def __call__(self, ctx, x):
-        h = tf.matmul(x, self.kernel)  # [members or 1, batch, in] x [members, in, out]
+        h = tf.matmul(x, ctx[self.kernel])  # [members or 1, batch, in] x [members, in, out]
         if self.bias is not None:
-            h = h + self.bias
+            h = h + ctx[self.bias]
         return per_member(h, [layer.activation for layer in self.layers],
                           [layer.activation for layer in self.layers])
 
@@ -207,12 +220,13 @@ class Conv2D(FusedOp):
         self.bias = stack([layer.bias for layer in self.layers]) if self.layer.use_bias else None
 
     def __call__(self, ctx, x):
-        n, kh, kw, cin, cout = self.kernel.shape
-        kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 3, 0, 4]), [kh, kw, cin, n * cout])
+        n, kh, kw, cin, cout = ctx[self.kernel].shape
+        kernel = tf.reshape(tf.transpose(ctx[self.kernel], [1, 2, 3, 0, 4]),
+                            [kh, kw, cin, n * cout])
         h = tf.nn.conv2d(x, kernel, strides=self.layer.strides,
                          padding=self.layer.padding.upper(), dilations=self.layer.dilation_rate)
         if self.bias is not None:
-            h = h + tf.reshape(self.bias, [-1])
+            h = h + tf.reshape(ctx[self.bias], [-1])
         return per_member(h, [layer.activation for layer in self.layers],
                           [layer.activation for layer in self.layers])
 
@@ -232,13 +246,14 @@ class DepthwiseConv2D(FusedOp):
         self.bias = stack([layer.bias for layer in self.layers]) if self.layer.use_bias else None
 
     def __call__(self, ctx, x):
-        n, kh, kw, c, mult = self.kernel.shape
-        kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 0, 3, 4]), [kh, kw, n * c, mult])
+        n, kh, kw, c, mult = ctx[self.kernel].shape
+        kernel = tf.reshape(tf.transpose(ctx[self.kernel], [1, 2, 0, 3, 4]),
+                            [kh, kw, n * c, mult])
         h = tf.nn.depthwise_conv2d(x, kernel, strides=(1, *self.layer.strides, 1),
                                    padding=self.layer.padding.upper(),
                                    dilations=self.layer.dilation_rate)
         if self.bias is not None:
-            h = h + tf.reshape(self.bias, [-1])
+            h = h + tf.reshape(ctx[self.bias], [-1])
         return per_member(h, [layer.activation for layer in self.layers],
                           [layer.activation for layer in self.layers])
 
@@ -268,9 +283,10 @@ class BatchNormalization(FusedOp):
     def __call__(self, ctx, x):
         folded = x.shape.rank == IMAGE_RANK
 
-        def view(v):  # [members, c] -> folded [members * c] or stacked [members, 1, c]
-            if v is None:
+        def view(index):  # [members, c] -> folded [members * c] or stacked [members, 1, c]
+            if index is None:
                 return None
+            v = ctx[index]
             return tf.reshape(v, [-1]) if folded else v[:, None, :]
 
         if ctx.training:
@@ -283,9 +299,10 @@ class BatchNormalization(FusedOp):
                      else ctx.rows[:, :, None])
                 mean, variance = tf.nn.weighted_moments(x, axes, w, keepdims=not folded)
             momentum = self.layer.momentum
-            for var, stat in ((self.moving_mean, mean), (self.moving_variance, variance)):
-                new = var * momentum + tf.reshape(stat, var.shape) * (1.0 - momentum)
-                var.assign(tf.where(ctx.active[:, None], new, var))
+            for index, stat in ((self.moving_mean, mean), (self.moving_variance, variance)):
+                old = ctx[index]
+                new = old * momentum + tf.reshape(stat, old.shape) * (1.0 - momentum)
+                ctx.updates[index] = tf.where(ctx.active[:, None], new, old)
         else:
             mean, variance = view(self.moving_mean), view(self.moving_variance)
         return tf.nn.batch_normalization(x, mean, variance, view(self.beta), view(self.gamma),
@@ -441,17 +458,20 @@ class FusedGraph:
             op.build(self._stack)
         self._by_layer = {id(op.layer): op for op in self.ops}
 
-    def _stack(self, weights: list[keras.Variable], shape: Sequence[int] | None = None
-               ) -> tf.Variable:
+    def _stack(self, weights: list[keras.Variable], shape: Sequence[int] | None = None) -> int:
         shape = list(weights[0].shape) if shape is None else list(shape)
         value = tf.stack([tf.reshape(w.value, shape) for w in weights])
         variable = tf.Variable(value, trainable=weights[0].trainable)
         self.stacked.append(Stacked(variable, list(weights), weights[0].trainable))
-        return variable
+        return len(self.stacked) - 1
 
     @property
-    def trainable(self) -> list[Stacked]:
-        return [s for s in self.stacked if s.trainable]
+    def trainable(self) -> list[int]:
+        """Indices of the trainable values in ``stacked`` (and ``Context.params``)."""
+        return [i for i, s in enumerate(self.stacked) if s.trainable]
+
+    def variables(self) -> list[tf.Variable]:
+        return [s.variable for s in self.stacked]
 
     def write_back(self) -> None:
         """Copies each member's slice into its own Keras weights."""
