@@ -252,8 +252,8 @@ def pack_settings(pack: DictConfig) -> dict[str, Any]:
         value = pack[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
-    if not isinstance(pack.jit_compile, bool):
-        raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true or false")
+    if not isinstance(pack.jit_compile, bool) and pack.jit_compile != "auto":
+        raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true, false or auto")
     if pack.data_sharing not in ("gather", "slice"):
         raise ConfigError(f"pack.data_sharing={pack.data_sharing!r}: must be gather or slice")
     if pack.fusion not in ("auto", "on", "off"):  # packing.fused.MODES, without TensorFlow

@@ -63,6 +63,8 @@ def test_readme_example_overrides_compose():
         (["search_space.params.batch_size=[0]"], r"batch_size: 0 is not a positive"),
         (["search_space.params.activation=[relu,swish]"], r"model: .*activation='swish'"),
         (["pack.max_members=0"], r"pack\.max_members=0"),
+        (["pack.fusion=always"], r"^pack\.fusion='always': must be auto, on or off$"),
+        (["pack.jit_compile=sometimes"], r"^pack\.jit_compile='sometimes': must be true"),
         (["strategy.threshold=-1"], r"^strategy\.threshold=-1"),
         (["model.width=0"], r"^model: .*width=0"),
         (["dataset.val_fraction=2"], r"^dataset\.val_fraction=2"),

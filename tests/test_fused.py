@@ -100,6 +100,27 @@ def test_a_single_member_fuses_only_when_forced(data):
     assert Pack([m], data, fusion="on").fused
 
 
+def test_auto_xla_compiles_long_fused_runs_only(data, monkeypatch):
+    """``jit_compile=auto``: XLA for a fused Dense pack with a long stretch to train, the
+    same results to float32 rounding; short runs and plain packs stay uncompiled."""
+    from packexp.packing import pack as pack_module
+
+    monkeypatch.setattr(pack_module, "XLA_MIN_STEPS", 40)
+    configs = [c for c in enumerate(CONFIGS) if c[1][1] != "adam"]
+    runs = {}
+    for steps, jit in ((45, "auto"), (45, False), (20, "auto")):
+        ms = members(data, configs)
+        stats = Pack(ms, data, fusion="auto", jit_compile=jit).train(
+            {m.trial_id: steps for m in ms})
+        runs[steps, jit] = ms, stats
+    assert runs[45, "auto"][1].xla and runs[45, "auto"][1].fused
+    assert not runs[45, False][1].xla and not runs[20, "auto"][1].xla
+    for a, b in zip(runs[45, "auto"][0], runs[45, False][0], strict=True):
+        assert_close(a, b)
+    [single] = members(data, configs[:1])
+    assert not Pack([single], data, jit_compile="auto").train({"t1": 45}).xla
+
+
 def test_fusion_off_forces_the_plain_pack(data):
     _, _, stats = train(data, list(enumerate(CONFIGS[:2])), 0.2, "off")
     assert not stats.fused
