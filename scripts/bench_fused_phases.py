@@ -99,7 +99,7 @@ def main() -> None:
         for name, fn in phase_fns(fused, xla).items():
             fns[name, xla] = (fn, (tf.constant(idxs),))
         fns["whole step (update included)", xla] = (
-            lambda i, f=fused: f.run_chunk(i, ks, ks), (idxs,))
+            lambda i, f=fused: f.run_chunk(i, ks), (idxs,))
         width = members[0].model.layers[0].units
         a = tf.random.uniform((args.n, args.batch, width))
         b = tf.random.uniform((args.n, width, width))

@@ -618,8 +618,11 @@ def section_benchmarks(path: Path) -> list[str]:
     """docs/BENCHMARKS.md (bench_pack and bench_search figures) as a section of its own."""
     body = path.read_text().splitlines()
     title, rest = body[0].lstrip("# "), body[1:]
-    return [f"## {title}", "", f"Copied from [{path.name}]({path.name}).",
-            *[f"#{line}" if line.startswith("#") else line for line in rest], ""]
+    out, fenced = [f"## {title}", "", f"Copied from [{path.name}]({path.name})."], False
+    for line in rest:
+        fenced ^= line.startswith("```")
+        out.append(f"#{line}" if line.startswith("#") and not fenced else line)
+    return [*out, ""]
 
 
 def copy_figures(manifest: dict[str, Any]) -> None:

@@ -117,8 +117,10 @@ def test_auto_xla_compiles_long_fused_runs_only(data, monkeypatch):
     assert not runs[45, False][1].xla and not runs[20, "auto"][1].xla
     for a, b in zip(runs[45, "auto"][0], runs[45, False][0], strict=True):
         assert_close(a, b)
-    [single] = members(data, configs[:1])
-    assert not Pack([single], data, jit_compile="auto").train({"t1": 45}).xla
+    plain = members(data, configs)
+    stats = Pack(plain, data, fusion="off", jit_compile="auto").train(
+        {m.trial_id: 45 for m in plain})
+    assert not stats.fused and not stats.xla
 
 
 def test_fusion_off_forces_the_plain_pack(data):

@@ -18,6 +18,7 @@ from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import has_gpu, why_not_fused
+from packexp.packing.fused_graph import Unfusable, plan
 from tests.test_packing import CONFIGS, trial
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -47,6 +48,10 @@ def every_layer_cnn(input_shape, num_classes, hparams) -> keras.Model:
     x = layers.Concatenate()([x, layers.Conv2D(4, 1)(x)])
     x = layers.MaxPooling2D(2)(x)
     x = layers.AveragePooling2D(1)(x)
+    x = layers.Dropout(0.0)(x)
+    w = layers.DepthwiseConv2D(1, depth_multiplier=2)(layers.Cropping2D(1)(x))
+    x = layers.Add()([layers.GlobalMaxPooling2D(keepdims=True)(w),  # broadcasts
+                      layers.Concatenate()([x, x])])
     skip = layers.GlobalAveragePooling2D()(x)
     flat = layers.Dense(8, activation=act)(layers.Flatten()(x))
     flat = layers.BatchNormalization()(flat)
@@ -115,15 +120,15 @@ def test_a_finished_fused_cnn_member_keeps_its_batchnorm_statistics(images):
 
 
 def test_mobilenet_fuses_whole(images):
-    """The real MobileNetV2: nested model, on-device resizing, ReLU6 in one member and
-    leaky ReLU in another, depthwise convolutions, residual adds.
+    """The real MobileNetV2: nested model, on-device resizing, ReLU6 layers in one member
+    where the other has leaky-ReLU Activation layers, depthwise convolutions, residual adds.
 
     One step: on these tiny random images MobileNetV2 is chaotic, and plain training
     itself moves weights by 0.2 after two SGD steps at 0.1 from a 1e-6 perturbation of its
     initial weights; the small CNN above checks agreement over many steps.
     """
     build = functools.partial(mobilenet.build, alpha=0.35)
-    configs = [(1, CONFIGS[1]), (3, (32, "sgd", 1e-2, "leaky_relu"))]
+    configs = [(0, (20, "momentum", 1e-2, "relu")), (3, (32, "sgd", 1e-2, "leaky_relu"))]
     fused, fused_eval, stats = train(images, configs, 1, "on", build)
     assert stats.fused
     for m, config in zip(fused, configs, strict=True):
@@ -131,6 +136,84 @@ def test_mobilenet_fuses_whole(images):
         assert_close(m, plain)
         assert fused_eval[m.trial_id].val_loss == pytest.approx(
             plain_eval[m.trial_id].val_loss, rel=1e-4)
+
+
+def test_a_vector_model_concatenating_its_input_evaluates_like_plain(images):
+    def concat_input(input_shape, num_classes, hparams):
+        x = keras.Input(input_shape)
+        flat = keras.layers.Flatten()(x)
+        h = keras.layers.Dense(8, activation=hparams["activation"])(flat)
+        h = keras.layers.Concatenate()([flat, h])
+        return keras.Model(x, keras.layers.Dense(num_classes)(h))
+
+    configs = [c for c in MIXED if c[1][1] != "adam"]
+    fused, fused_eval, stats = train(images, configs, 5, "on", concat_input)
+    assert stats.fused
+    for m, config in zip(fused, configs, strict=True):
+        [plain], plain_eval, _ = train(images, [config], 5, "off", concat_input)
+        assert_close(m, plain)
+        assert fused_eval[m.trial_id].val_loss == pytest.approx(
+            plain_eval[m.trial_id].val_loss, rel=1e-4)
+
+
+def _functional(body):
+    def build(input_shape, num_classes, hparams):
+        x = keras.Input(input_shape)
+        return keras.Model(x, body(keras.layers.Flatten()(x), num_classes))
+
+    return build
+
+
+def _shared(h, k):
+    dense = keras.layers.Dense(h.shape[-1])
+    return keras.layers.Dense(k)(dense(dense(h)))
+
+
+def _frozen(h, k):
+    layer = keras.layers.Dense(k)
+    out = layer(h)
+    layer.trainable = False
+    return out
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (lambda h, k: keras.layers.Dense(k)(h + 1.0), "is not a layer"),
+    (_shared, "called more than once"),
+    (lambda h, k: keras.layers.Dense(k, activation="softmax")(h), "not elementwise"),
+    (lambda h, k: keras.layers.Dense(k)(keras.layers.Activation("softmax")(h)),
+     "not elementwise"),
+    (_frozen, "frozen"),
+    (lambda h, k: keras.layers.Dense(k)(keras.layers.Dropout(0.5)(h)), "Dropout"),
+    (lambda h, k: keras.layers.Dense(k)(keras.layers.LayerNormalization()(h)),
+     "LayerNormalization layers have no fused form"),
+])
+@pytest.mark.filterwarnings("ignore:.*produced by a Softmax activation")
+def test_what_has_no_fused_form_is_reported_before_tracing(images, body, reason):
+    ms = cnn_members(images, MIXED[1:3], _functional(body))
+    assert reason in why_not_fused(ms, "gather", "on")
+    pack = Pack(ms, images, fusion="on")
+    assert not pack.fused
+    assert not pack.train({m.trial_id: 2 for m in ms}).fused
+
+
+def test_several_outputs_do_not_fuse(images):
+    def two_heads():
+        x = keras.Input(images.dataset.input_shape)
+        h = keras.layers.Flatten()(x)
+        return keras.Model(x, [keras.layers.Dense(4)(h), keras.layers.Dense(4)(h)])
+
+    with pytest.raises(Unfusable, match="several outputs"):
+        plan([two_heads(), two_heads()])
+
+
+def test_under_auto_xla_fused_cnns_stay_uncompiled(images, monkeypatch):
+    from packexp.packing import pack as pack_module
+
+    monkeypatch.setattr(pack_module, "XLA_MIN_STEPS", 5)
+    ms = cnn_members(images, MIXED[1:3])
+    stats = Pack(ms, images, fusion="on", jit_compile="auto").train(
+        {m.trial_id: 6 for m in ms})
+    assert stats.fused and not stats.xla
 
 
 @pytest.mark.skipif(has_gpu(), reason="checks the CPU choice")

@@ -138,9 +138,10 @@ class FusedPack:
                     if slots is not None:
                         slots[slot].assign(values[j][i].reshape(slots[slot].shape))
 
-    def run_chunk(self, idxs: np.ndarray, ks: Sequence[int], starts: Sequence[int]) -> np.ndarray:
-        """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``."""
-        del starts  # no augmentation in fused packs, so nothing is seeded by step
+    def run_chunk(self, idxs: np.ndarray, ks: Sequence[int]) -> np.ndarray:
+        """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``.
+
+        Fused packs never augment, so nothing is seeded by step."""
         return self._train(tf.constant(idxs), tf.constant(ks, tf.int32)).numpy()
 
     def evaluate(self, x: tf.Tensor, y: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ weights and runs the template model's graph with those operations in place of it
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,10 +126,18 @@ def _rank(tensor: Any) -> int:
 
 
 def _input_rank(layer: keras.layers.Layer) -> int:
-    try:
-        return _rank(layer.input)
-    except (AttributeError, ValueError) as e:  # shared layers have several inputs
-        raise Unfusable(f"layer {layer.name} is called more than once") from e
+    return _rank(layer.input)  # layers are called once (``_flat_layers`` checks)
+
+
+# Activations that mix elements, so a member's slice would see its pack-mates'.
+NOT_ELEMENTWISE = ("softmax", "log_softmax")
+
+
+def _check_activations(layers: Sequence[keras.layers.Layer]) -> None:
+    for layer in layers:
+        name = getattr(getattr(layer, "activation", None), "__name__", "")
+        if name in NOT_ELEMENTWISE:
+            raise Unfusable(f"{layer.name}: activation {name} is not elementwise")
 
 
 class FusedOp:
@@ -152,6 +161,8 @@ class FusedOp:
         shapes = {tuple(tuple(w.shape) for w in layer.weights) for layer in self.layers}
         if len(shapes) != 1:
             raise Unfusable(f"members' layer shapes differ ({self.layer.name})")
+        if any(layer.weights and not layer.trainable for layer in self.layers):
+            raise Unfusable(f"{self.layer.name} is frozen")
         configs = [_config(layer) for layer in self.layers]
         if any(c != configs[0] for c in configs[1:]):
             raise Unfusable(f"members' {self.layer.name} layers are configured differently")
@@ -181,81 +192,88 @@ class Elementwise(FusedOp):
     """Activation layers; members may differ in which (ReLU6 in one, tanh in another)."""
 
     def check(self) -> None:
-        pass
+        _check_activations(self.layers)
 
     def __call__(self, ctx: Context, x: tf.Tensor) -> tf.Tensor:
         return per_member(x, [layer.call for layer in self.layers],
                           [_activation_key(layer) for layer in self.layers])
 
 
-class Dense(FusedOp):
-    ranks = (VECTOR_RANK,)
+class _Weighted(FusedOp):
+    """A layer with a kernel, an optional bias and an activation of its own."""
+
+    def check(self):
+        super().check()
+        _check_activations(self.layers)
+        if any(getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None)
+               for layer in self.layers):
+            raise Unfusable(f"{self.layer.name} is LoRA-adapted or quantized")
 
     def build(self, stack):
         self.kernel = stack([layer.kernel for layer in self.layers])
-        units = self.layer.units
-        self.bias = stack([layer.bias for layer in self.layers], [1, units]) \
+        self.bias = stack([layer.bias for layer in self.layers], self.bias_shape) \
             if self.layer.use_bias else None
 
+    bias_shape: Sequence[int] | None = None  # the stacked bias's shape per member
+
     def __call__(self, ctx, x):
-        h = tf.matmul(x, ctx[self.kernel])  # [members or 1, batch, in] x [members, in, out]
+        h = self.apply_kernel(x, ctx[self.kernel])
         if self.bias is not None:
-            h = h + ctx[self.bias]
-        return per_member(h, [layer.activation for layer in self.layers],
-                          [layer.activation for layer in self.layers])
+            h = h + self.bias_view(ctx[self.bias])
+        fns = [layer.activation for layer in self.layers]
+        return per_member(h, fns, fns)
+
+    def apply_kernel(self, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        raise NotImplementedError
+
+    def bias_view(self, bias: tf.Tensor) -> tf.Tensor:
+        return bias
 
 
-class Conv2D(FusedOp):
+class Dense(_Weighted):
+    ranks = (VECTOR_RANK,)
+
+    @property
+    def bias_shape(self):
+        return [1, self.layer.units]  # broadcasts over the batch: [members, 1, out]
+
+    def apply_kernel(self, x, kernel):
+        return tf.matmul(x, kernel)  # [members, batch, in] x [members, in, out]
+
+
+class _Convolution(_Weighted):
+    ranks = (IMAGE_RANK,)
+
+    def check(self):
+        super().check()
+        if self.layer.data_format != "channels_last" or getattr(self.layer, "groups", 1) != 1:
+            raise Unfusable(f"{type(self.layer).__name__} {self.layer.name} is grouped or "
+                            "channels-first")
+
+    def bias_view(self, bias):
+        return tf.reshape(bias, [-1])  # [members, c] -> member-major, like folded channels
+
+
+class Conv2D(_Convolution):
     """N convolutions as one grouped convolution over folded channels."""
 
-    ranks = (IMAGE_RANK,)
-
-    def check(self):
-        super().check()
-        if self.layer.groups != 1 or self.layer.data_format != "channels_last":
-            raise Unfusable(f"Conv2D {self.layer.name} is grouped or channels-first")
-
-    def build(self, stack):
-        self.kernel = stack([layer.kernel for layer in self.layers])  # [N, kh, kw, in, out]
-        self.bias = stack([layer.bias for layer in self.layers]) if self.layer.use_bias else None
-
-    def __call__(self, ctx, x):
-        n, kh, kw, cin, cout = ctx[self.kernel].shape
-        kernel = tf.reshape(tf.transpose(ctx[self.kernel], [1, 2, 3, 0, 4]),
-                            [kh, kw, cin, n * cout])
-        h = tf.nn.conv2d(x, kernel, strides=self.layer.strides,
-                         padding=self.layer.padding.upper(), dilations=self.layer.dilation_rate)
-        if self.bias is not None:
-            h = h + tf.reshape(ctx[self.bias], [-1])
-        return per_member(h, [layer.activation for layer in self.layers],
-                          [layer.activation for layer in self.layers])
+    def apply_kernel(self, x, kernel):
+        n, kh, kw, cin, cout = kernel.shape  # [members, kh, kw, in, out]
+        grouped = tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]), [kh, kw, cin, n * cout])
+        return tf.nn.conv2d(x, grouped, strides=self.layer.strides,
+                            padding=self.layer.padding.upper(),
+                            dilations=self.layer.dilation_rate)
 
 
-class DepthwiseConv2D(FusedOp):
+class DepthwiseConv2D(_Convolution):
     """N depthwise convolutions as one over the folded channels."""
 
-    ranks = (IMAGE_RANK,)
-
-    def check(self):
-        super().check()
-        if self.layer.data_format != "channels_last":
-            raise Unfusable(f"DepthwiseConv2D {self.layer.name} is channels-first")
-
-    def build(self, stack):
-        self.kernel = stack([layer.kernel for layer in self.layers])  # [N, kh, kw, c, mult]
-        self.bias = stack([layer.bias for layer in self.layers]) if self.layer.use_bias else None
-
-    def __call__(self, ctx, x):
-        n, kh, kw, c, mult = ctx[self.kernel].shape
-        kernel = tf.reshape(tf.transpose(ctx[self.kernel], [1, 2, 0, 3, 4]),
-                            [kh, kw, n * c, mult])
-        h = tf.nn.depthwise_conv2d(x, kernel, strides=(1, *self.layer.strides, 1),
-                                   padding=self.layer.padding.upper(),
-                                   dilations=self.layer.dilation_rate)
-        if self.bias is not None:
-            h = h + tf.reshape(ctx[self.bias], [-1])
-        return per_member(h, [layer.activation for layer in self.layers],
-                          [layer.activation for layer in self.layers])
+    def apply_kernel(self, x, kernel):
+        n, kh, kw, c, mult = kernel.shape  # [members, kh, kw, c, multiplier]
+        folded = tf.reshape(tf.transpose(kernel, [1, 2, 0, 3, 4]), [kh, kw, n * c, mult])
+        return tf.nn.depthwise_conv2d(x, folded, strides=(1, *self.layer.strides, 1),
+                                      padding=self.layer.padding.upper(),
+                                      dilations=self.layer.dilation_rate)
 
 
 class BatchNormalization(FusedOp):
@@ -334,6 +352,11 @@ class GlobalPooling2D(Channelwise):
 
 
 class Flatten(FusedOp):
+    def check(self):
+        super().check()
+        if self.layer.data_format != "channels_last":
+            raise Unfusable(f"Flatten {self.layer.name} is channels-first")
+
     def __call__(self, ctx, x):
         if x.shape.rank == IMAGE_RANK:
             x = unfold(x, ctx.members)
@@ -376,7 +399,7 @@ class Identity(FusedOp):
 
 
 ACTIVATION_LAYERS = (keras.layers.Activation, keras.layers.ReLU, keras.layers.LeakyReLU,
-                     keras.layers.ELU, keras.layers.Softmax)
+                     keras.layers.ELU)
 
 #: Keras layer type -> its fused operation. The first match wins.
 OPS: tuple[tuple[type, type[FusedOp]], ...] = (
@@ -397,13 +420,29 @@ OPS: tuple[tuple[type, type[FusedOp]], ...] = (
 
 
 def _flat_layers(model: keras.Model) -> list[keras.layers.Layer]:
-    """The model's layers in order, nested models' layers in their place."""
+    """The model's layers in graph order, nested models' layers in their place.
+
+    Raises:
+        Unfusable: an operation that is not a layer (``x + y`` in a functional model), a
+            layer called more than once, or several outputs.
+    """
+    graph = _graph(model)
+    if len(graph.outputs) != 1:
+        raise Unfusable(f"model {model.name} has several outputs")
+    calls = Counter(id(node.operation) for nodes in graph._nodes_by_depth.values()
+                    for node in nodes if node.operation is not None and not node.is_input)
     out = []
-    for layer in model.layers:
-        if isinstance(layer, keras.Model):
-            out += _flat_layers(layer)
-        elif not isinstance(layer, keras.layers.InputLayer):
-            out.append(layer)
+    for op in graph.operations:
+        if isinstance(op, keras.layers.InputLayer):
+            continue
+        if calls[id(op)] > 1:
+            raise Unfusable(f"layer {op.name} is called more than once")
+        if isinstance(op, keras.Model):
+            out += _flat_layers(op)
+        elif isinstance(op, keras.layers.Layer):
+            out.append(op)
+        else:
+            raise Unfusable(f"operation {op.name} is not a layer")
     return out
 
 
@@ -425,7 +464,6 @@ def plan(models: Sequence[keras.Model]) -> list[FusedOp]:
     if len({len(layers) for layers in per_model}) != 1:
         raise Unfusable("members' models have different layers")
     for m in models:
-        _graph(m)
         if _rank(m.inputs[0]) not in (IMAGE_RANK, VECTOR_RANK) or _rank(m.outputs[0]) != 2:
             raise Unfusable("only classifiers of vectors or images fuse")
     ops = []
@@ -485,7 +523,7 @@ class FusedGraph:
         batch every member sees (``shared``, for evaluation)."""
         if x.shape.rank - (0 if shared else 1) == IMAGE_RANK:
             return tf.tile(x, [1, 1, 1, self.members]) if shared else fold(x)
-        return x[None] if shared else x
+        return tf.tile(x[None], [self.members, 1, 1]) if shared else x
 
     def __call__(self, x: tf.Tensor, ctx: Context) -> tf.Tensor:
         """Logits ``[members, batch, classes]`` of a fused input (see ``inputs``)."""

@@ -201,7 +201,7 @@ class Pack:
                 if k:
                     idxs[i, :k, : m.batch_size] = m.next_batches(k)
             t0 = time.perf_counter()
-            mean_losses = fused.run_chunk(idxs, ks, [m.step for m in self.members])
+            mean_losses = fused.run_chunk(idxs, ks)
             elapsed = time.perf_counter() - t0
             stats.steps += n
             stats.train_s += elapsed
