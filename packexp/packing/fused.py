@@ -88,7 +88,14 @@ class FusedPack:
     def __init__(self, members: Sequence[Member], data: DeviceData, *,
                  jit_compile: bool = False, width: int = 1) -> None:
         """``width``: the steps per chunk the step function is warmed up (compiled) for."""
-        self.members = list(members)
+        # Inside, members are ordered by optimizer type, so each type's update rule runs on
+        # one contiguous slice of the member axis; run_chunk and evaluate translate.
+        order = sorted(range(len(members)),
+                       key=lambda i: KINDS.index(optimizer_kind(members[i].optimizer)))
+        self._order = np.array(order)
+        self._inverse = np.argsort(self._order)
+        members = [members[i] for i in order]
+        self.members = members
         self.data = data
         self.jit_compile = jit_compile
         self.batch = max(m.batch_size for m in members)
@@ -105,8 +112,8 @@ class FusedPack:
         self.slot_m = stacked_slots(first)
         self.slot_v = stacked_slots(second)
         kinds = [optimizer_kind(m.optimizer) for m in members]
-        self.kinds = [k for k in KINDS if k in kinds]
-        self.kind = {k: tf.constant([x == k for x in kinds]) for k in self.kinds}
+        self.spans = [(k, kinds.index(k), len(kinds) - kinds[::-1].index(k))
+                      for k in KINDS if k in kinds]  # (type, first, end) on the member axis
         opts = [m.optimizer for m in members]
 
         def vector(values: list[float]) -> tf.Tensor:
@@ -142,11 +149,13 @@ class FusedPack:
         """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``.
 
         Fused packs never augment, so nothing is seeded by step."""
-        return self._train(tf.constant(idxs), tf.constant(ks, tf.int32)).numpy()
+        ks = np.asarray(ks, np.int32)[self._order]
+        losses = self._train(tf.constant(idxs[self._order]), tf.constant(ks)).numpy()
+        return losses[self._inverse]
 
     def evaluate(self, x: tf.Tensor, y: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
         correct, loss = self._eval(x, y)
-        return correct.numpy(), loss.numpy()
+        return correct.numpy()[self._inverse], loss.numpy()[self._inverse]
 
     def _compile_train(self, width: int):
         x_all, y_all = self.data.x_train, self.data.y_train
@@ -209,48 +218,60 @@ class FusedPack:
                active: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
         """Each member's own optimizer rule on its slice (Keras's update formulas).
 
-        Only the rules of optimizer types present in the pack are computed; with several,
-        each member's slice takes its own type's result. Members not ``active`` keep their
-        state. Returns the new weights and slots.
+        Members are ordered by optimizer type, so each type's rule runs on its own
+        contiguous slice of the member axis and the slices are joined again. Members not
+        ``active`` keep their state. Returns the new weights and slots.
         """
-        kinds = self.kinds
         step = tf.cast(iterations + 1, tf.float32)
         vectors = {"lr": self.lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
-                   "eps": self.epsilon, "on": active, **{k: self.kind[k] for k in kinds}}
-        if "adam" in kinds:
+                   "eps": self.epsilon, "on": active}
+        if any(k == "adam" for k, _, _ in self.spans):
             vectors["alpha"] = (self.lr * tf.sqrt(1 - self.beta_2**step)
                                 / (1 - self.beta_1**step))
-        by_rank: dict[int, dict[str, tf.Tensor]] = {}
+        whole = len(self.spans) == 1
+        cache: dict[tuple[str, int, int, int], tf.Tensor] = {}
 
-        def columns(rank: int) -> dict[str, tf.Tensor]:
-            """The per-member vectors shaped to broadcast over ``[members, ...]``."""
-            if rank not in by_rank:
-                shape = [-1] + [1] * (rank - 1)
-                by_rank[rank] = {k: tf.reshape(v, shape) for k, v in vectors.items()}
-            return by_rank[rank]
+        def col(key: str, rank: int, a: int = 0, b: int = -1) -> tf.Tensor:
+            """Vector ``key`` over members ``a:b``, shaped to broadcast over a slice."""
+            if (key, rank, a, b) not in cache:
+                v = vectors[key] if b < 0 or whole else vectors[key][a:b]
+                cache[key, rank, a, b] = tf.reshape(v, [-1] + [1] * (rank - 1))
+            return cache[key, rank, a, b]
 
         out_w, out_m, out_v = [], [], []
         for w, g, m, v in zip(weights, grads, slot_m, slot_v, strict=True):
-            c = columns(w.shape.rank)
-            lr, mu, b1, b2, eps = (c[k] for k in ("lr", "mu", "b1", "b2", "eps"))
-            rules = {}  # kind -> (new w, new m, new v)
-            if "sgd" in kinds:
-                rules["sgd"] = (w - g * lr, m, v)
-            if "momentum" in kinds:
-                mom = m * mu - g * lr
-                rules["momentum"] = (w + mom, mom, v)
-            if "adam" in kinds:
-                m1 = m + (g - m) * (1 - b1)
-                v1 = v + (tf.square(g) - v) * (1 - b2)
-                rules["adam"] = (w - m1 * c["alpha"] / (tf.sqrt(v1) + eps), m1, v1)
-            if "adagrad" in kinds:
-                acc = v + tf.square(g)
-                rules["adagrad"] = (w - lr * g / tf.sqrt(acc + eps), m, acc)
-            new = list(rules[kinds[0]])
-            for k in kinds[1:]:
-                new = [tf.where(c[k], r, x) for r, x in zip(rules[k], new, strict=True)]
-            for out, value, old in zip((out_w, out_m, out_v), new, (w, m, v), strict=True):
-                out.append(old if value is old else tf.where(c["on"], value, old))
+            rank = w.shape.rank
+            parts = []  # per span: (new w, new m, new v), None where a slot is unchanged
+            for kind, a, b in self.spans:
+                def part(t, a=a, b=b):
+                    return t if whole else t[a:b]
+
+                def c(key, a=a, b=b, rank=rank):
+                    return col(key, rank, a, b)
+
+                ws, gs = part(w), part(g)
+                if kind == "sgd":
+                    parts.append((ws - gs * c("lr"), None, None))
+                elif kind == "momentum":
+                    mom = part(m) * c("mu") - gs * c("lr")
+                    parts.append((ws + mom, mom, None))
+                elif kind == "adam":
+                    ms, vs = part(m), part(v)
+                    m1 = ms + (gs - ms) * (1 - c("b1"))
+                    v1 = vs + (tf.square(gs) - vs) * (1 - c("b2"))
+                    parts.append((ws - m1 * c("alpha") / (tf.sqrt(v1) + c("eps")), m1, v1))
+                else:  # adagrad
+                    acc = part(v) + tf.square(gs)
+                    parts.append((ws - c("lr") * gs / tf.sqrt(acc + c("eps")), None, acc))
+            on = col("on", rank)
+            for j, (out, old) in enumerate(((out_w, w), (out_m, m), (out_v, v))):
+                if all(p[j] is None for p in parts):
+                    out.append(old)  # no optimizer type here keeps this slot
+                    continue
+                spans = [p[j] if p[j] is not None else old[a:b]
+                         for p, (_, a, b) in zip(parts, self.spans, strict=True)]
+                new = spans[0] if whole else tf.concat(spans, axis=0)
+                out.append(tf.where(on, new, old))
         return out_w, out_m, out_v
 
     def _compile_eval(self):
