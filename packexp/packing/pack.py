@@ -24,7 +24,7 @@ from packexp.packing.member import Member
 log = logging.getLogger(__name__)
 
 # Under jit_compile=auto, a fused Dense pack compiles with XLA when it trains at least this
-# many steps in one go (twice the measured break-even; see Pack._fused_xla).
+# many steps in one go (above the measured break-even; see Pack._fused_xla).
 XLA_MIN_STEPS = 2000
 
 
@@ -170,8 +170,8 @@ class Pack:
 
         Under ``jit_compile=auto``: for Dense packs of at least ``XLA_MIN_STEPS`` steps.
         Measured on a 2-core CPU (scripts/bench_fused_phases.py, 8 mlp3 members): XLA
-        makes the fused step about 4x faster (0.17 against 0.70 ms) for about 0.5 s more
-        compiling, so it pays from about 1000 steps. Fused CNNs are left to ``true``.
+        makes the fused step about 3x faster (0.16 against 0.48 ms) for about 0.5 s more
+        compiling, so it pays from about 1500 steps. Fused CNNs are left to ``true``.
         """
         if self.jit_compile or not self._jit_auto or steps < XLA_MIN_STEPS:
             return self.jit_compile
