@@ -53,7 +53,8 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
 
     ``auto`` fuses packs of two or more members: Dense models everywhere, CNNs on a GPU.
     ``on`` fuses wherever the layers allow, one member and CNNs on a CPU included (there
-    TensorFlow's grouped convolution is oneDNN's, measured slower than the plain pack).
+    TensorFlow's grouped convolution is oneDNN's; measured no consistently faster than the
+    plain pack).
     ``off`` never fuses.
     """
     if fusion == "off":
