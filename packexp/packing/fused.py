@@ -104,15 +104,19 @@ class FusedPack:
         trainable = [self.graph.stacked[i] for i in self.graph.trainable]
         first, second = zip(*(_slots(m.optimizer) for m in members), strict=True)
 
-        def stacked_slots(slots: Sequence[Any]) -> list[tf.Variable]:
+        kinds = [optimizer_kind(m.optimizer) for m in members]
+
+        def stacked_slots(slots: Sequence[Any], used_by: tuple[str, ...]) -> list[tf.Variable]:
+            """Each weight's slot for every member; a scalar where no member keeps one."""
+            if not any(k in used_by for k in kinds):
+                return [tf.Variable(0.0) for _ in trainable]
             return [tf.Variable(np.stack([
                 _slot_value(m.optimizer, slot, weight, s.variable)
                 for m, slot, weight in zip(members, slots, s.weights, strict=True)]))
                 for s in trainable]
 
-        self.slot_m = stacked_slots(first)
-        self.slot_v = stacked_slots(second)
-        kinds = [optimizer_kind(m.optimizer) for m in members]
+        self.slot_m = stacked_slots(first, ("momentum", "adam"))
+        self.slot_v = stacked_slots(second, ("adam", "adagrad"))
         self.spans = [(k, kinds.index(k), len(kinds) - kinds[::-1].index(k))
                       for k in KINDS if k in kinds]  # (type, first, end) on the member axis
         opts = [m.optimizer for m in members]
