@@ -81,24 +81,30 @@ def assert_close(a: Member, b: Member, rtol=RTOL, atol=ATOL) -> None:
 
 
 MIXED = list(enumerate(CONFIGS))  # four optimizers, activations, lrs and batch sizes
+NO_ADAM = [c for c in MIXED if c[1][1] != "adam"]  # Adam: see test_fused.py
 
 
-def test_fused_cnn_matches_each_member_trained_plain_and_alone(images):
-    """Per-member BatchNorm, mixed batch sizes (padded rows kept out of the statistics),
-    optimizers and activations: each fused member ends as it does trained plain alone."""
-    configs = [c for c in MIXED if c[1][1] != "adam"]  # Adam: see test_fused.py
-    fused, fused_eval, stats = train(images, configs, 15, "on")
+def assert_fused_matches_plain_alone(data, configs, steps, build=every_layer_cnn) -> None:
+    """Each member of a fused pack ends as it does trained plain and alone: weights,
+    BatchNorm statistics, slots and validation loss."""
+    fused, fused_eval, stats = train(data, configs, steps, "on", build)
     assert stats.fused
     for m, config in zip(fused, configs, strict=True):
-        [plain], plain_eval, plain_stats = train(images, [config], 15, "off")
-        assert not plain_stats.fused and m.step == plain.step == 15
+        [plain], plain_eval, plain_stats = train(data, [config], steps, "off", build)
+        assert not plain_stats.fused and m.step == plain.step == steps
         assert_close(m, plain)
         assert fused_eval[m.trial_id].val_loss == pytest.approx(
             plain_eval[m.trial_id].val_loss, rel=1e-4)
 
 
+def test_fused_cnn_matches_each_member_trained_plain_and_alone(images):
+    """Per-member BatchNorm, mixed batch sizes (padded rows kept out of the statistics),
+    optimizers and activations: each fused member ends as it does trained plain alone."""
+    assert_fused_matches_plain_alone(images, NO_ADAM, 15)
+
+
 @pytest.mark.parametrize(("configs", "steps"),
-                         [([c for c in MIXED if c[1][1] != "adam"], 15), (MIXED, 3)])
+                         [(NO_ADAM, 15), (MIXED, 3)])
 def test_fused_cnn_members_do_not_depend_on_pack_mates(images, configs, steps):
     """A grouped convolution's arithmetic depends on the group count (the library picks
     its algorithm per shape), so fused-in-a-pack and fused-alone agree to float32
@@ -129,13 +135,7 @@ def test_mobilenet_fuses_whole(images):
     """
     build = functools.partial(mobilenet.build, alpha=0.35)
     configs = [(0, (20, "momentum", 1e-2, "relu")), (3, (32, "sgd", 1e-2, "leaky_relu"))]
-    fused, fused_eval, stats = train(images, configs, 1, "on", build)
-    assert stats.fused
-    for m, config in zip(fused, configs, strict=True):
-        [plain], plain_eval, _ = train(images, [config], 1, "off", build)
-        assert_close(m, plain)
-        assert fused_eval[m.trial_id].val_loss == pytest.approx(
-            plain_eval[m.trial_id].val_loss, rel=1e-4)
+    assert_fused_matches_plain_alone(images, configs, 1, build)
 
 
 def test_a_vector_model_concatenating_its_input_evaluates_like_plain(images):
@@ -146,14 +146,7 @@ def test_a_vector_model_concatenating_its_input_evaluates_like_plain(images):
         h = keras.layers.Concatenate()([flat, h])
         return keras.Model(x, keras.layers.Dense(num_classes)(h))
 
-    configs = [c for c in MIXED if c[1][1] != "adam"]
-    fused, fused_eval, stats = train(images, configs, 5, "on", concat_input)
-    assert stats.fused
-    for m, config in zip(fused, configs, strict=True):
-        [plain], plain_eval, _ = train(images, [config], 5, "off", concat_input)
-        assert_close(m, plain)
-        assert fused_eval[m.trial_id].val_loss == pytest.approx(
-            plain_eval[m.trial_id].val_loss, rel=1e-4)
+    assert_fused_matches_plain_alone(images, NO_ADAM, 5, concat_input)
 
 
 def _functional(body):
@@ -239,7 +232,7 @@ def test_layers_without_a_fused_form_keep_the_pack_plain(images):
 
 @pytest.mark.gpu
 def test_on_a_gpu_auto_fuses_cnns_and_matches_plain(images):
-    configs = [c for c in MIXED if c[1][1] != "adam"]
+    configs = NO_ADAM
     assert why_not_fused(cnn_members(images, configs), "gather", "auto") is None
     fused, _, stats = train(images, configs, 10, "auto")
     assert stats.fused
