@@ -22,6 +22,7 @@ from packexp.journal import Journal, JournalError, first_difference
 from packexp.plots import write_plots
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy
+from packexp.telemetry import device_facts
 from packexp.tracking import hydra_tags, speedup_metrics
 
 log = logging.getLogger(__name__)
@@ -73,11 +74,13 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     tracker = instantiate(cfg.tracking, "tracking")
     names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
     write_json(run_dir / "plan.json", plan_dict(scheduler))
+    facts = device_facts()
+    log.info("device: %s", facts)
 
     tracker.start(
         run_name=f"{names['strategy']}-{names['model']}-{names['dataset']}-seed{cfg.seed}",
         params=flatten(OmegaConf.to_container(cfg, resolve=True)),
-        tags={**names, "task": "tune", **hydra_tags()},
+        tags={**names, "task": "tune", **facts.tags(), **hydra_tags()},
         resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
     )
@@ -258,8 +261,12 @@ def pack_settings(pack: DictConfig) -> dict[str, Any]:
         raise ConfigError(f"pack.data_sharing={pack.data_sharing!r}: must be gather or slice")
     if pack.fusion not in ("auto", "on", "off"):  # packing.fused.MODES, without TensorFlow
         raise ConfigError(f"pack.fusion={pack.fusion!r}: must be auto, on or off")
+    if pack.grouped_conv not in ("auto", "native", "split"):  # packing.fused.GROUPED_CONV
+        raise ConfigError(f"pack.grouped_conv={pack.grouped_conv!r}: must be auto, native or "
+                          "split")
     return {"misaligned": pack.misaligned, "data_sharing": pack.data_sharing,
-            "fusion": pack.fusion, "jit_compile": pack.jit_compile,
+            "fusion": pack.fusion, "grouped_conv": pack.grouped_conv,
+            "jit_compile": pack.jit_compile,
             "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +33,82 @@ def _nvml():
 
 def gpu_available() -> bool:
     return _nvml() is not None
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the machine is, as far as it changes speed or numerics: logged and tagged once.
+
+    Attributes:
+        cpu: The CPU model, as the OS names it.
+        onednn: Whether TensorFlow's oneDNN CPU kernels are on (TensorFlow decides at import
+            from the CPU and ``TF_ENABLE_ONEDNN_OPTS``); None when it cannot tell.
+        gpus: TensorFlow's GPUs.
+    """
+
+    cpu: str
+    onednn: bool | None
+    gpus: tuple[str, ...]
+
+    def tags(self) -> dict[str, str]:
+        return {"device.cpu": self.cpu,
+                "device.onednn": "unknown" if self.onednn is None else str(self.onednn).lower(),
+                "device.gpus": ", ".join(self.gpus) or "none"}
+
+    def __str__(self) -> str:
+        onednn = {True: "on", False: "off", None: "unknown"}[self.onednn]
+        return f"CPU {self.cpu}, oneDNN {onednn}, GPUs: {', '.join(self.gpus) or 'none'}"
+
+
+@functools.cache
+def device_facts() -> DeviceFacts:
+    """This process's ``DeviceFacts`` (imports TensorFlow)."""
+    import tensorflow as tf
+
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        onednn: bool | None = bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        onednn = None
+    gpus = tuple(d.name for d in tf.config.list_physical_devices("GPU"))
+    return DeviceFacts(cpu=_cpu_model(), onednn=onednn, gpus=gpus)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+@functools.cache
+def grouped_conv_gradients() -> bool:
+    """Whether TensorFlow can differentiate a grouped convolution on the default device.
+
+    CPUs do it through oneDNN only: where TensorFlow leaves oneDNN off (AMD EPYC with AVX2
+    and no AVX-512, say), ``Conv2DBackpropInput`` rejects grouped filters. Probed once per
+    process with a tiny traced convolution, the way a pack's step runs it.
+    """
+    import tensorflow as tf
+
+    @tf.function(autograph=False)
+    def gradients(x, kernel):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel])
+            y = tf.nn.conv2d(x, kernel, strides=1, padding="SAME")
+        return tape.gradient(y, [x, kernel])
+
+    try:
+        gradients(tf.ones([1, 3, 3, 4]), tf.ones([3, 3, 2, 4]))  # two groups of two channels
+        return True
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as e:
+        log.info("grouped convolutions have no gradient here (%s)",
+                 str(e).splitlines()[0][:120])
+        return False
 
 
 def gpu_memory(index: int = 0) -> tuple[int, int] | None:

@@ -166,7 +166,7 @@ class PackedSearch:
         pack = {
             "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
             "members": [m.trial_id for m in members], "fused": stats.fused,
-            "xla": stats.xla,
+            "xla": stats.xla, "grouped_conv": stats.grouped_conv,
             "steps": stats.steps,
             "build_s": round(stats.build_s, 4), "switches": stats.switches,
             "switch_overhead_s": round(stats.switch_overhead_s, 4),
@@ -201,6 +201,7 @@ class PackedSearch:
                 m.trial_id, m.trial.hparams,
                 {**self.tags, "bracket": bracket.s, "rung": rung, "pack_id": pack_id,
                  "fused": str(stats.fused).lower(), "xla": str(stats.xla).lower(),
+                 "grouped_conv": stats.grouped_conv,
                  "promoted_from": rungs[-2]["pack_id"] if len(rungs) > 1 else None},
                 epochs,
                 {"val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,

@@ -1,23 +1,30 @@
 """Fused CNNs: grouped convolutions and per-member BatchNorm over folded channels.
 
-TensorFlow 2.21 runs grouped convolutions on a CPU too (through oneDNN), so the fused CNN
-path is checked for correctness here with ``fusion="on"``; ``auto`` fuses CNNs on GPUs
-only, and the ``gpu`` tests check that choice where there is one.
+The fused CNN path is checked for correctness with ``fusion="on"``; ``auto`` fuses CNNs on
+GPUs only, and the ``gpu`` tests check that choice where there is one. Every fused check
+runs the per-member (split) convolutions, and the native grouped convolution wherever
+TensorFlow can differentiate one here (``telemetry.grouped_conv_gradients``: GPUs, and CPUs
+with oneDNN on).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 
 import keras
 import numpy as np
 import pytest
 
+from packexp import telemetry
 from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Member, Pack
-from packexp.packing.fused import has_gpu, why_not_fused
+from packexp.packing.fused import grouped_conv_path, has_gpu, why_not_fused
 from packexp.packing.fused_graph import Unfusable, plan
 from tests.test_packing import CONFIGS, trial
 
@@ -26,6 +33,10 @@ RTOL, ATOL = 1e-4, 1e-5
 
 @pytest.fixture(scope="module")
 def images() -> DeviceData:
+    return small_images()
+
+
+def small_images() -> DeviceData:
     return DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=4, train_size=96,
                                      val_size=40))
 
@@ -59,16 +70,26 @@ def every_layer_cnn(input_shape, num_classes, hparams) -> keras.Model:
     return keras.Model(inputs, layers.Dense(num_classes)(x))
 
 
+@pytest.fixture(params=["native", "split"])
+def conv(request) -> str:
+    """A grouped-convolution path: split everywhere, native where this device has it."""
+    if request.param == "native" and not telemetry.grouped_conv_gradients():
+        pytest.skip("TensorFlow cannot differentiate grouped convolutions here (oneDNN off)")
+    return request.param
+
+
 def cnn_members(data, configs, build=every_layer_cnn) -> list[Member]:
     ds = data.dataset
     return [Member.create(trial(i, *c), build, ds.input_shape, ds.num_classes,
                           data.train_size) for i, c in configs]
 
 
-def train(data, configs, steps, fusion, build=every_layer_cnn):
+def train(data, configs, steps, fusion, build=every_layer_cnn, conv="auto"):
     ms = cnn_members(data, configs, build)
-    pack = Pack(ms, data, fusion=fusion, chunk_steps=7)
+    pack = Pack(ms, data, fusion=fusion, chunk_steps=7, grouped_conv=conv)
     stats = pack.train({m.trial_id: steps for m in ms})
+    if stats.fused and len(ms) > 1 and conv != "auto":  # conv is set for CNNs only
+        assert stats.grouped_conv == grouped_conv_path(conv)
     return ms, pack.evaluate(), stats
 
 
@@ -84,10 +105,11 @@ MIXED = list(enumerate(CONFIGS))  # four optimizers, activations, lrs and batch 
 NO_ADAM = [c for c in MIXED if c[1][1] != "adam"]  # Adam: see test_fused.py
 
 
-def assert_fused_matches_plain_alone(data, configs, steps, build=every_layer_cnn) -> None:
+def assert_fused_matches_plain_alone(data, configs, steps, build=every_layer_cnn,
+                                     conv="auto") -> None:
     """Each member of a fused pack ends as it does trained plain and alone: weights,
     BatchNorm statistics, slots and validation loss."""
-    fused, fused_eval, stats = train(data, configs, steps, "on", build)
+    fused, fused_eval, stats = train(data, configs, steps, "on", build, conv)
     assert stats.fused
     for m, config in zip(fused, configs, strict=True):
         [plain], plain_eval, plain_stats = train(data, [config], steps, "off", build)
@@ -97,35 +119,82 @@ def assert_fused_matches_plain_alone(data, configs, steps, build=every_layer_cnn
             plain_eval[m.trial_id].val_loss, rel=1e-4)
 
 
-def test_fused_cnn_matches_each_member_trained_plain_and_alone(images):
+def test_fused_cnn_matches_each_member_trained_plain_and_alone(images, conv):
     """Per-member BatchNorm, mixed batch sizes (padded rows kept out of the statistics),
     optimizers and activations: each fused member ends as it does trained plain alone."""
-    assert_fused_matches_plain_alone(images, NO_ADAM, 15)
+    assert_fused_matches_plain_alone(images, NO_ADAM, 15, conv=conv)
 
 
 @pytest.mark.parametrize(("configs", "steps"),
                          [(NO_ADAM, 15), (MIXED, 3)])
-def test_fused_cnn_members_do_not_depend_on_pack_mates(images, configs, steps):
+def test_fused_cnn_members_do_not_depend_on_pack_mates(images, configs, steps, conv):
     """A grouped convolution's arithmetic depends on the group count (the library picks
     its algorithm per shape), so fused-in-a-pack and fused-alone agree to float32
     tolerance, not bit for bit; Adam amplifies that, so it is checked over a few steps."""
-    fused, _, _ = train(images, configs, steps, "on")
+    fused, _, _ = train(images, configs, steps, "on", conv=conv)
     for m, config in zip(fused, configs, strict=True):
-        [alone], _, alone_stats = train(images, [config], steps, "on")
+        [alone], _, alone_stats = train(images, [config], steps, "on", conv=conv)
         assert alone_stats.fused
         assert_close(m, alone)
 
 
-def test_a_finished_fused_cnn_member_keeps_its_batchnorm_statistics(images):
+def test_split_grouped_convolutions_match_native_ones(images):
+    """The fallback for devices without grouped-convolution gradients computes what the
+    grouped convolution does, to float32 rounding (weights, statistics, slots, loss)."""
+    if not telemetry.grouped_conv_gradients():
+        pytest.skip("no native grouped-convolution gradients here to compare with")
+    native, native_eval, _ = train(images, NO_ADAM, 15, "on", conv="native")
+    split, split_eval, _ = train(images, NO_ADAM, 15, "on", conv="split")
+    for a, b in zip(native, split, strict=True):
+        assert_close(a, b)
+        assert native_eval[a.trial_id].val_loss == pytest.approx(
+            split_eval[b.trial_id].val_loss, rel=1e-4)
+
+
+def test_auto_takes_the_native_path_only_where_the_probe_allows_it(monkeypatch):
+    monkeypatch.setattr(telemetry, "grouped_conv_gradients", lambda: False)
+    assert grouped_conv_path("auto") == "split"
+    with pytest.raises(ValueError, match="grouped_conv=native"):
+        grouped_conv_path("native")
+    monkeypatch.setattr(telemetry, "grouped_conv_gradients", lambda: True)
+    assert grouped_conv_path("auto") == "native"
+    assert grouped_conv_path("split") == "split"
+    with pytest.raises(ValueError, match="grouped_conv='grouped'"):
+        grouped_conv_path("grouped")
+
+
+def test_without_onednn_fused_cnns_train_on_the_split_path(tmp_path):
+    """TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN off on any CPU, as TensorFlow does by itself on
+    some: the probe then finds no grouped-convolution gradient, auto splits, and the fused
+    pack trains and matches its members trained plain and alone."""
+    if has_gpu():
+        pytest.skip("oneDNN is a CPU matter")
+    script = textwrap.dedent("""
+        from packexp import telemetry
+        from tests.test_fused_cnn import NO_ADAM, assert_fused_matches_plain_alone, small_images
+        assert telemetry.device_facts().onednn is False, telemetry.device_facts()
+        assert not telemetry.grouped_conv_gradients()
+        assert_fused_matches_plain_alone(small_images(), NO_ADAM[:2], 4)
+        print("split path ok")
+    """)
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    root = os.path.dirname(os.path.dirname(__file__))
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "split path ok" in done.stdout
+
+
+def test_a_finished_fused_cnn_member_keeps_its_batchnorm_statistics(images, conv):
     configs = MIXED[1:3]
     ms = cnn_members(images, configs)
-    Pack(ms, images, fusion="on", chunk_steps=4).train({"t1": 3, "t2": 9})
+    Pack(ms, images, fusion="on", chunk_steps=4, grouped_conv=conv).train({"t1": 3, "t2": 9})
     [alone] = cnn_members(images, configs[:1])
     Pack([alone], images, fusion="off").train({"t1": 3})
     assert_close(ms[0], alone)
 
 
-def test_mobilenet_fuses_whole(images):
+def test_mobilenet_fuses_whole(images, conv):
     """The real MobileNetV2: nested model, on-device resizing, ReLU6 layers in one member
     where the other has leaky-ReLU Activation layers, depthwise convolutions, residual adds.
 
@@ -135,7 +204,7 @@ def test_mobilenet_fuses_whole(images):
     """
     build = functools.partial(mobilenet.build, alpha=0.35)
     configs = [(0, (20, "momentum", 1e-2, "relu")), (3, (32, "sgd", 1e-2, "leaky_relu"))]
-    assert_fused_matches_plain_alone(images, configs, 1, build)
+    assert_fused_matches_plain_alone(images, configs, 1, build, conv)
 
 
 def test_a_vector_model_concatenating_its_input_evaluates_like_plain(images):

@@ -18,14 +18,26 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from packexp import telemetry
 from packexp.packing.data import DeviceData
-from packexp.packing.fused_graph import Context, FusedGraph, Unfusable, has_convolutions, plan
+from packexp.packing.fused_graph import (
+    Context,
+    FusedGraph,
+    Unfusable,
+    has_convolutions,
+    has_grouped_convolutions,
+    plan,
+)
 from packexp.packing.member import Member
 
 log = logging.getLogger(__name__)
 
 KINDS = ("sgd", "momentum", "adam", "adagrad")
 MODES = ("auto", "on", "off")
+# How fused Conv2D layers of several members run: one grouped convolution (native) or one
+# convolution per member and a concatenation (split); auto: native where the device can
+# differentiate a grouped convolution (telemetry.grouped_conv_gradients).
+GROUPED_CONV = ("auto", "native", "split")
 SINGLE = "a pack of one member has nothing to fuse"
 
 
@@ -45,6 +57,18 @@ def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
 
 def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+def grouped_conv_path(setting: str) -> str:
+    """``native`` or ``split`` for the ``pack.grouped_conv`` setting on this device."""
+    if setting not in GROUPED_CONV:
+        raise ValueError(f"grouped_conv={setting!r}: must be one of {list(GROUPED_CONV)}")
+    if setting == "auto":
+        return "native" if telemetry.grouped_conv_gradients() else "split"
+    if setting == "native" and not telemetry.grouped_conv_gradients():
+        raise ValueError("grouped_conv=native: TensorFlow cannot differentiate a grouped "
+                         "convolution on this device (a CPU with oneDNN off); use auto or split")
+    return setting
 
 
 def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "auto"
@@ -87,8 +111,9 @@ class FusedPack:
     """
 
     def __init__(self, members: Sequence[Member], data: DeviceData, *,
-                 jit_compile: bool = False, width: int = 1) -> None:
-        """``width``: the steps per chunk the step function is warmed up (compiled) for."""
+                 jit_compile: bool = False, width: int = 1, grouped_conv: str = "auto") -> None:
+        """``width``: the steps per chunk the step function is warmed up (compiled) for.
+        ``grouped_conv``: how fused Conv2D layers run (``GROUPED_CONV``)."""
         # Inside, members are ordered by optimizer type, so each type's update rule runs on
         # one contiguous slice of the member axis; run_chunk and evaluate translate.
         order = sorted(range(len(members)),
@@ -101,6 +126,13 @@ class FusedPack:
         self.jit_compile = jit_compile
         self.batch = max(m.batch_size for m in members)
         self.graph = FusedGraph([m.model for m in members])
+        #: "native" or "split" when the pack has grouped convolutions, else None
+        self.grouped_conv = None
+        if has_grouped_convolutions(self.graph.ops):
+            self.grouped_conv = grouped_conv_path(grouped_conv)
+            self.graph.split_groups(self.grouped_conv == "split")
+            log.info("fused pack of %d: %s grouped convolutions", len(members),
+                     "native" if self.grouped_conv == "native" else "per-member (split)")
         trainable = [self.graph.stacked[i] for i in self.graph.trainable]
         first, second = zip(*(_slots(m.optimizer) for m in members), strict=True)
 

@@ -255,14 +255,24 @@ class _Convolution(_Weighted):
 
 
 class Conv2D(_Convolution):
-    """N convolutions as one grouped convolution over folded channels."""
+    """N convolutions as one grouped convolution over folded channels.
+
+    With ``split`` (set by ``FusedGraph``), N convolutions over the members' channel blocks
+    and one concatenation instead: the same numbers where a device cannot differentiate a
+    grouped convolution (a CPU without oneDNN).
+    """
+
+    split = False
 
     def apply_kernel(self, x, kernel):
         n, kh, kw, cin, cout = kernel.shape  # [members, kh, kw, in, out]
-        grouped = tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]), [kh, kw, cin, n * cout])
-        return tf.nn.conv2d(x, grouped, strides=self.layer.strides,
-                            padding=self.layer.padding.upper(),
-                            dilations=self.layer.dilation_rate)
+        conv = functools.partial(tf.nn.conv2d, strides=self.layer.strides,
+                                 padding=self.layer.padding.upper(),
+                                 dilations=self.layer.dilation_rate)
+        if self.split and n > 1:
+            return tf.concat([conv(x[..., i * cin : (i + 1) * cin], kernel[i])
+                              for i in range(n)], axis=-1)
+        return conv(x, tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]), [kh, kw, cin, n * cout]))
 
 
 class DepthwiseConv2D(_Convolution):
@@ -484,6 +494,11 @@ def has_convolutions(ops: Sequence[FusedOp]) -> bool:
     return any(isinstance(op, Conv2D | DepthwiseConv2D) for op in ops)
 
 
+def has_grouped_convolutions(ops: Sequence[FusedOp]) -> bool:
+    """Whether fusing makes grouped convolutions (Conv2D layers of several members)."""
+    return any(isinstance(op, Conv2D) and len(op.layers) > 1 for op in ops)
+
+
 class FusedGraph:
     """The members' models as one: stacked weights and the template's graph of fused ops."""
 
@@ -502,6 +517,12 @@ class FusedGraph:
         variable = tf.Variable(value, trainable=weights[0].trainable)
         self.stacked.append(Stacked(variable, list(weights), weights[0].trainable))
         return len(self.stacked) - 1
+
+    def split_groups(self, split: bool) -> None:
+        """Conv2D layers as per-member convolutions (``Conv2D.split``) from the next trace."""
+        for op in self.ops:
+            if isinstance(op, Conv2D):
+                op.split = split
 
     @property
     def trainable(self) -> list[int]:

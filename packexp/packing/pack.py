@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.packing.data import DeviceData, batch_indices
+from packexp.packing.fused import GROUPED_CONV, SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused import MODES as FUSION_MODES
-from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused_graph import has_convolutions, plan
 from packexp.packing.member import Member
 
@@ -35,6 +35,7 @@ class PackStats:
     members: int
     fused: bool = False
     xla: bool = False
+    grouped_conv: str | None = None  # fused packs with grouped convolutions: native or split
     steps: int = 0
     train_s: float = 0.0
     build_s: float = 0.0
@@ -88,6 +89,7 @@ class Pack:
         misaligned: str = "mask",
         data_sharing: str = "gather",
         fusion: str = "off",
+        grouped_conv: str = "auto",
         jit_compile: bool | str = False,
         chunk_steps: int = 500,
         eval_batch_size: int = 1024,
@@ -105,6 +107,9 @@ class Pack:
         self.misaligned = misaligned
         self.data_sharing = data_sharing
         self.fusion = fusion
+        if grouped_conv not in GROUPED_CONV:
+            raise ValueError(f"grouped_conv={grouped_conv!r}: must be one of {list(GROUPED_CONV)}")
+        self.grouped_conv = grouped_conv
         self._stream_step = 0
         if jit_compile not in (False, True, "auto"):
             raise ValueError(f"jit_compile={jit_compile!r}: must be true, false or 'auto'")
@@ -182,13 +187,14 @@ class Pack:
             xla = self._fused_xla(max(remaining.values()))
             t0 = time.perf_counter()
             self._fused = FusedPack(self.members, self.data, jit_compile=xla,
-                                    width=self.chunk_steps if xla else 1)
+                                    width=self.chunk_steps if xla else 1,
+                                    grouped_conv=self.grouped_conv)
             build_s = time.perf_counter() - t0
         else:
             build_s = 0.0
         fused = self._fused
         stats = PackStats(members=len(self.members), fused=True, xla=fused.jit_compile,
-                          build_s=build_s)
+                          grouped_conv=fused.grouped_conv, build_s=build_s)
         while True:
             ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
                   for m in self.members]

@@ -534,11 +534,14 @@ def run_profile(cfg: DictConfig, run_dir: Path) -> float:
     from rich.table import Table
 
     from packexp.run import flatten, instantiate
+    from packexp.telemetry import device_facts
 
     profile: Profile = instantiate(cfg.profile, "profile")
     ctx = ProfileContext.from_config(cfg, run_dir)
     tracker = instantiate(cfg.tracking, "tracking")
-    names = {**ctx.names, "task": "profile", "profile": profile.name}
+    facts = device_facts()
+    log.info("device: %s", facts)
+    names = {**ctx.names, "task": "profile", "profile": profile.name, **facts.tags()}
     tracker.start(run_name=f"profile-{profile.name}-{ctx.names['model']}-{ctx.names['dataset']}",
                   params=flatten(OmegaConf.to_container(cfg, resolve=True)), tags=names)
     status = "FAILED"
