@@ -33,6 +33,7 @@ from packexp.models import mlp3
 from packexp.packing import DeviceData
 from packexp.packing.fused import FusedPack
 from packexp.packing.fused_graph import Context
+from packexp.telemetry import device_facts
 
 
 def phase_fns(fused: FusedPack, xla: bool) -> dict:
@@ -121,6 +122,7 @@ def main() -> None:
             runs.setdefault(key, []).append(timed(fn, fargs, args.steps))
     peak = statistics.median(peaks)
     console = Console(width=160)
+    console.print(f"device: {device_facts()}")
     console.print(f"float32 matmul peak (1024x1024, median): {peak / 1e9:.1f} GFLOP/s; "
                   f"one training step of {args.n} mlp3 members at batch {args.batch}: "
                   f"{flops / 1e6:.2f} MFLOP")

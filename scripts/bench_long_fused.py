@@ -27,6 +27,7 @@ from bench_pack import make_members
 from packexp.data import digits
 from packexp.models import mlp3
 from packexp.packing import DeviceData, Pack
+from packexp.telemetry import device_facts
 
 SETTINGS = {"fused, XLA off": ("auto", False), "fused, jit_compile=auto": ("auto", "auto"),
             "plain, XLA off": ("off", False)}
@@ -49,6 +50,7 @@ def main() -> None:
                 {m.trial_id: args.steps for m in members})
             walls[name].append(time.perf_counter() - t0)
             xla[name] = stats.xla
+    print(f"device: {device_facts()}")
     table = Table(title=f"{args.n} mlp3 members, {args.steps} steps in one call, "
                         f"median of {args.repeats}")
     for col in ("setting", "XLA used", "wall time s", "all runs s"):

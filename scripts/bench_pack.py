@@ -1,7 +1,7 @@
 """Micro-benchmark: N members trained one at a time, then packed (Ts(Seq), Ts(Pack), IMPV).
 
 Usage: python scripts/bench_pack.py [--model mlp3] [--n 1 2 4 8] [--batch 32] [--xla off on]
-                                    [--fusion auto|on]
+                                    [--fusion auto|on] [--grouped-conv auto|native|split]
 
 Ts(Seq) trains each member alone in the same engine; every figure is the faster of XLA off
 and on, so the baseline is never handicapped.
@@ -28,6 +28,7 @@ from packexp.data import digits, synthetic
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import why_not_fused
 from packexp.search_space import Trial, derive_seed
+from packexp.telemetry import device_facts
 
 OPTIMIZERS = ("adam", "sgd", "adagrad", "momentum")
 
@@ -76,16 +77,18 @@ def make_members(data, build, n, batch, seed=0):
 
 
 def timed_steps(members, data, steps: int, repeats: int, xla: bool,
-                fusion: str = "off") -> list[float]:
+                fusion: str = "off", grouped_conv: str = "auto") -> list[float]:
     """Step times of one pack over ``repeats`` chunks after a warm-up chunk (ms)."""
-    pack = Pack(members, data, jit_compile=xla, chunk_steps=steps, fusion=fusion)
+    pack = Pack(members, data, jit_compile=xla, chunk_steps=steps, fusion=fusion,
+                grouped_conv=grouped_conv)
     pack.train({m.trial_id: steps for m in members})
     return [pack.train({m.trial_id: steps for m in members}).step_time_ms
             for _ in range(repeats)]
 
 
 def measure(members, data, steps: int, repeats: int, xla: bool,
-            fusion: str | None) -> tuple[float, float, float | None]:
+            fusion: str | None, grouped_conv: str = "auto"
+            ) -> tuple[float, float, float | None]:
     """Median Ts(Seq) (each member alone, summed), Ts(Pack) and Ts(Fused), interleaved.
 
     Each repeat times every member alone, then the plain pack, then the fused pack, so all
@@ -97,7 +100,8 @@ def measure(members, data, steps: int, repeats: int, xla: bool,
         seq.append(sum(timed_steps(s, data, steps, 1, xla)[0] for s in singles))
         packed.append(timed_steps(members, data, steps, 1, xla)[0])
         if fusion:
-            fusedt.append(timed_steps(members, data, steps, 1, xla, fusion=fusion)[0])
+            fusedt.append(timed_steps(members, data, steps, 1, xla, fusion=fusion,
+                                      grouped_conv=grouped_conv)[0])
     return (statistics.median(seq), statistics.median(packed),
             statistics.median(fusedt) if fusedt else None)
 
@@ -115,6 +119,8 @@ def main() -> None:
                    help="XLA settings to try; each figure takes the faster")
     p.add_argument("--fusion", default="auto", choices=["auto", "on"],
                    help="fusion mode of the fused column; 'on' fuses CNNs on a CPU too")
+    p.add_argument("--grouped-conv", default="auto", choices=["auto", "native", "split"],
+                   help="how the fused column's Conv2D layers run (pack.grouped_conv)")
     args = p.parse_args()
     args.xla = [x == "on" for x in args.xla]
 
@@ -129,6 +135,7 @@ def main() -> None:
         data = DeviceData(synthetic.load(shape=[s, s, 3], train_size=max(1024, 4 * args.batch)))
     peak = matmul_peak_flops()
     console = Console(width=200)
+    console.print(f"device: {device_facts()}")
     console.print(f"float32 matmul peak (1024x1024, median): {peak / 1e9:.1f} GFLOP/s")
     table = Table(title=f"{args.model}, batch {args.batch}, {args.steps} steps per chunk, "
                         f"median of {args.repeats}")
@@ -145,7 +152,7 @@ def main() -> None:
     for n in args.n:
         members = make_members(data, build, n, args.batch)
         runs = {xla: measure(members, data, args.steps, args.repeats, xla,
-                             args.fusion if fusable else None)
+                             args.fusion if fusable else None, args.grouped_conv)
                 for xla in args.xla}
         seq_xla = min(runs, key=lambda x: runs[x][0])
         pack_xla = min(runs, key=lambda x: runs[x][1])
