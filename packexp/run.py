@@ -90,26 +90,27 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     status = "FAILED"
     try:
         from packexp.packing import DeviceData, Member
+        from packexp.packing.cache import PackCache
         from packexp.progress import SearchProgress
         from packexp.tuner import PackedSearch
 
         data = DeviceData(dataset)
 
-        def make_member(trial: Trial, checkpoint: str | None = None) -> Member:
-            member = Member.create(trial, build_model, dataset.input_shape,
-                                   dataset.num_classes, data.train_size,
-                                   preprocessing_for(cfg.preprocess, trial))
-            return member.restore(checkpoint) if checkpoint else member
+        def make_member(trial: Trial) -> Member:
+            return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
+                                 data.train_size, preprocessing_for(cfg.preprocess, trial))
 
-        capacity, capacity_source = device_capacity(cfg.device, max_members, make_member, data,
-                                                    pack_options)
+        capacity, capacity_source, probe_seconds = device_capacity(
+            cfg.device, max_members, make_member, data, pack_options)
+        cache = PackCache(make_member, data, pack_options, keep=reuse_setting(cfg.pack))
         with SearchProgress(scheduler) as progress:
             search = PackedSearch(
-                space=space, strategy=strategy, capacity=capacity, make_member=make_member,
-                data=data, pack_options=pack_options, tracker=tracker, journal=journal,
+                space=space, strategy=strategy, capacity=capacity, cache=cache,
+                tracker=tracker, journal=journal,
                 checkpoints=run_dir / "checkpoints", seed=cfg.seed, tags=names,
                 continue_on_promotion=scheduler.continue_on_promotion,
                 capacity_source=capacity_source, progress=progress,
+                probe_seconds=probe_seconds,
             )
             if records:
                 log.info("resuming: %d member results from %s", search.replay(records),
@@ -118,7 +119,13 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             scheduler.run(search.sample, search.train_rung)
             search.finish()
         wall = time.perf_counter() - started + earlier_sessions_s(records)
+        phases = {k: round(sum(p.get(k, 0.0) for p in search.packs), 4) for k in PHASES}
+        startup = (None if search.first_pack_at is None
+                   else round(search.first_pack_at - process_started(), 3))
         results = {**names, "seed": cfg.seed, "wall_time_s": round(wall, 3),
+                   "startup_s": startup, "phases": phases,
+                   "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
+                   "reused_packs": sum(bool(p.get("reused")) for p in search.packs),
                    "R": scheduler.R, "eta": scheduler.eta,
                    "continue_on_promotion": scheduler.continue_on_promotion,
                    "resumed": bool(records),
@@ -127,6 +134,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                    "best": search.best()}
         best = results["best"]["val_accuracy"] if results["best"] else math.nan
         tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best,
+                             "startup_s": startup, "train_share": results["train_share"],
+                             **{f"total_{k}": v for k, v in phases.items()},
                              **speedup_metrics(results)})
         write_json(run_dir / "results.json", results)
         journal.append("finished", wall_time_s=wall)
@@ -241,6 +250,25 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
                               f"{list(dataset.input_shape)}: {e}") from None
 
 
+# A pack's time by phase, in its record and summed over the search (see README).
+PHASES = ("build_s", "trace_s", "train_s", "eval_s", "checkpoint_s", "probe_s")
+
+
+def process_started() -> float:
+    """When this process started (time.time() seconds): the start of the command."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def reuse_setting(pack: DictConfig) -> int:
+    reuse = pack.get("reuse", 32)
+    if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
+        raise ConfigError(f"pack.reuse={reuse!r}: must be an integer >= 0 (packs kept for "
+                          "reuse; 0 builds every pack afresh)")
+    return reuse
+
+
 def member_cap(max_members: Any) -> int:
     if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
         raise ConfigError(f"pack.max_members={max_members!r}: must be an integer >= 1")
@@ -306,20 +334,30 @@ PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny mo
 
 
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
-                    data: Any, pack_options: Mapping[str, Any]) -> tuple[Capacity, str]:
-    """Memory capacity of one pack, with member costs from the estimate and its probes."""
+                    data: Any, pack_options: Mapping[str, Any]
+                    ) -> tuple[Capacity, str, Callable[[], float]]:
+    """Memory capacity of one pack, with member costs from the estimate and its probes.
+
+    Returns:
+        The capacity, the setting it comes from, and a clock of the probes' time so far.
+    """
     from packexp.packing.memory import MemoryModel
     from packexp.packing.trainer import probe_member
 
     limit, source = device_limit(device)
 
     warmed: list[bool] = []
+    spent = [0.0]
 
     def probe(trial: Trial) -> int:
-        if not warmed:  # the first pack in a process pays TensorFlow's one-off set-up costs
-            probe_member(trial, make_member, data, pack_options)
-            warmed.append(True)
-        return probe_member(trial, make_member, data, pack_options)
+        t0 = time.perf_counter()
+        try:
+            if not warmed:  # the first pack in a process pays TensorFlow's one-off set-up
+                probe_member(trial, make_member, data, pack_options)
+                warmed.append(True)
+            return probe_member(trial, make_member, data, pack_options)
+        finally:
+            spent[0] += time.perf_counter() - t0
 
     if device.probe not in (True, False, "auto"):
         raise ConfigError(f"device.probe={device.probe!r}: must be true, false or auto")
@@ -331,7 +369,8 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
 
     memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
                          worth_probing)
-    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
+    return (Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source,
+            lambda: spent[0])
 
 
 def component_name(cfg: DictConfig, group: str) -> str:
@@ -483,7 +522,14 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
         console.width = 160
     console.print(table)
     console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "
-                  f"{len(results['packs'])} packs")
+                  f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
+                  f"models and steps)")
+    phases = results.get("phases")
+    if phases:
+        console.print(f"training {results['train_share']:.0%} of the search; "
+                      + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
+                      + (f"; {results['startup_s']:.1f} s from the command to the first pack"
+                         if results.get("startup_s") is not None else ""))
     console.print(f"run directory: {run_dir.resolve()}")
     if store:
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")

@@ -35,9 +35,7 @@ class PackedSearch:
     space: SearchSpace
     strategy: Strategy
     capacity: Capacity
-    make_member: Callable[..., Any]
-    data: Any
-    pack_options: Mapping[str, Any]
+    cache: Any  # packing.cache.PackCache
     tracker: Any
     journal: Journal
     checkpoints: Path
@@ -46,13 +44,16 @@ class PackedSearch:
     continue_on_promotion: bool = True
     capacity_source: str = "capacity"
     progress: Any = None
+    probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
     started: float = field(default_factory=time.perf_counter)
+    first_pack_at: float | None = None  # time.time() when the first pack began
     trials: dict[str, dict] = field(default_factory=dict)
     packs: list[dict] = field(default_factory=list)
     _last: dict[int, list[str]] = field(default_factory=dict)
     _done: dict[tuple[int, int], dict[str, dict]] = field(default_factory=dict)
     _plans: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
-    _pack_clock: float = 0.0
+    _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
+    _probed: float = 0.0
 
     def replay(self, records: list[dict]) -> int:
         """Loads a killed run's finished work from its journal; returns the members found."""
@@ -108,9 +109,10 @@ class PackedSearch:
             for j, group in enumerate(groups):
                 if self.progress:
                     self.progress.pack(j, len(group))
-                self._pack_clock = time.perf_counter()
-                runs = train_group(group, self._member_for, self.data, epochs,
-                                   self.pack_options)
+                if self.first_pack_at is None:
+                    self.first_pack_at = time.time()
+                runs = train_group(group, self.cache, epochs,
+                                   {t.trial_id: self._state_for(t) for t in group})
                 for k, pack_run in enumerate(runs):
                     pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (
                         f"-{k}" if len(runs) > 1 else "")
@@ -153,38 +155,59 @@ class PackedSearch:
         return {"trial_id": trial["trial_id"], "hparams": trial["hparams"],
                 "val_accuracy": acc, "epochs": epochs}
 
-    def _member_for(self, trial: Trial) -> Any:
-        """The trial's member in its starting state for this rung."""
+    def _state_for(self, trial: Trial) -> Any:
+        """The trial's starting state for this rung: None to start afresh, else the state it
+        ended its last rung in (kept in memory; read from its checkpoint after a resume)."""
+        from packexp.packing.member import read_state
+
         rungs = self.trials[trial.trial_id]["rungs"]
-        checkpoint = rungs[-1].get("checkpoint") if rungs and self.continue_on_promotion else None
-        return self.make_member(trial, checkpoint)
+        if not (rungs and self.continue_on_promotion):
+            return None
+        if trial.trial_id not in self._states:
+            self._states[trial.trial_id] = read_state(rungs[-1]["checkpoint"])
+        return self._states[trial.trial_id]
 
     def _finish_pack(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
                      pack_run: Any) -> dict[str, float | None]:
+        from packexp.packing.member import write_state
+
         stats, members = pack_run.stats, pack_run.members
+        t0 = time.perf_counter()
+        checkpoints: dict[str, str | None] = {}
+        for m in members:
+            self._states.pop(m.trial_id, None)
+            checkpoints[m.trial_id] = None
+            if self.continue_on_promotion and not m.failed and rung + 1 < len(bracket.rungs):
+                # Durable before the journal names it; the next rung reads the memory copy.
+                checkpoints[m.trial_id] = write_state(
+                    m.state, self.checkpoints / m.trial_id / f"r{rung}")
+                self._states[m.trial_id] = m.state
         now = time.perf_counter()
+        probed = self.probe_seconds()
         pack = {
             "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
             "members": [m.trial_id for m in members], "fused": stats.fused,
-            "xla": stats.xla, "grouped_conv": stats.grouped_conv,
+            "xla": stats.xla, "grouped_conv": stats.grouped_conv, "reused": pack_run.reused,
             "steps": stats.steps,
-            "build_s": round(stats.build_s, 4), "switches": stats.switches,
+            "build_s": round(pack_run.build_s, 4), "trace_s": round(stats.trace_s, 4),
+            "train_s": round(stats.train_s, 4), "eval_s": round(pack_run.eval_s, 4),
+            "checkpoint_s": round(now - t0, 4), "probe_s": round(probed - self._probed, 4),
+            "duration_s": round(now - pack_run.started, 4),
+            "switches": stats.switches,
             "switch_overhead_s": round(stats.switch_overhead_s, 4),
-            "train_s": round(stats.train_s, 4), "step_time_ms": stats.step_time_ms,
+            "step_time_ms": stats.step_time_ms,
             "peak_memory_mb": round(pack_run.peak_memory_bytes / 2**20, 2),
             "planned_cost_mb": round(
                 sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
             "splits": pack_run.splits,
-            "started_s": round(self._pack_clock - self.started, 4),
+            "started_s": round(pack_run.started - self.started, 4),
             "elapsed_s": round(now - self.started, 4),
         }
-        self._pack_clock = now  # the next part of a split pack starts here
+        self._probed = probed
         scores: dict[str, float | None] = {}
         for m in members:
             ev = pack_run.evaluation[m.trial_id]
-            checkpoint = None
-            if self.continue_on_promotion and not m.failed and rung + 1 < len(bracket.rungs):
-                checkpoint = m.save(self.checkpoints / m.trial_id / f"r{rung}")
+            checkpoint = checkpoints[m.trial_id]
             result = {
                 "trial_id": m.trial_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
                 "steps": m.step, "val_accuracy": ev.val_accuracy, "val_loss": ev.val_loss,
@@ -193,7 +216,8 @@ class PackedSearch:
                 "pack_id": pack_id, "checkpoint": checkpoint, "failed": m.failed,
             }
             self.journal.append("result", **result)
-            shutil.rmtree(self.checkpoints / m.trial_id / f"r{rung - 1}", ignore_errors=True)
+            for old in (self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"):
+                old.unlink(missing_ok=True)
             self._add_result(result)
             scores[m.trial_id] = ev.val_accuracy
             rungs = self.trials[m.trial_id]["rungs"]
@@ -233,6 +257,7 @@ class PackedSearch:
         self.tracker.end_trial(trial_id, STATUS[status])
         # Checkpoints exist only to continue from; a retired trial never continues.
         shutil.rmtree(self.checkpoints / trial_id, ignore_errors=True)
+        self._states.pop(trial_id, None)
 
 
 def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:

@@ -19,6 +19,7 @@ from packexp.data import synthetic
 from packexp.errors import ConfigError
 from packexp.models import mlp3, mobilenet
 from packexp.packing import DeviceData, Member, Pack
+from packexp.packing.cache import PackCache
 from packexp.packing.memory import (
     MemoryModel,
     activation_elements,
@@ -270,22 +271,23 @@ def test_device_capacity_uses_nvml_free_memory():
 # The out-of-memory split.
 
 
-def run_group(data: DeviceData, trials: list[Trial]):
+def run_group(data: DeviceData, trials: list[Trial], keep: int = 0):
     make_member = functools.partial(Member.create, build_model=functools.partial(
         mlp3.build, width=16), input_shape=(12,), num_classes=4, train_size=TRAIN_SIZE)
-    return train_group(trials, make_member, data, epochs=1.5,
-                       pack_options={"chunk_steps": 7})
+    cache = PackCache(make_member, data, {"chunk_steps": 7}, keep=keep)
+    return train_group(trials, cache, epochs=1.5, states={})
 
 
+@pytest.mark.parametrize("keep", [0, 32])
 def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
-                                                                          oom_above_two):
+                                                                          oom_above_two, keep):
     trials = [trial(i, *c) for i, c in enumerate(SPLIT_CONFIGS)]
-    [whole] = run_group(data, trials)
+    [whole] = run_group(data, trials, keep)
     assert whole.splits == 0
     reference = {m.trial_id: m for m in whole.members}
 
     sizes = oom_above_two()
-    runs = run_group(data, trials)
+    runs = run_group(data, trials, keep)
     assert sizes == [5, 2, 3, 1, 2]  # halves, then the over-full half again
     assert [len(r.members) for r in runs] == [2, 1, 2]
     assert [r.splits for r in runs] == [1, 2, 2]
@@ -294,11 +296,11 @@ def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
         assert set(r.evaluation) == {m.trial_id for m in r.members}
         for m in r.members:
             ref = reference[m.trial_id]
-            assert m.step == ref.step == ref.steps_for(1.5)
-            for a, b in zip(m.model.get_weights(), ref.model.get_weights(), strict=True):
+            batch = m.trial.hparams["batch_size"]
+            assert m.step == ref.step == round(1.5 * (TRAIN_SIZE // batch))
+            for a, b in zip(m.state.weights + m.state.slots, ref.state.weights + ref.state.slots,
+                            strict=True):
                 np.testing.assert_array_equal(a, b)
-            for a, b in zip(m.optimizer.variables, ref.optimizer.variables, strict=True):
-                np.testing.assert_array_equal(a.numpy(), b.numpy())
             assert r.evaluation[m.trial_id] == whole.evaluation[m.trial_id]
 
 

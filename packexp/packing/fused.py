@@ -124,7 +124,8 @@ class FusedPack:
         self.members = members
         self.data = data
         self.jit_compile = jit_compile
-        self.batch = max(m.batch_size for m in members)
+        # Whether batch sizes differ is traced (padded rows need masks); the sizes are not.
+        self.padded = len({m.batch_size for m in members}) > 1
         self.graph = FusedGraph([m.model for m in members])
         #: "native" or "split" when the pack has grouped convolutions, else None
         self.grouped_conv = None
@@ -133,38 +134,54 @@ class FusedPack:
             self.graph.split_groups(self.grouped_conv == "split")
             log.info("fused pack of %d: %s grouped convolutions", len(members),
                      "native" if self.grouped_conv == "native" else "per-member (split)")
-        trainable = [self.graph.stacked[i] for i in self.graph.trainable]
-        first, second = zip(*(_slots(m.optimizer) for m in members), strict=True)
-
         kinds = [optimizer_kind(m.optimizer) for m in members]
-
-        def stacked_slots(slots: Sequence[Any], used_by: tuple[str, ...]) -> list[tf.Variable]:
-            """Each weight's slot for every member; a scalar where no member keeps one."""
-            if not any(k in used_by for k in kinds):
-                return [tf.Variable(0.0) for _ in trainable]
-            return [tf.Variable(np.stack([
-                _slot_value(m.optimizer, slot, weight, s.variable)
-                for m, slot, weight in zip(members, slots, s.weights, strict=True)]))
-                for s in trainable]
-
-        self.slot_m = stacked_slots(first, ("momentum", "adam"))
-        self.slot_v = stacked_slots(second, ("adam", "adagrad"))
+        self._keeps_m = any(k in ("momentum", "adam") for k in kinds)
+        self._keeps_v = any(k in ("adam", "adagrad") for k in kinds)
         self.spans = [(k, kinds.index(k), len(kinds) - kinds[::-1].index(k))
                       for k in KINDS if k in kinds]  # (type, first, end) on the member axis
-        opts = [m.optimizer for m in members]
-
-        def vector(values: list[float]) -> tf.Tensor:
-            return tf.constant(values, tf.float32)
-
-        self.lr = vector([float(o.learning_rate.numpy()) for o in opts])
-        self.momentum = vector([float(getattr(o, "momentum", 0.0) or 0.0) for o in opts])
-        self.beta_1 = vector([float(getattr(o, "beta_1", 0.9)) for o in opts])
-        self.beta_2 = vector([float(getattr(o, "beta_2", 0.999)) for o in opts])
-        self.epsilon = vector([float(getattr(o, "epsilon", 1e-7) or 0.0) for o in opts])
-        self.iterations = tf.Variable([int(o.iterations.numpy()) for o in opts], dtype=tf.int64)
         self.members_n = len(members)
+        # Hyper-parameters are variables, so a reused pack takes new ones with no retrace.
+        self.sizes = tf.Variable(tf.zeros([self.members_n], tf.int32))
+        self.lr, self.momentum, self.beta_1, self.beta_2, self.epsilon = (
+            tf.Variable(tf.zeros([self.members_n])) for _ in range(5))
+        self.iterations = tf.Variable(tf.zeros([self.members_n], tf.int64))
+        self.slot_m = self._stacked_slots(self._keeps_m)
+        self.slot_v = self._stacked_slots(self._keeps_v)
+        self.reload(stack=False)
         self._train = self._compile_train(width)
         self._eval = self._compile_eval()
+        self._eval_traced = False
+
+    def _stacked_slots(self, kept: bool) -> list[tf.Variable]:
+        """Each weight's slot for every member; a scalar where no member keeps one."""
+        trainable = [self.graph.stacked[i] for i in self.graph.trainable]
+        return [tf.Variable(tf.zeros_like(s.variable) if kept else 0.0) for s in trainable]
+
+    def reload(self, stack: bool = True) -> None:
+        """Reads the members' Keras weights, optimizer state and hyper-parameters in.
+
+        Called when the pack is built and when it is reused for new trials loaded into the
+        same members (``Pack.reloaded``); the traced step reads only these variables.
+        """
+        members, opts = self.members, [m.optimizer for m in self.members]
+        if stack:
+            self.graph.restack()
+        first, second = zip(*(_slots(o) for o in opts), strict=True)
+        trainable = [self.graph.stacked[i] for i in self.graph.trainable]
+        for stacked, slots, kept in ((self.slot_m, first, self._keeps_m),
+                                     (self.slot_v, second, self._keeps_v)):
+            if kept:
+                for var, s in zip(stacked, trainable, strict=True):
+                    var.assign(np.stack([
+                        _slot_value(m.optimizer, slot, weight, s.variable)
+                        for m, slot, weight in zip(members, slots, s.weights, strict=True)]))
+        self.sizes.assign([m.batch_size for m in members])
+        self.lr.assign([float(o.learning_rate.numpy()) for o in opts])
+        self.momentum.assign([float(getattr(o, "momentum", 0.0) or 0.0) for o in opts])
+        self.beta_1.assign([float(getattr(o, "beta_1", 0.9)) for o in opts])
+        self.beta_2.assign([float(getattr(o, "beta_2", 0.999)) for o in opts])
+        self.epsilon.assign([float(getattr(o, "epsilon", 1e-7) or 0.0) for o in opts])
+        self.iterations.assign([int(o.iterations.numpy()) for o in opts])
 
     def write_back(self) -> None:
         """Copies the stacked state back into each member's Keras model and optimizer."""
@@ -190,6 +207,14 @@ class FusedPack:
         losses = self._train(tf.constant(idxs[self._order]), tf.constant(ks)).numpy()
         return losses[self._inverse]
 
+    def trace_eval(self) -> bool:
+        """Traces the evaluation function if it is not yet; returns whether it traced."""
+        if self._eval_traced:
+            return False
+        self._eval.get_concrete_function()
+        self._eval_traced = True
+        return True
+
     def evaluate(self, x: tf.Tensor, y: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
         correct, loss = self._eval(x, y)
         return correct.numpy()[self._inverse], loss.numpy()[self._inverse]
@@ -197,11 +222,7 @@ class FusedPack:
     def _compile_train(self, width: int):
         x_all, y_all = self.data.x_train, self.data.y_train
         preprocess = self.members[0].preprocessing.evaluation  # fused packs never augment
-        sizes = [m.batch_size for m in self.members]
-        rows = tf.cast(tf.range(self.batch)[None, :] < tf.constant(sizes)[:, None],
-                       tf.float32)  # [members, batch]
-        padded = len(set(sizes)) > 1
-        sizes = tf.constant(sizes, tf.float32)
+        padded = self.padded
         trainable = self.graph.trainable
         n = self.members_n
 
@@ -209,6 +230,9 @@ class FusedPack:
             """One step as a function of the state: returns the losses and the new state."""
             x = self.graph.inputs(preprocess(tf.gather(x_all, idx)), shared=False)
             y = tf.gather(y_all, idx)
+            rows = tf.cast(tf.range(tf.shape(idx)[1])[None, :] < self.sizes[:, None],
+                           tf.float32)  # [members, batch]: each member's real rows
+            sizes = tf.cast(self.sizes, tf.float32)
             ctx = Context(n, params, training=True, rows=rows if padded else None,
                           active=active)
             weights = [params[i] for i in trainable]
@@ -245,9 +269,10 @@ class FusedPack:
             return sums / tf.cast(tf.maximum(ks, 1), tf.float32)
 
         fn = tf.function(train_chunk, autograph=False, jit_compile=self.jit_compile,
-                         input_signature=(tf.TensorSpec([n, None, self.batch], tf.int32),
+                         input_signature=(tf.TensorSpec([n, None, None], tf.int32),
                                           tf.TensorSpec([n], tf.int32)))
-        fn(tf.zeros([n, width, self.batch], tf.int32), tf.zeros([n], tf.int32))
+        batch = max(m.batch_size for m in self.members)
+        fn(tf.zeros([n, width, batch], tf.int32), tf.zeros([n], tf.int32))
         return fn
 
     def _apply(self, weights: list[tf.Tensor], grads: list[tf.Tensor],

@@ -532,6 +532,12 @@ class FusedGraph:
     def variables(self) -> list[tf.Variable]:
         return [s.variable for s in self.stacked]
 
+    def restack(self) -> None:
+        """Reads the members' own Keras weights into the stacked variables again."""
+        for s in self.stacked:
+            s.variable.assign(tf.stack([tf.reshape(w.value, s.variable.shape[1:])
+                                        for w in s.weights]))
+
     def write_back(self) -> None:
         """Copies each member's slice into its own Keras weights."""
         for s in self.stacked:

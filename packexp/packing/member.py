@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,13 +10,25 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.optimizers import make_optimizer
 from packexp.search_space import Trial
 
 ModelBuilder = Callable[[Sequence[int], int, Mapping[str, Any]], keras.Model]
+
+
+@dataclass(frozen=True)
+class MemberState:
+    """A member's training state in host memory: what a checkpoint holds.
+
+    ``slots`` are the optimizer's variables (its step counter and learning rate included),
+    in ``optimizer.variables`` order.
+    """
+
+    weights: tuple[np.ndarray, ...]
+    slots: tuple[np.ndarray, ...]
+    step: int
 
 
 @dataclass(eq=False)
@@ -67,30 +80,75 @@ class Member:
         """Total steps that ``epochs`` epochs amount to (at least one)."""
         return max(1, round(epochs * self.steps_per_epoch))
 
+    def state(self) -> MemberState:
+        """A copy of the member's weights, optimizer state and step counter."""
+        return MemberState(tuple(v.numpy() for v in self.model.weights),
+                           tuple(v.numpy() for v in self.optimizer.variables), self.step)
+
+    def load(self, trial: Trial, state: MemberState, preprocessing: Preprocessing) -> Member:
+        """Makes this member ``trial``, in ``state``: its model and optimizer are reused.
+
+        The model and optimizer must be of the structure ``state`` came from (the same
+        architecture and optimizer type); the learning rate is one of the optimizer's
+        variables, so it comes with the state.
+        """
+        for variables, values in ((self.model.weights, state.weights),
+                                  (self.optimizer.variables, state.slots)):
+            if len(variables) != len(values):
+                raise ValueError(f"state of {trial.trial_id} does not fit member "
+                                 f"{self.trial_id}'s model and optimizer")
+            for v, value in zip(variables, values, strict=True):
+                v.assign(value)
+        self.trial = trial
+        self.batch_size = int(trial.hparams["batch_size"])
+        self.step = state.step
+        self.failed = False
+        self.train_loss = None
+        self.preprocessing = preprocessing
+        return self
+
     def save(self, directory: str | Path) -> str:
-        """Writes a checkpoint of weights, optimizer slots and step counter.
+        """Writes a checkpoint of weights, optimizer slots and step counter (``write_state``).
 
         Returns:
             The checkpoint path, for ``restore``.
         """
-        step = tf.Variable(self.step, dtype=tf.int64)
-        return self._checkpoint(step).write(str(Path(directory) / self.trial_id))
+        return write_state(self.state(), Path(directory) / self.trial_id)
 
     def restore(self, path: str) -> Member:
         """Loads a checkpoint written by ``save`` of the same trial into this member."""
-        step = tf.Variable(0, dtype=tf.int64)
-        self._checkpoint(step).read(path).assert_consumed()
-        self.step = int(step.numpy())
-        return self
-
-    def _checkpoint(self, step: tf.Variable) -> tf.train.Checkpoint:
-        # Plain lists of the underlying variables: the structure is fixed by the trial's
-        # model and optimizer, so any pack can restore it into a freshly built member.
-        return tf.train.Checkpoint(
-            weights=[v.value for v in self.model.weights],
-            slots=[v.value for v in self.optimizer.variables],
-            step=step,
-        )
+        return self.load(self.trial, read_state(path), self.preprocessing)
 
     def next_batches(self, steps: int) -> np.ndarray:
         return batch_indices(self.trial.seed, self.train_size, self.batch_size, self.step, steps)
+
+
+CHECKPOINT_SUFFIX = ".npz"
+
+
+def write_state(state: MemberState, path: str | Path) -> str:
+    """Writes ``state`` durably: a reader finds the whole file or none (fsync, then rename).
+
+    Returns:
+        The file written, ``path`` with ``.npz``.
+    """
+    final = Path(path).with_suffix(CHECKPOINT_SUFFIX)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp")
+    arrays = {f"w{i}": w for i, w in enumerate(state.weights)}
+    arrays.update({f"s{i}": v for i, v in enumerate(state.slots)})
+    with open(tmp, "wb") as f:
+        np.savez(f, step=np.int64(state.step), **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    return str(final)
+
+
+def read_state(path: str | Path) -> MemberState:
+    """The state ``write_state`` wrote to ``path``."""
+    with np.load(path) as f:
+        count = {k: sum(1 for name in f.files if name[0] == k and name[1:].isdigit())
+                 for k in "ws"}
+        return MemberState(tuple(f[f"w{i}"] for i in range(count["w"])),
+                           tuple(f[f"s{i}"] for i in range(count["s"])), int(f["step"]))

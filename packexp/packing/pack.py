@@ -38,10 +38,11 @@ class PackStats:
     grouped_conv: str | None = None  # fused packs with grouped convolutions: native or split
     steps: int = 0
     train_s: float = 0.0
-    build_s: float = 0.0
+    trace_s: float = 0.0  # step functions traced or compiled (and warmed up) for this call
     switches: int = 0
     switch_overhead_s: float = 0.0
     chunk_step_ms: list[float] = field(default_factory=list)
+    group: tuple | None = field(default=None, repr=False)  # the step function last run
 
     @property
     def step_time_ms(self) -> float | None:
@@ -121,8 +122,21 @@ class Pack:
         self.eval_batch_size = eval_batch_size
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._compiled: dict[tuple, Any] = {}
+        self._eval_fns: dict[tuple[int, ...], Any] = {}
         self._fused: FusedPack | None = None
         self._unfused_reason: str | None = None
+        self.eval_trace_s = 0.0  # the last ``evaluate``'s tracing, when it traced
+
+    def reloaded(self) -> None:
+        """Takes in new member states loaded into the same models and optimizers.
+
+        The traced step and evaluation functions read the members' variables (learning
+        rates included) and take batch sizes and seeds as inputs, so they stay valid; a
+        fused pack re-stacks its members' weights and optimizer state.
+        """
+        self._stream_step = 0
+        if self._fused is not None:
+            self._fused.reload()
 
     def train(self, steps: Mapping[str, int]) -> PackStats:
         """Trains each member for its own number of further steps.
@@ -183,18 +197,19 @@ class Pack:
         return not has_convolutions(plan([m.model for m in self.members]))
 
     def _train_fused(self, remaining: dict[str, int]) -> PackStats:
-        if self._fused is None:
-            xla = self._fused_xla(max(remaining.values()))
+        xla = self._fused_xla(max(remaining.values()))
+        if self._fused is None or self._fused.jit_compile != xla:
             t0 = time.perf_counter()
             self._fused = FusedPack(self.members, self.data, jit_compile=xla,
                                     width=self.chunk_steps if xla else 1,
                                     grouped_conv=self.grouped_conv)
-            build_s = time.perf_counter() - t0
+            trace_s = time.perf_counter() - t0
         else:
-            build_s = 0.0
+            trace_s = 0.0
         fused = self._fused
         stats = PackStats(members=len(self.members), fused=True, xla=fused.jit_compile,
-                          grouped_conv=fused.grouped_conv, build_s=build_s)
+                          grouped_conv=fused.grouped_conv, trace_s=trace_s)
+        batch = max(m.batch_size for m in self.members)
         while True:
             ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
                   for m in self.members]
@@ -202,7 +217,7 @@ class Pack:
             if n == 0:
                 break
             width = self.chunk_steps if fused.jit_compile else n  # one shape: one XLA compile
-            idxs = np.zeros((len(self.members), width, fused.batch), np.int32)
+            idxs = np.zeros((len(self.members), width, batch), np.int32)
             for i, (m, k) in enumerate(zip(self.members, ks, strict=True)):
                 if k:
                     idxs[i, :k, : m.batch_size] = m.next_batches(k)
@@ -232,17 +247,25 @@ class Pack:
     def evaluate(self) -> dict[str, Evaluation]:
         """Each member's validation accuracy and loss; None for failed members."""
         out = {m.trial_id: Evaluation(None, None) for m in self.members if m.failed}
+        t0 = time.perf_counter()
         if self._fused is not None:  # fused state is current: it was written back last
             scored = self.members
             fn = self._fused.evaluate
+            traced = self._fused.trace_eval()
         else:
             scored = [m for m in self.members if not m.failed]
             if not scored:
                 return out
-            plain = self._eval_fn(scored)
+            positions = tuple(self.members.index(m) for m in scored)
+            traced = positions not in self._eval_fns
+            if traced:
+                self._eval_fns[positions] = self._eval_fn(scored)
+            plain = self._eval_fns[positions]
 
             def fn(x, y):
                 return tuple(t.numpy() for t in plain(x, y))
+
+        self.eval_trace_s = time.perf_counter() - t0 if traced else 0.0
 
         n = self.data.val_size
         correct, loss_sum = np.zeros(len(scored)), np.zeros(len(scored))
@@ -284,19 +307,22 @@ class Pack:
     def _reset(self) -> None:
         """Drops compiled steps and fused state after the membership changed."""
         self._compiled.clear()
+        self._eval_fns.clear()
         self._fused = None
         self._unfused_reason = None
 
     def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):
-        key = (tuple(m.trial_id for m in group), masked)
+        # By position: a reused pack's members are new trials in the same models.
+        key = (tuple(self.members.index(m) for m in group), masked)
+        switch = stats.group is not None and key != stats.group  # a member left
+        stats.group = key
+        stats.switches += switch
         if key not in self._compiled:
             t0 = time.perf_counter()
             self._compiled[key] = self._compile_train(group, masked)
             built = time.perf_counter() - t0
-            if stats.build_s == 0.0:
-                stats.build_s = built
-            else:
-                stats.switches += 1
+            stats.trace_s += built
+            if switch:
                 stats.switch_overhead_s += built
         return self._compiled[key]
 
@@ -319,8 +345,11 @@ class Pack:
                 idxs.append(tf.constant(batches))
             idxs = tuple(idxs)
             starts = [m.step for m in group]
+        seeds = [m.trial.seed for m in ([self._leader(group)] if self.data_sharing == "slice"
+                                        else group)]
         t0 = time.perf_counter()
-        mean_losses = fn(idxs, tf.constant(ks, tf.int32), tf.constant(starts, tf.int64)).numpy()
+        mean_losses = fn(idxs, tf.constant(ks, tf.int32), tf.constant(starts, tf.int64),
+                         tf.constant(seeds, tf.int64)).numpy()
         elapsed = time.perf_counter() - t0
         stats.steps += n
         stats.train_s += elapsed
@@ -336,17 +365,18 @@ class Pack:
         """Traces and warms up the step function of ``members`` (zero steps, no update).
 
         The returned function takes the batch indices ``[steps, batch]`` (one per member, or
-        one shared stream when slicing), the steps each member takes ``[members]`` and the
-        global step each index stream starts at, and returns each member's mean loss.
+        one shared stream when slicing), the steps each member takes ``[members]``, the
+        global step each index stream starts at and each stream's seed (for augmentation),
+        and returns each member's mean loss. Batch sizes, seeds and learning rates are
+        inputs or variables, never traced constants, so a reused pack runs new trials on
+        the same function.
         """
         x, y, loss_fn = self.data.x_train, self.data.y_train, self._loss
         variables = [m.model.trainable_variables for m in members]
         flat = [v for vs in variables for v in vs]
         sliced = self.data_sharing == "slice"
-        seeds = [tf.constant(m.trial.seed, tf.int64) for m in members]
-        stream_seed = tf.constant(self._leader(members).trial.seed, tf.int64)
 
-        def member_batches(idxs, starts, t):
+        def member_batches(idxs, starts, seeds, t):
             """One thunk per member giving its (inputs, labels) at step ``t``."""
             if not sliced:
                 def gather(i):
@@ -357,7 +387,7 @@ class Pack:
                 return [lambda i=i: gather(i) for i in range(len(members))]
             batch = idxs[0][t]
             raw, labels = tf.gather(x, batch), tf.gather(y, batch)
-            seed = tf.stack([stream_seed, starts[0] + tf.cast(t, tf.int64)])
+            seed = tf.stack([seeds[0], starts[0] + tf.cast(t, tf.int64)])
             shared = {p: p(raw, seed) for p in dict.fromkeys(m.preprocessing for m in members)}
             return [lambda m=m: (shared[m.preprocessing][: m.batch_size], labels[: m.batch_size])
                     for m in members]
@@ -392,9 +422,9 @@ class Pack:
                     v.assign(tf.where(active[i], v.read_value(), old))
             return tf.where(active, losses, tf.zeros_like(losses))
 
-        def train_chunk(idxs, ks, starts):
+        def train_chunk(idxs, ks, starts, seeds):
             def body(t, sums):
-                batches = member_batches(idxs, starts, t)
+                batches = member_batches(idxs, starts, seeds, t)
                 losses = joint_step(batches, t < ks) if masked else joint_step(batches)
                 return t + 1, sums + losses
 
@@ -406,15 +436,19 @@ class Pack:
 
         streams = [self._leader(members)] if sliced else members
         signature = (
-            tuple(tf.TensorSpec([None, m.batch_size], tf.int32) for m in streams),
+            # Slices are cut at traced sizes; gathered batches take any size.
+            tuple(tf.TensorSpec([None, m.batch_size if sliced else None], tf.int32)
+                  for m in streams),
             tf.TensorSpec([len(members)], tf.int32),
+            tf.TensorSpec([len(streams)], tf.int64),
             tf.TensorSpec([len(streams)], tf.int64),
         )
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile,
                          autograph=False)
         width = self.chunk_steps if self.jit_compile else 1
         fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in streams),
-           tf.zeros([len(members)], tf.int32), tf.zeros([len(streams)], tf.int64))
+           tf.zeros([len(members)], tf.int32), tf.zeros([len(streams)], tf.int64),
+           tf.zeros([len(streams)], tf.int64))
         return fn
 
     def _eval_fn(self, members: list[Member]):
@@ -430,5 +464,6 @@ class Pack:
             return tf.stack(correct), tf.stack(losses)
 
         x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
-        return tf.function(evaluate, input_signature=(x_spec, tf.TensorSpec([None], tf.int32)),
-                           autograph=False)
+        fn = tf.function(evaluate, input_signature=(x_spec, tf.TensorSpec([None], tf.int32)),
+                         autograph=False)
+        return fn.get_concrete_function()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
+from packexp.packing.cache import PackCache
 from packexp.packing.data import DeviceData
-from packexp.packing.member import Member
+from packexp.packing.member import Member, MemberState
 from packexp.packing.pack import Evaluation, Pack, PackStats
 from packexp.search_space import Trial
 from packexp.telemetry import PeakMemory
@@ -19,63 +21,90 @@ from packexp.telemetry import PeakMemory
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class MemberResult:
+    """A member as its pack left it: the pack's models may serve other trials next."""
+
+    trial: Trial
+    state: MemberState
+    failed: bool
+    train_loss: float | None
+
+    @property
+    def trial_id(self) -> str:
+        return self.trial.trial_id
+
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+
 @dataclass
 class PackRun:
-    """One pack as it actually ran."""
+    """One pack as it actually ran, with its time by phase (seconds)."""
 
-    members: list[Member]
+    members: list[MemberResult]
     stats: PackStats
     evaluation: dict[str, Evaluation]
     peak_memory_bytes: int
     splits: int = 0
+    reused: bool = False
+    build_s: float = 0.0  # members built or their states loaded
+    eval_s: float = 0.0  # evaluation, its tracing left out (counted in stats.trace_s)
+    started: float = 0.0  # time.perf_counter() when the pack began
 
 
 def train_group(
     group: Sequence[Trial],
-    make_member: Callable[[Trial], Member],
-    data: DeviceData,
+    cache: PackCache,
     epochs: float,
-    pack_options: Mapping[str, Any],
+    states: Mapping[str, MemberState | None],
     splits: int = 0,
 ) -> list[PackRun]:
     """Trains ``group`` as one pack until each member has ``epochs`` epochs in all.
 
-    A pack that runs out of device memory is split in two halves, each rebuilt from the
-    members' starting state (``make_member`` is deterministic) and retried, so no member is
-    lost and none trains differently.
+    The pack comes from ``cache``: a kept pack of the same structure with the members'
+    states loaded, or a new one. A pack that runs out of device memory is dropped and split
+    in two halves, each started again from the members' ``states`` (untouched by the
+    failed attempt), so no member is lost and none trains differently.
 
     Args:
         group: The planned pack.
-        make_member: Builds a trial's member in its starting state.
-        data: The shared device data.
+        cache: Builds packs or hands out kept ones.
         epochs: Epochs each member has trained when the rung ends.
-        pack_options: Keyword arguments of ``Pack``.
+        states: Each trial's starting state; None (or absent) for a fresh trial.
         splits: How many times this group's ancestors were split (for the record).
 
     Returns:
         The packs that ran: one, or more after splits.
     """
-    members: list[Member] = []
     pack = None
+    started = time.perf_counter()
     try:
         with PeakMemory() as peak:
-            members = [make_member(t) for t in group]
-            pack = Pack(members, data, **pack_options)
-            stats = pack.train({m.trial_id: m.steps_for(epochs) - m.step for m in members})
+            pack, reused = cache.checkout(group, states)
+            built = time.perf_counter()
+            stats = pack.train({m.trial_id: m.steps_for(epochs) - m.step for m in pack.members})
+            t0 = time.perf_counter()
             evaluation = pack.evaluate()
-        return [PackRun(members, stats, evaluation, peak.growth_bytes, splits)]
+            stats.trace_s += pack.eval_trace_s
+            eval_s = time.perf_counter() - t0 - pack.eval_trace_s
+            results = [MemberResult(m.trial, m.state(), m.failed, m.train_loss)
+                       for m in pack.members]
+        cache.checkin(pack)
+        return [PackRun(results, stats, evaluation, peak.growth_bytes, splits, reused,
+                        build_s=built - started, eval_s=eval_s, started=started)]
     except tf.errors.ResourceExhaustedError:
         if len(group) == 1:
             raise
         log.warning("pack of %d ran out of memory; splitting it in two and retrying",
                     len(group))
-    members.clear()
     pack = None
     gc.collect()
     half = len(group) // 2
     return [run
             for part in (group[:half], group[half:])
-            for run in train_group(part, make_member, data, epochs, pack_options, splits + 1)]
+            for run in train_group(part, cache, epochs, states, splits + 1)]
 
 
 def probe_member(trial: Trial, make_member: Callable[[Trial], Member], data: DeviceData,

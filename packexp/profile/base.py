@@ -117,7 +117,7 @@ class ProfileContext:
         if self._capacity is None:
             from packexp.run import device_capacity
 
-            self._capacity, _ = device_capacity(self.cfg.device, largest or len(trials),
+            self._capacity, _, _ = device_capacity(self.cfg.device, largest or len(trials),
                                                 self.member, self.data, self.pack_options)
         return float(sum(self._capacity.cost(t) for t in trials))
 

@@ -84,7 +84,7 @@ class SwitchOverheadProfile(Profile):
             singles.append(trained)
             wall, stats = self._packed(ctx, trials, steps, options, tmp)
             packed.append(wall)
-            build.append(stats.build_s)
+            build.append(stats.trace_s)
             train.append(stats.train_s)
         te_seq = statistics.median(seq)
         per_member = np.median(np.array(singles), axis=0)

@@ -1,0 +1,105 @@
+"""Packs kept by structure: a later pack of the same structure reuses built models and traces.
+
+A pack's set-up (building Keras models, tracing its step and evaluation functions) costs
+far more than training it for one rung on a small model. The traced functions read the
+members' variables (weights, optimizer slots, learning rates) and take batch sizes, data
+orders and seeds as inputs, so a pack of new trials with the same structure can run on an
+earlier pack's models and functions once their states are assigned to its variables.
+
+The structure key of a trial is every hyper-parameter except ``RUNTIME_HPARAMS``: whatever
+else may shape the model or its optimizer (activation, optimizer type, a width) makes a new
+structure. A pack's key is its members' keys in a canonical order, and whether their batch
+sizes differ (a fused pack masks padded rows only then). Members are assigned to the kept
+models in that order, so each model always holds trials of one structure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from packexp.packing.data import DeviceData
+from packexp.packing.member import Member, MemberState
+from packexp.packing.pack import Pack
+from packexp.search_space import Trial
+
+log = logging.getLogger(__name__)
+
+# Hyper-parameters that are values of a member's variables or of the step's inputs: they
+# never change what is built or traced. (Sliced batches are cut at traced sizes, so under
+# data_sharing=slice the batch size is structure too.)
+RUNTIME_HPARAMS = ("batch_size", "learning_rate")
+
+
+def member_key(trial: Trial, sliced: bool = False) -> tuple:
+    runtime = RUNTIME_HPARAMS[1:] if sliced else RUNTIME_HPARAMS
+    return tuple(sorted((k, repr(v)) for k, v in trial.hparams.items() if k not in runtime))
+
+
+class PackCache:
+    """Builds packs, or hands out a kept pack of the same structure with new members loaded.
+
+    Args:
+        make_member: Builds a trial's member in its starting state (seeded by the trial).
+        data: The shared device data.
+        pack_options: Keyword arguments of ``Pack``.
+        keep: Most packs kept for reuse (least recently used dropped first); 0 builds
+            every pack afresh.
+    """
+
+    def __init__(self, make_member: Callable[[Trial], Member], data: DeviceData,
+                 pack_options: Mapping[str, Any], keep: int = 32) -> None:
+        self.make_member = make_member
+        self.data = data
+        self.pack_options = dict(pack_options)
+        self.keep = keep
+        self._idle: OrderedDict[tuple, Pack] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, trials: Sequence[Trial]) -> tuple:
+        sliced = self.pack_options.get("data_sharing") == "slice"
+        keys = sorted(member_key(t, sliced) for t in trials)
+        mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
+        return (*keys, mixed)
+
+    def checkout(self, trials: Sequence[Trial],
+                 states: Mapping[str, MemberState | None]) -> tuple[Pack, bool]:
+        """A pack of ``trials``, each in its state (None: fresh from its seed).
+
+        Returns:
+            The pack, and whether it is a kept one reused.
+        """
+        sliced = self.pack_options.get("data_sharing") == "slice"
+        order = sorted(trials, key=lambda t: (member_key(t, sliced), t.trial_id))
+        pack = self._idle.pop(self.key(trials), None)
+        if pack is not None:
+            self.hits += 1
+            for seat, trial in zip(pack.members, order, strict=True):
+                state = states.get(trial.trial_id) or self.make_member(trial).state()
+                seat.load(trial, state, seat.preprocessing)
+            pack.reloaded()
+            return pack, True
+        self.misses += 1
+        members = []
+        for trial in order:
+            member = self.make_member(trial)
+            state = states.get(trial.trial_id)
+            members.append(member.load(trial, state, member.preprocessing) if state else member)
+        return Pack(members, self.data, **self.pack_options), False
+
+    def checkin(self, pack: Pack) -> None:
+        """Keeps a pack that trained to the end for a later pack of its structure."""
+        if self.keep <= 0:
+            return
+        key = self.key([m.trial for m in pack.members])
+        self._idle[key] = pack
+        self._idle.move_to_end(key)
+        while len(self._idle) > self.keep:
+            self._idle.popitem(last=False)
+
+    def clear(self) -> None:
+        self._idle.clear()
+

@@ -1,0 +1,133 @@
+"""Reused packs: new trials on kept models and traced steps end where fresh packs do."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from packexp.data import synthetic
+from packexp.models import mlp3
+from packexp.packing import DeviceData, Member
+from packexp.packing.cache import PackCache, member_key
+from packexp.packing.data import Preprocessing
+from packexp.packing.trainer import train_group
+from tests.test_fused_cnn import every_layer_cnn
+from tests.test_packing import trial
+
+# Two packs of one structure: the same optimizers and activations, in another order, with
+# other batch sizes and learning rates.
+FIRST = [(20, "adam", 1e-3, "relu"), (45, "momentum", 1e-2, "tanh"),
+         (70, "adagrad", 1e-2, "sigmoid")]
+SECOND = [(64, "momentum", 1e-1, "tanh"), (25, "adagrad", 1e-1, "sigmoid"),
+          (32, "adam", 1e-2, "relu")]
+
+
+@pytest.fixture(scope="module")
+def data() -> DeviceData:
+    return DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=300, val_size=64))
+
+
+@pytest.fixture(scope="module")
+def images() -> DeviceData:
+    return DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=3, train_size=120,
+                                     val_size=30))
+
+
+def make_cache(data: DeviceData, keep: int, build=None, preprocessing=None, **options):
+    build = build or functools.partial(mlp3.build, width=16)
+    ds = data.dataset
+
+    def make_member(t):
+        return Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size,
+                             preprocessing)
+
+    return PackCache(make_member, data, {"chunk_steps": 7, **options}, keep=keep)
+
+
+def search(cache: PackCache, epochs=(1.0, 2.5)) -> dict:
+    """Two rungs of two packs each: the second rung continues every trial from its state."""
+    first = [trial(i, *c) for i, c in enumerate(FIRST)]
+    second = [trial(10 + i, *c) for i, c in enumerate(SECOND)]
+    states: dict = {}
+    out = {}
+    for rung, e in enumerate(epochs):
+        for group in (first, second):
+            [run] = train_group(group, cache, e, {t.trial_id: states.get(t.trial_id)
+                                                  for t in group})
+            for m in run.members:
+                states[m.trial_id] = m.state
+                out[m.trial_id, rung] = (m.state, run.evaluation[m.trial_id], run.reused,
+                                         run.stats.fused)
+    return out
+
+
+def assert_same(a: dict, b: dict, exact: bool) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        (sa, ea, _, _), (sb, eb, _, _) = a[key], b[key]
+        assert sa.step == sb.step
+        for x, y in zip(sa.weights + sa.slots, sb.weights + sb.slots, strict=True):
+            if exact:
+                np.testing.assert_array_equal(x, y, err_msg=str(key))
+            else:
+                np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5, err_msg=str(key))
+        if exact:
+            assert ea == eb
+        else:
+            assert ea.val_loss == pytest.approx(eb.val_loss, rel=1e-4)
+
+
+@pytest.mark.parametrize("misaligned", ["mask", "switch"])
+def test_a_reused_plain_pack_ends_bit_for_bit_where_a_fresh_one_does(data, misaligned):
+    reused = make_cache(data, keep=8, fusion="off", misaligned=misaligned)
+    fresh = make_cache(data, keep=0, fusion="off", misaligned=misaligned)
+    a, b = search(reused), search(fresh)
+    assert [r for _, _, r, _ in a.values()] == [False] * 3 + [True] * 9
+    assert not any(r for _, _, r, _ in b.values())
+    assert reused.hits == 3 and reused.misses == 1
+    assert_same(a, b, exact=True)
+
+
+def test_reused_plain_packs_keep_seeded_augmentation(images):
+    flip = Preprocessing(flip=True, crop_padding=1)
+    a = search(make_cache(images, keep=8, build=every_layer_cnn, preprocessing=flip,
+                          fusion="off"), epochs=(0.5,))
+    b = search(make_cache(images, keep=0, build=every_layer_cnn, preprocessing=flip,
+                          fusion="off"), epochs=(0.5,))
+    assert a[("t10", 0)][2]  # the second pack ran on the first one's models
+    assert_same(a, b, exact=True)
+
+
+def test_a_reused_fused_pack_ends_where_a_fresh_one_does(data):
+    a = search(make_cache(data, keep=8, fusion="on"))
+    b = search(make_cache(data, keep=0, fusion="on"))
+    assert all(fused for _, _, _, fused in a.values())
+    assert a[("t10", 0)][2] and a[("t0", 1)][2]
+    assert_same(a, b, exact=False)
+
+
+def test_a_reused_fused_cnn_pack_ends_where_a_fresh_one_does(images):
+    a = search(make_cache(images, keep=8, build=every_layer_cnn, fusion="on",
+                          grouped_conv="split"), epochs=(0.5, 1.0))
+    b = search(make_cache(images, keep=0, build=every_layer_cnn, fusion="on",
+                          grouped_conv="split"), epochs=(0.5, 1.0))
+    assert a[("t10", 0)][2]
+    assert_same(a, b, exact=False)
+
+
+def test_the_structure_key_leaves_out_batch_size_and_learning_rate():
+    a, b = trial(0, 20, "adam", 1e-3, "relu"), trial(1, 70, "adam", 1e-1, "relu")
+    assert member_key(a) == member_key(b)
+    assert member_key(a) != member_key(trial(2, 20, "adam", 1e-3, "tanh"))
+    assert member_key(a) != member_key(trial(3, 20, "sgd", 1e-3, "relu"))
+    assert member_key(a, sliced=True) != member_key(b, sliced=True)  # slices cut at traced sizes
+
+
+def test_keep_bounds_the_packs_kept(data):
+    cache = make_cache(data, keep=1, fusion="off")
+    for configs in ([FIRST[0]], [FIRST[1]], [FIRST[0]]):
+        group = [trial(0, *c) for c in configs]
+        train_group(group, cache, 0.5, {})
+    assert (cache.hits, cache.misses) == (0, 3)  # the adam pack was dropped for the momentum one
