@@ -273,10 +273,12 @@ class MlflowTracker(NullTracker):
         from mlflow.entities import Metric
 
         now = _now_ms()
-        values = {k: pack.get(k) for k in ("step_time_ms", "peak_memory_mb",
-                                          "switch_overhead_s", "build_s", "train_s")}
+        values = {k: pack.get(k) for k in (
+            "step_time_ms", "peak_memory_mb", "switch_overhead_s", "build_s", "trace_s",
+            "train_s", "eval_s", "checkpoint_s", "probe_s", "duration_s")}
         values["members"] = len(pack.get("members", ()))
         values["fused"] = float(bool(pack.get("fused")))
+        values["reused"] = float(bool(pack.get("reused")))
         values["best_so_far_val_accuracy"] = best_val_accuracy
         metrics = [Metric(k, float(v), now, index) for k, v in values.items() if v is not None]
         self._safely("log a pack", self._client.log_batch, self._parent, metrics=metrics)
