@@ -12,6 +12,19 @@ log = logging.getLogger(__name__)
 TIMELINE = "timeline.png"
 BEST_SO_FAR = "best_so_far.png"
 
+# A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
+# blindness); the keys are packexp.run.PHASES, and a test keeps the two in step.
+PHASE_COLORS = {"build_s": "#56B4E9", "trace_s": "#E69F00", "train_s": "#009E73",
+                "eval_s": "#0072B2", "checkpoint_s": "#CC79A7", "probe_s": "#D55E00"}
+OTHER = "other"  # time in a pack's span that no phase timer covers
+OTHER_COLOR = "0.72"
+IDLE_COLOR = "0.93"
+PHASE_LABELS = {
+    "build_s": "build (models, member states)", "trace_s": "trace (step, evaluation functions)",
+    "train_s": "train (steps)", "eval_s": "evaluation", "checkpoint_s": "checkpoints",
+    "probe_s": "memory probes (before the pack)", OTHER: "rest of the pack's span",
+}
+
 
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """Draws ``timeline.png`` and ``best_so_far.png`` into ``out_dir``.
@@ -56,9 +69,69 @@ def pack_spans(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
     return spans
 
 
+def phase_totals(results: Mapping[str, Any]) -> dict[str, float]:
+    """Each phase's seconds summed over the packs: ``results["phases"]``, or summed here
+    for results written before it existed (a missing phase counts 0)."""
+    if results.get("phases"):
+        return {phase: float(results["phases"].get(phase) or 0.0) for phase in PHASE_COLORS}
+    return {phase: round(sum(float(p.get(phase) or 0.0) for p in results["packs"]), 4)
+            for phase in PHASE_COLORS}
+
+
+def train_share(results: Mapping[str, Any]) -> float | None:
+    """Training steps' share of the search's wall time; None without a wall time."""
+    if results.get("train_share") is not None:
+        return float(results["train_share"])
+    wall = float(results.get("wall_time_s") or 0.0)
+    return phase_totals(results)["train_s"] / wall if wall > 0 else None
+
+
+def phase_segments(pack: Mapping[str, Any], start: float, end: float,
+                   free_from: float = 0.0) -> list[tuple[str, float, float]]:
+    """A pack's phases as ``(phase, left, width)`` bars for its span ``start..end``.
+
+    Build, trace, train, evaluation and checkpoint follow each other from ``start`` (tracing
+    really happens between training chunks: the bars show amounts, not order), and the rest
+    of the span is ``other``. Memory probes run while the rung is planned, before the pack
+    starts, so the probe bar ends at ``start``, no earlier than ``free_from``. Records
+    older than the phase timings (no ``trace_s``) have no segments.
+    """
+    if "trace_s" not in pack:
+        return []
+    segments = []
+    left = start
+    for phase in PHASE_COLORS:
+        width = min(float(pack.get(phase) or 0.0), end - left)
+        if phase == "probe_s" or width <= 1e-9:
+            continue
+        segments.append((phase, left, width))
+        left += width
+    if end - left > 1e-9:
+        segments.append((OTHER, left, end - left))
+    probe = min(float(pack.get("probe_s") or 0.0), start - free_from)
+    if probe > 1e-9:
+        segments.append(("probe_s", start - probe, probe))
+    return segments
+
+
 def timeline(results: Mapping[str, Any], path: Path) -> Path:
-    """A Gantt chart: one row per trial, one bar per pack it trained in, coloured by pack."""
+    """Saves ``timeline_figure(results)`` to ``path``."""
     plt = _pyplot()
+    fig = timeline_figure(results)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def timeline_figure(results: Mapping[str, Any]) -> Any:
+    """A Gantt chart: one row per trial, one bar per pack it trained in, split by phase.
+
+    Each bar's segments (their patches' ``gid`` is the phase) come from ``phase_segments``;
+    packs recorded before the phase timings draw their span and training steps only.
+    """
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
     trials = {t["trial_id"]: t for t in results["trials"]}
     packs = results["packs"]
     spans = pack_spans(packs)
@@ -67,23 +140,36 @@ def timeline(results: Mapping[str, Any], path: Path) -> Path:
         order += [m for m in pack["members"] if m not in order]
     order += [t for t in trials if t not in order]
     row = {trial_id: i for i, trial_id in enumerate(order)}
-    height = min(60.0, 1.6 + 0.24 * len(order))
+    height = min(60.0, 1.9 + 0.24 * len(order))
     fig, ax = plt.subplots(figsize=(12, height))
     palette = plt.get_cmap("tab10")
     idle_from = 0.0
     for start, end in spans:
         if start - idle_from > 0.01:
-            ax.axvspan(idle_from, start, color="0.92", zorder=0)
+            ax.axvspan(idle_from, start, color=IDLE_COLOR, zorder=0, gid="idle")
         idle_from = max(idle_from, end)
+    drawn: dict[str, float] = {}
+    old_records = False
+    free_from = 0.0
     for k, (pack, (start, end)) in enumerate(zip(packs, spans, strict=True)):
-        color = palette(k % 10)
-        build = min(float(pack.get("build_s", 0.0)), end - start)
-        train = min(float(pack.get("train_s", 0.0)), end - start - build)
         rows = [row[m] for m in pack["members"]]
-        for r in rows:
-            ax.barh(r, end - start, left=start, height=0.8, color=color, alpha=0.35,
+        segments = phase_segments(pack, start, end, free_from)
+        free_from = end
+        for phase, left, width in segments:
+            ax.barh(rows, width, left=left, height=0.8, color=_phase_color(phase),
+                    linewidth=0, gid=phase)
+            drawn[phase] = drawn.get(phase, 0.0) + width
+        if segments:
+            ax.barh(rows, end - start, left=start, height=0.8, fill=False, edgecolor="0.3",
+                    linewidth=0.4, gid="pack")
+        else:
+            old_records = True
+            color = palette(k % 10)
+            build = min(float(pack.get("build_s", 0.0)), end - start)
+            train = min(float(pack.get("train_s", 0.0)), end - start - build)
+            ax.barh(rows, end - start, left=start, height=0.8, color=color, alpha=0.35,
                     edgecolor=color, linewidth=0.6)
-            ax.barh(r, train, left=start + build, height=0.8, color=color, linewidth=0)
+            ax.barh(rows, train, left=start + build, height=0.8, color=color, linewidth=0)
         for m in pack["members"]:
             acc = next((r["val_accuracy"] for r in trials[m]["rungs"]
                         if r["pack_id"] == pack["pack_id"]), None)
@@ -91,7 +177,8 @@ def timeline(results: Mapping[str, Any], path: Path) -> Path:
                     fontsize=6, color="firebrick" if acc is None else "dimgray")
         if len(rows) > 1:  # a singleton's row already names it
             ax.text((start + end) / 2, min(rows) - 0.5,
-                    f"{pack['pack_id']} ({len(rows)}, {pack['epochs']:g} ep)", ha="center",
+                    f"{pack['pack_id']} ({len(rows)}, {pack['epochs']:g} ep"
+                    f"{', reused' if pack.get('reused') else ''})", ha="center",
                     va="bottom", fontsize=6.5, fontweight="bold")
     brackets = [trials[t]["bracket"] for t in order]
     for i in range(1, len(order)):
@@ -107,20 +194,42 @@ def timeline(results: Mapping[str, Any], path: Path) -> Path:
     ax.grid(axis="x", linewidth=0.3)
     ax.set_title(f"{results.get('strategy', '?')} packing of {results.get('model', '?')} on "
                  f"{results.get('dataset', '?')}: {len(packs)} packs, {len(order)} trials; "
-                 "a row per trial, a bar per pack it trained in (labelled: packs of 2+)",
-                 fontsize=10)
-    from matplotlib.patches import Patch
+                 "a row per trial, a bar per pack it trained in (labelled: packs of 2+)"
+                 + (f"\n{_phase_caption(results)}" if drawn else ""), fontsize=9.5)
+    totals = {**phase_totals(results), OTHER: drawn.get(OTHER, 0.0)}
+    handles = [Patch(color=_phase_color(phase),
+                     label=f"{PHASE_LABELS[phase]}: {totals[phase]:.1f} s")
+               for phase in (*PHASE_COLORS, OTHER) if phase in drawn]
+    if old_records:
+        handles += [
+            Patch(color=palette(0), alpha=0.35, label="pack's span: members built, step "
+                                                      "function built, evaluation"),
+            Patch(color=palette(0), label="training steps (train_s), after the build"),
+        ]
+    # Before the phase timings, checkpoints and probes fell between packs.
+    handles.append(Patch(color=IDLE_COLOR, label="between packs: planning, logging" if drawn
+                         else "between packs: planning, memory probes, checkpoints"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7.5,
+               frameon=False)
+    legend_rows = -(-len(handles) // 4)
+    fig.tight_layout(rect=(0, (0.15 + 0.2 * legend_rows) / height, 1, 1))
+    return fig
 
-    fig.legend(handles=[
-        Patch(color=palette(0), alpha=0.35, label="pack's span: members built, step function "
-                                                  "built, evaluation"),
-        Patch(color=palette(0), label="training steps (train_s), after the build"),
-        Patch(color="0.92", label="between packs: planning, memory probes, checkpoints"),
-    ], loc="lower center", ncol=3, fontsize=7.5, frameon=False)
-    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+
+def _phase_color(phase: str) -> str:
+    return PHASE_COLORS.get(phase, OTHER_COLOR)
+
+
+def _phase_caption(results: Mapping[str, Any]) -> str:
+    share, wall = train_share(results), results.get("wall_time_s")
+    totals = ", ".join(f"{phase.removesuffix('_s')} {seconds:.1f}"
+                       for phase, seconds in phase_totals(results).items())
+    parts = [f"{totals} s"]
+    if share is not None and wall:
+        parts.insert(0, f"training {share:.0%} of the {wall:.1f} s search")
+    if results.get("startup_s") is not None:
+        parts.append(f"first pack {results['startup_s']:.1f} s after the command")
+    return "; ".join(parts)
 
 
 def best_so_far(results: Mapping[str, Any], path: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import http.server
 import inspect
 import json
@@ -332,6 +333,89 @@ def test_pack_spans_put_a_resumed_session_after_the_first():
              {"started_s": 0.5, "elapsed_s": 1.5},  # the resumed session's clock restarts
              {"elapsed_s": 3.0, "build_s": 0.5, "train_s": 1.0}]
     assert plots.pack_spans(packs) == [(1.0, 2.0), (2.5, 4.0), (4.5, 5.5), (5.5, 7.0)]
+
+
+PHASED = {"build_s": 0.1, "trace_s": 0.2, "train_s": 0.5, "eval_s": 0.05, "checkpoint_s": 0.05,
+          "probe_s": 0.3}
+
+
+def test_phase_segments_by_hand():
+    got = plots.phase_segments(PHASED, 1.0, 2.0, free_from=0.5)
+    want = [("build_s", 1.0, 0.1), ("trace_s", 1.1, 0.2), ("train_s", 1.3, 0.5),
+            ("eval_s", 1.8, 0.05), ("checkpoint_s", 1.85, 0.05), ("other", 1.9, 0.1),
+            ("probe_s", 0.7, 0.3)]
+    assert [s[0] for s in got] == [w[0] for w in want]
+    assert [s[1:] for s in got] == [pytest.approx(w[1:]) for w in want]
+    # Clipped to the span, and the probe to the gap before it; zero phases draw nothing.
+    got = plots.phase_segments({**PHASED, "trace_s": 0.0}, 1.0, 1.4, free_from=0.9)
+    assert [s[0] for s in got] == ["build_s", "train_s", "probe_s"]
+    assert [s[1:] for s in got] == [pytest.approx(w) for w in ((1.0, 0.1), (1.1, 0.3),
+                                                              (0.9, 0.1))]
+    assert plots.phase_segments({"build_s": 0.1, "train_s": 0.5}, 1.0, 2.0) == []  # old record
+
+
+def test_the_plots_colour_every_phase_the_search_records():
+    from packexp.run import PHASES
+
+    assert tuple(plots.PHASE_COLORS) == PHASES
+
+
+def fake_results(old_second_pack: bool = False) -> dict:
+    trial = {"bracket": 0, "hparams": {"batch_size": 32, "optimizer": "sgd"}, "status": "killed"}
+    trials = [{**trial, "trial_id": t, "rungs": [{"pack_id": "p0", "val_accuracy": 0.5}]}
+              for t in ("a", "b")]
+    trials[0]["rungs"].append({"pack_id": "p1", "val_accuracy": 0.7})
+    second = {"build_s": 0.05, "train_s": 0.6} if old_second_pack else {
+        **PHASED, "trace_s": 0.0, "probe_s": 0.0, "reused": True}
+    packs = [{**PHASED, "pack_id": "p0", "members": ["a", "b"], "epochs": 1, "started_s": 0.5,
+              "elapsed_s": 1.5},
+             {**second, "pack_id": "p1", "members": ["a"], "epochs": 3, "started_s": 1.5,
+              "elapsed_s": 2.3}]
+    return {"strategy": "knn", "model": "mlp3", "dataset": "digits", "wall_time_s": 2.5,
+            "trials": trials, "packs": packs}
+
+
+def drawn(fig) -> collections.Counter:
+    return collections.Counter(p.get_gid() for p in fig.axes[0].patches if p.get_gid())
+
+
+def test_the_timeline_splits_each_pack_into_its_phases_on_every_member_row(tmp_path):
+    results = fake_results()
+    fig = plots.timeline_figure(results)
+    # p0 on two rows: five phases, the rest of its span, the probe before it, an outline;
+    # p1 (reused: nothing traced, no probe) on one: four phases, the rest, an outline;
+    # the idle half second before p0.
+    assert drawn(fig) == {"build_s": 3, "trace_s": 2, "train_s": 3, "eval_s": 3,
+                          "checkpoint_s": 3, "other": 3, "probe_s": 2, "pack": 3, "idle": 1}
+    train = [p for p in fig.axes[0].patches if p.get_gid() == "train_s"]
+    assert sorted(p.get_width() for p in train) == pytest.approx([0.5, 0.5, 0.5])
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "train (steps): 1.0 s" in labels
+    assert "memory probes (before the pack): 0.3 s" in labels
+    # No phases or share recorded at the top level: summed from the packs.
+    assert "training 40% of the 2.5 s search; build 0.2, trace 0.2, train 1.0" in (
+        fig.axes[0].get_title())
+    assert plots.timeline(results, tmp_path / "t.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_pack_recorded_before_the_phase_timings_draws_as_it_did():
+    fig = plots.timeline_figure(fake_results(old_second_pack=True))
+    assert drawn(fig)["train_s"] == 2  # p0's two rows only
+    assert len(fig.axes[0].patches) == sum(drawn(fig).values()) + 2  # p1: span, steps
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "training steps (train_s), after the build" in labels
+
+
+def test_phase_totals_and_train_share_come_from_the_results_or_their_packs():
+    results = fake_results(old_second_pack=True)
+    assert plots.phase_totals(results) == {"build_s": 0.15, "trace_s": 0.2, "train_s": 1.1,
+                                           "eval_s": 0.05, "checkpoint_s": 0.05, "probe_s": 0.3}
+    assert plots.train_share(results) == pytest.approx(1.1 / 2.5)
+    results |= {"phases": {"train_s": 2.0}, "train_share": 0.8}
+    assert plots.phase_totals(results)["train_s"] == 2.0
+    assert plots.phase_totals(results)["build_s"] == 0.0
+    assert plots.train_share(results) == 0.8
+    assert plots.train_share({"packs": [], "wall_time_s": 0.0}) is None
 
 
 def test_outside_hydra_there_are_no_sweep_tags():
