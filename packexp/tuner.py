@@ -161,8 +161,8 @@ class PackedSearch:
         from packexp.packing.member import read_state
 
         rungs = self.trials[trial.trial_id]["rungs"]
-        if not (rungs and self.continue_on_promotion):
-            return None
+        if not (rungs and self.continue_on_promotion and rungs[-1]["checkpoint"]):
+            return None  # a failed member keeps no checkpoint: it starts again, as it did
         if trial.trial_id not in self._states:
             self._states[trial.trial_id] = read_state(rungs[-1]["checkpoint"])
         return self._states[trial.trial_id]
