@@ -101,7 +101,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                                  data.train_size, preprocessing_for(cfg.preprocess, trial))
 
         capacity, capacity_source, probe_seconds = device_capacity(
-            cfg.device, max_members, make_member, data, pack_options)
+            cfg.device, max_members, make_member, data, pack_options,
+            run_dir / "memory_probes.json")
         cache = PackCache(make_member, data, pack_options, keep=reuse_setting(cfg.pack))
         with SearchProgress(scheduler) as progress:
             search = PackedSearch(
@@ -334,9 +335,13 @@ PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny mo
 
 
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
-                    data: Any, pack_options: Mapping[str, Any]
+                    data: Any, pack_options: Mapping[str, Any],
+                    probes_file: Path | None = None
                     ) -> tuple[Capacity, str, Callable[[], float]]:
     """Memory capacity of one pack, with member costs from the estimate and its probes.
+
+    With ``probes_file``, the probes are kept there (per batch size) and a resumed run reads
+    them back instead of probing again.
 
     Returns:
         The capacity, the setting it comes from, and a clock of the probes' time so far.
@@ -367,8 +372,17 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
         # PROBE_MARGIN of the capacity; far below it, no probe result changes a plan.
         return device.probe is True or estimate * max_members * PROBE_MARGIN >= limit
 
+    known = None
+    if probes_file is not None and probes_file.exists():
+        known = {int(b): (int(e), int(m))
+                 for b, (e, m) in json.loads(probes_file.read_text()).items()}
+
+    def keep(probes: dict[int, tuple[int, int]]) -> None:
+        if probes_file is not None:
+            write_json(probes_file, {str(b): list(v) for b, v in probes.items()})
+
     memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
-                         worth_probing)
+                         worth_probing, known, keep)
     return (Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source,
             lambda: spent[0])
 

@@ -144,6 +144,20 @@ def test_probe_above_the_estimate_scales_costs_up():
     assert memory.probes == {20: (memory.estimate(adam), 10 * MB)}
 
 
+def test_probes_kept_by_one_run_are_not_run_again_by_its_resume():
+    kept = []
+    first = MemoryModel(tiny_mlp, FakeProbe({20: 10 * MB}), on_probe=lambda p: kept.append(
+        dict(p)))
+    adam = trial(0, 20, "adam")
+    cost = first.cost(adam)
+    assert kept == [{20: (first.estimate(adam), 10 * MB)}]
+
+    probe = FakeProbe({20: 1})  # would lower nothing, and must not even be called
+    resumed = MemoryModel(tiny_mlp, probe, known=kept[-1])
+    assert resumed.cost(adam) == cost
+    assert probe.calls == Counter()
+
+
 def test_probe_below_the_estimate_never_scales_costs_down():
     memory = MemoryModel(tiny_mlp, FakeProbe({45: 1}))
     t = trial(0, 45, "adam")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import keras
 
@@ -66,17 +66,23 @@ class MemoryModel:
         probe: Runs a measured probe; a callable ``(trial) -> peak bytes`` or None.
         worth_probing: Given an estimate in bytes, whether a probe could change a packing
             decision; None probes every batch size.
+        known: Probes measured before (``probes`` of an earlier model of this run, read back
+            on resume): they are not run again.
+        on_probe: Called with ``probes`` after each new probe, to keep them.
     """
 
     def __init__(self, build_model: Callable[[Trial], keras.Model],
                  probe: Callable[[Trial], int] | None = None,
-                 worth_probing: Callable[[int], bool] | None = None) -> None:
+                 worth_probing: Callable[[int], bool] | None = None,
+                 known: Mapping[int, tuple[int, int]] | None = None,
+                 on_probe: Callable[[dict[int, tuple[int, int]]], None] | None = None) -> None:
         self._build = build_model
         self._probe = probe
         self._worth_probing = worth_probing
+        self._on_probe = on_probe
         self._shape: tuple[int, int, int] | None = None  # trainable, frozen, activations
-        self._scale: dict[int, float] = {}
-        self.probes: dict[int, tuple[int, int]] = {}  # batch -> (estimate, measured)
+        self.probes: dict[int, tuple[int, int]] = dict(known or {})  # batch -> (est, measured)
+        self._scale: dict[int, float] = {b: max(1.0, m / e) for b, (e, m) in self.probes.items()}
 
     def estimate(self, trial: Trial) -> int:
         if self._shape is None:
@@ -95,6 +101,8 @@ class MemoryModel:
                 measured = int(self._probe(trial))
                 self.probes[batch] = (estimate, measured)
                 self._scale[batch] = max(1.0, measured / estimate)
+                if self._on_probe is not None:
+                    self._on_probe(self.probes)
                 log.info("memory probe, batch %d: estimate %.1f MB, measured %.1f MB",
                          batch, estimate / 2**20, measured / 2**20)
         return self.estimate(trial) * self._scale[batch]
