@@ -131,3 +131,45 @@ def test_keep_bounds_the_packs_kept(data):
         group = [trial(0, *c) for c in configs]
         train_group(group, cache, 0.5, {})
     assert (cache.hits, cache.misses) == (0, 3)  # the adam pack was dropped for the momentum one
+
+
+@pytest.mark.parametrize("model", ["mlp3", "cnn", "mobilenet"])
+def test_replayed_initial_weights_are_those_of_a_fresh_build(model):
+    from packexp.models import mobilenet
+    from packexp.packing.initial import InitialWeights
+
+    shape, build = {
+        "mlp3": ([12], functools.partial(mlp3.build, width=16)),
+        "cnn": ([12, 12, 3], every_layer_cnn),
+        "mobilenet": ([8, 8, 1], functools.partial(mobilenet.build, alpha=0.35)),
+    }[model]
+
+    def fresh(t):
+        return Member.create(t, build, shape, 4, 100)
+
+    first = trial(0, 20, "adam", 1e-3, "tanh")
+    replay = InitialWeights(fresh(first).model, first.seed)
+    for i in (1, 2):
+        t = trial(i, 20, "adam", 1e-3, "tanh")
+        for got, want in zip(replay.replay(t.seed), fresh(t).state().weights, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_cache_replays_initial_states_only_once_a_build_confirmed_them(data,
+                                                                          monkeypatch):
+    cache = make_cache(data, keep=8, fusion="off")
+    built = []
+    make = cache.make_member
+    monkeypatch.setattr(cache, "make_member", lambda t: built.append(t.trial_id) or make(t))
+    configs = [(20, "adam", 1e-3, "relu"), (45, "adam", 1e-2, "relu"),
+               (70, "adam", 1e-1, "relu")]
+    for i, c in enumerate(configs):
+        t = trial(i, *c)
+        [run] = train_group([t], cache, 0.5, {})
+        [fresh] = train_group([t], make_cache(data, keep=0, fusion="off"), 0.5, {})
+        for a, b in zip(run.members[0].state.weights + run.members[0].state.slots,
+                        fresh.members[0].state.weights + fresh.members[0].state.slots,
+                        strict=True):
+            np.testing.assert_array_equal(a, b)
+    # t0 is built for the pack, t1 to confirm the replay; t2's state is replayed.
+    assert built == ["t0", "t1"]

@@ -62,6 +62,18 @@ def test_default_run_end_to_end(tmp_path):
     assert f"run directory: {tmp_path / 'run'}" in out.stdout
     assert (tmp_path / "mlflow.db").exists()
     assert (tmp_path / "run" / ".hydra" / "config.yaml").exists()
+    # Every phase of every pack is timed, and the summary says how much was training.
+    for pack in results["packs"]:
+        phases = [pack[k] for k in ("build_s", "trace_s", "train_s", "eval_s", "checkpoint_s",
+                                    "probe_s")]
+        assert min(phases) >= 0 and pack["train_s"] > 0
+        assert sum(phases) <= pack["duration_s"] + pack["probe_s"] + 1e-3
+    assert results["phases"]["train_s"] == pytest.approx(
+        sum(p["train_s"] for p in results["packs"]), abs=1e-3)
+    assert 0 < results["train_share"] < 1 and results["startup_s"] > 0
+    assert "training " in out.stdout and "% of the search" in out.stdout
+    log = (tmp_path / "run" / "packexp.log").read_text()
+    assert "Sharding callback duration" not in log + out.stderr  # TF's checkpoint chatter
 
 
 @pytest.mark.slow

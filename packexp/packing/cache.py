@@ -20,7 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from packexp.packing.data import DeviceData
+from packexp.packing.initial import InitialWeights
 from packexp.packing.member import Member, MemberState
 from packexp.packing.pack import Pack
 from packexp.search_space import Trial
@@ -58,6 +61,11 @@ class PackCache:
         self._idle: OrderedDict[tuple, Pack] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        # Per member structure: its initial weights' replayer (None: build them), whether
+        # a fresh build has confirmed it, and a fresh optimizer's state.
+        self._replay: dict[tuple, InitialWeights | None] = {}
+        self._confirmed: set[tuple] = set()
+        self._fresh_slots: dict[tuple, tuple[tuple[np.ndarray, ...], int]] = {}
 
     def key(self, trials: Sequence[Trial]) -> tuple:
         sliced = self.pack_options.get("data_sharing") == "slice"
@@ -78,7 +86,7 @@ class PackCache:
         if pack is not None:
             self.hits += 1
             for seat, trial in zip(pack.members, order, strict=True):
-                state = states.get(trial.trial_id) or self.make_member(trial).state()
+                state = states.get(trial.trial_id) or self.initial_state(trial)
                 seat.load(trial, state, seat.preprocessing)
             pack.reloaded()
             return pack, True
@@ -86,9 +94,56 @@ class PackCache:
         members = []
         for trial in order:
             member = self.make_member(trial)
+            self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
         return Pack(members, self.data, **self.pack_options), False
+
+    def initial_state(self, trial: Trial) -> MemberState:
+        """The state a fresh build of ``trial``'s member has, replayed where that is exact.
+
+        A structure's replayer is used once a fresh build of another trial has confirmed it
+        (``InitialWeights``); until then, and where it failed, the member is built.
+        """
+        key = member_key(trial)
+        replay = self._replay.get(key)
+        if replay is not None and key in self._confirmed:
+            return self._replayed(key, replay, trial)
+        state = self.make_member(trial).state()
+        if replay is not None:
+            again = self._replayed(key, replay, trial)
+            if all(np.array_equal(a, b) for a, b in zip(again.weights + again.slots,
+                                                       state.weights + state.slots,
+                                                       strict=True)):
+                self._confirmed.add(key)
+            else:
+                log.info("initial weights of %s differ when replayed; building them", key)
+                self._replay[key] = None
+        return state
+
+    def _replayed(self, key: tuple, replay: InitialWeights, trial: Trial) -> MemberState:
+        slots, lr_index = self._fresh_slots[key]
+        slots = list(slots)
+        slots[lr_index] = np.asarray(trial.hparams["learning_rate"], slots[lr_index].dtype)
+        return MemberState(replay.replay(trial.seed), tuple(slots), 0)
+
+    def _learn_structure(self, trial: Trial, member: Member) -> None:
+        """Records a freshly built member's structure: its replayer and fresh optimizer."""
+        key = member_key(trial)
+        if key in self._replay:
+            return
+        variables = member.optimizer.variables
+        lr = getattr(member.optimizer, "_learning_rate", None)
+        lr_index = next((i for i, v in enumerate(variables) if v is lr), None)
+        try:
+            if lr_index is None:
+                raise ValueError("the learning rate is not one of the optimizer's variables")
+            self._replay[key] = InitialWeights(member.model, trial.seed)
+        except ValueError as e:
+            log.info("initial weights of %s are built, not replayed: %s", key, e)
+            self._replay[key] = None
+            return
+        self._fresh_slots[key] = (tuple(v.numpy() for v in variables), lr_index)
 
     def checkin(self, pack: Pack) -> None:
         """Keeps a pack that trained to the end for a later pack of its structure."""
