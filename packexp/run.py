@@ -51,8 +51,42 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
         run_dir = HydraConfig.get().runtime.output_dir
     run_dir = Path(run_dir)
+    fit_dataset_to_model(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     return TASKS[task](cfg, run_dir)
+
+
+def fit_dataset_to_model(cfg: DictConfig) -> None:
+    """Resolves ``dataset.images: auto``: images for a model that needs them, else features.
+
+    It changes ``cfg`` itself, before anything reads it, so the journal, the MLflow params
+    and profile workers all see the value the run used.
+    """
+    dataset = cfg.get("dataset")
+    if dataset is None or dataset.get("images") != "auto":
+        return
+    from packexp.models import needs_images
+
+    dataset.images = needs_images(instantiate(cfg.model, "model"))
+
+
+def check_pairing(cfg: DictConfig, build_model: Callable, dataset: Any) -> None:
+    """A model that takes only images, on a dataset of feature vectors, stops with one line."""
+    from packexp.models import needs_images
+
+    shape = list(dataset.input_shape)
+    if len(shape) == 3 or not needs_images(build_model):
+        return
+    # Name the dataset key that made features, where the dataset has one.
+    key = next((k for k in ("images", "shape") if k in cfg.dataset), None)
+    where = (f"dataset.{key}={json.dumps(OmegaConf.to_container(cfg.dataset)[key])}" if key
+             else "dataset")
+    remedy = {"images": "use dataset.images=auto (the default) or true",
+              "shape": "give dataset.shape=[height, width, channels]"}.get(
+        key, "choose a dataset with images")
+    raise ConfigError(f"{where}: model {component_name(cfg, 'model')} needs images [height, "
+                      f"width, channels], and dataset {dataset.name} gives feature vectors "
+                      f"{shape}; {remedy}")
 
 
 def tune(cfg: DictConfig, run_dir: Path) -> float:
@@ -67,6 +101,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     max_members = member_cap(cfg.pack.max_members)
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
+    check_pairing(cfg, build_model, dataset)
     probe_model(build_model, dataset, space)
     pack_options = pack_settings(cfg.pack)
     check_preprocessing(cfg.preprocess, space, dataset.input_shape)
@@ -483,6 +518,7 @@ def planning_capacity(cfg: DictConfig, space: SearchSpace) -> tuple[Capacity, st
     max_members = member_cap(cfg.pack.max_members)
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
+    check_pairing(cfg, build_model, dataset)
     probe_model(build_model, dataset, space)
     limit, source = device_limit(cfg.device)
     memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,

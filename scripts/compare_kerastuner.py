@@ -70,8 +70,10 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
     from hydra.utils import instantiate
 
     from packexp.packing.optimizers import make_optimizer
+    from packexp.run import fit_dataset_to_model
 
     cfg = compose(overrides)
+    fit_dataset_to_model(cfg)  # dataset.images: auto, as packexp resolves it
     dataset = instantiate(cfg.dataset)
     build_model = instantiate(cfg.model)
     space = instantiate(cfg.search_space)

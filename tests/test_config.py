@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from packexp.errors import ConfigError
-from packexp.run import run
+from packexp.run import fit_dataset_to_model, run
 from tests.conftest import CONF_DIR, compose_config
 
 GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "experiment"]
@@ -68,6 +68,12 @@ def test_readme_example_overrides_compose():
         (["strategy.threshold=-1"], r"^strategy\.threshold=-1"),
         (["model.width=0"], r"^model: .*width=0"),
         (["dataset.val_fraction=2"], r"^dataset\.val_fraction=2"),
+        (["model=mobilenet", "dataset.images=false"],
+         r"^dataset\.images=false: model mobilenet needs images \[height, width, channels\], "
+         r"and dataset digits gives feature vectors \[64\]; use dataset\.images=auto"),
+        (["model=resnet50", "dataset=synthetic", "dataset.shape=[64]"],
+         r"^dataset\.shape=\[64\]: model resnet50 needs images .*give dataset\.shape="),
+        (["model=mobilenet", "model.bn_momentum=1.5"], r"^model: .*bn_momentum=1\.5: must be"),
     ],
 )
 def test_bad_values_raise_one_line_naming_the_key(tmp_path, overrides, match):
@@ -76,6 +82,33 @@ def test_bad_values_raise_one_line_naming_the_key(tmp_path, overrides, match):
         run(cfg, run_dir=tmp_path)
     assert "\n" not in str(info.value)
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize(("model", "images"), [("mlp3", False), ("mobilenet", True),
+                                                ("resnet50", True), ("densenet121", True)])
+def test_digits_gives_images_to_a_model_that_needs_them(model, images):
+    cfg = compose_config([f"model={model}"])
+    assert cfg.dataset.images == "auto"
+    fit_dataset_to_model(cfg)
+    assert cfg.dataset.images is images
+    shape = instantiate(cfg.dataset).input_shape
+    assert shape == ((8, 8, 1) if images else (64,))
+
+
+@pytest.mark.parametrize("dataset", ["digits", "synthetic"])
+@pytest.mark.parametrize("model", ["mobilenet", "resnet50", "densenet121"])
+def test_every_cnn_runs_on_the_embedded_datasets_without_extra_keys(tmp_path, dataset, model):
+    """task=plan composes, checks the pairing and builds the model on the data as given."""
+    cfg = compose_config(["tracking=none", "task=plan", f"model={model}", f"dataset={dataset}"])
+    run(cfg, run_dir=tmp_path)
+    assert (tmp_path / "plan.json").exists()
+
+
+@pytest.mark.parametrize("images", [True, False])
+def test_an_explicit_images_setting_is_kept(images):
+    cfg = compose_config(["model=mobilenet", f"dataset.images={images}"])
+    fit_dataset_to_model(cfg)
+    assert cfg.dataset.images is images
 
 
 def test_missing_target_is_reported(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 from hydra.errors import InstantiationException
 from PIL import Image
 
-from packexp.data import cifar10, image_folder
+from packexp.data import cifar10, digits, image_folder
 from packexp.errors import ConfigError
 from packexp.run import instantiate
 from tests.conftest import compose_config
@@ -316,3 +316,16 @@ class TestConfig:
         # What the user sees: the runner passes the ConfigError on unchanged.
         with pytest.raises(ConfigError, match=r"^dataset\.path=None: [^\n]*$"):
             instantiate(cfg.dataset, "dataset")
+
+
+class TestDigits:
+    @pytest.mark.parametrize(("images", "shape", "dtype"),
+                             [(True, (8, 8, 1), np.uint8), (False, (64,), np.float32)])
+    def test_images_or_features(self, images, shape, dtype):
+        data = digits.load(images=images)
+        assert (data.input_shape, data.x_train.dtype) == (shape, dtype)
+        assert len(data.x_train) + len(data.x_val) == 1797
+
+    def test_an_unresolved_auto_is_refused_naming_the_key(self):
+        with pytest.raises(ValueError, match=r"^images='auto': must be true, false or auto"):
+            digits.load(images="auto")

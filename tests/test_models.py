@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
+from packexp.models import needs_images
 from packexp.models.mobilenet import build as build_mobilenet
 from tests.conftest import compose_config
 
@@ -117,3 +118,50 @@ def test_mobilenet_config_instantiates_a_builder():
     assert cfg.model.alpha == 0.35
     model = instantiate(cfg.model)([8, 8, 1], 3, {"activation": "tanh"})
     assert tuple(model(images([8, 8, 1])).shape) == (2, 3)
+    assert bn_momenta(model) == {cfg.model.bn_momentum}
+
+
+def bn_momenta(model: keras.Model) -> set[float]:
+    return {layer.momentum for layer in all_layers(model)
+            if isinstance(layer, keras.layers.BatchNormalization)}
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_bn_momentum_reaches_every_batchnorm_layer_nested_too(activation):
+    model = build_mobilenet([8, 8, 1], 3, {"activation": activation}, bn_momentum=0.5, **SMALL)
+    assert bn_momenta(model) == {0.5}
+    assert len([w for w in model.weights if w.path.endswith("moving_mean")]) == 52
+
+
+def test_bn_momentum_null_keeps_the_keras_applications_value():
+    assert bn_momenta(mobilenet([32, 32, 3])) == {0.999}
+
+
+def test_bn_momentum_moves_the_statistics_evaluation_uses():
+    """One training call moves a moving mean (from 0) by (1 - momentum) of the batch mean."""
+    moved = {}
+    for momentum in (0.999, 0.5):
+        keras.utils.set_random_seed(3)
+        model = build_mobilenet([32, 32, 3], 3, {"activation": "relu"}, bn_momentum=momentum,
+                                **SMALL)
+        model(images([32, 32, 3], batch=4), training=True)
+        first = next(w for w in model.weights if w.path.endswith("moving_mean"))
+        moved[momentum] = np.abs(keras.ops.convert_to_numpy(first)).mean()
+    np.testing.assert_allclose(moved[0.5] / moved[0.999], 0.5 / 0.001, rtol=1e-3)
+
+
+@pytest.mark.parametrize("momentum", [1.0, -0.1, "fast", True])
+def test_a_bad_bn_momentum_is_refused_naming_the_key(momentum):
+    with pytest.raises(ValueError, match=r"^bn_momentum=.*: must be a number in \[0, 1\) or null"):
+        build_mobilenet([32, 32, 3], 3, {"activation": "relu"}, bn_momentum=momentum, **SMALL)
+
+
+@pytest.mark.parametrize("name", ["mobilenet", "resnet50", "densenet121"])
+def test_cnn_configs_set_a_momentum_for_short_rungs(name):
+    cfg = compose_config([f"model={name}"])
+    assert cfg.model.bn_momentum == 0.7
+    assert needs_images(instantiate(cfg.model))
+
+
+def test_mlp3_takes_feature_vectors():
+    assert not needs_images(instantiate(compose_config(["model=mlp3"]).model))

@@ -41,12 +41,33 @@ def replace_activation(model: keras.Model, activation: str) -> keras.Model:
     return keras.models.clone_model(model, clone_function=swap, recursive=True)
 
 
+def set_bn_momentum(model: keras.Model, momentum: float | None) -> keras.Model:
+    """Sets the moving-statistics momentum of every BatchNormalization layer in ``model``.
+
+    Args:
+        model: Any Keras model, nested models included; it must not have been traced yet.
+        momentum: The new momentum, in [0, 1); None leaves each layer's own value.
+
+    Returns:
+        ``model``, changed in place.
+    """
+    if momentum is None:
+        return model
+    if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not 0 <= momentum < 1:
+        raise ValueError(f"bn_momentum={momentum!r}: must be a number in [0, 1) or null")
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = float(momentum)
+    return model
+
+
 def build_application(
     app_fn: Callable[..., keras.Model],
     input_shape: Sequence[int],
     num_classes: int,
     activation: str,
     min_size: int,
+    bn_momentum: float | None = None,
     **kwargs: Any,
 ) -> keras.Model:
     """Builds a randomly initialised keras.applications classifier that returns logits.
@@ -58,6 +79,8 @@ def build_application(
         activation: One of ``ACTIVATIONS``.
         min_size: Smallest height and width ``app_fn`` accepts; smaller images are upsampled
             by a ``Resizing`` layer inside the model, so on the device during training.
+        bn_momentum: Momentum of every BatchNorm layer's moving statistics, which
+            evaluation uses; None keeps keras.applications' own (0.999 or 0.99).
         **kwargs: Passed to ``app_fn`` (e.g. MobileNetV2's ``alpha``).
 
     Returns:
@@ -68,7 +91,7 @@ def build_application(
     if len(shape) != 3:
         raise ValueError(
             f"input_shape={shape}: {name} needs images [height, width, channels]; "
-            "use a dataset with images (e.g. dataset.images=true for digits)"
+            "use a dataset with images (e.g. dataset.images=auto for digits)"
         )
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: {name} knows {list(ACTIVATIONS)}")
@@ -83,7 +106,7 @@ def build_application(
         input_shape=app_shape,
         **kwargs,
     )
-    app = replace_activation(app, activation)
+    app = set_bn_momentum(replace_activation(app, activation), bn_momentum)
     if app_shape == (height, width, channels):
         return app
     inputs = keras.Input(shape)

@@ -8,6 +8,8 @@ from typing import Any
 import keras
 
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
+# It flattens images, so it takes anything; a dataset with images: auto gives it features.
+NEEDS_IMAGES = False
 
 
 def build(

@@ -11,6 +11,8 @@ from packexp.models._keras_apps import build_application
 
 # keras.applications rejects smaller inputs; build_application resizes up to it.
 MIN_SIZE = 32
+# Convolutions need [height, width, channels]; a dataset with images: auto gives them.
+NEEDS_IMAGES = True
 
 
 def build(
@@ -18,6 +20,7 @@ def build(
     num_classes: int,
     hparams: Mapping[str, Any],
     alpha: float = 0.35,
+    bn_momentum: float | None = None,
 ) -> keras.Model:
     """Builds MobileNetV2 returning logits.
 
@@ -26,6 +29,7 @@ def build(
         num_classes: Width of the logits.
         hparams: Uses ``activation``, which replaces every ReLU6.
         alpha: Width multiplier on every layer's filters; 1.0 is the paper's network.
+        bn_momentum: Momentum of the BatchNorm moving statistics; None keeps Keras's 0.999.
 
     Returns:
         The model.
@@ -36,5 +40,6 @@ def build(
         num_classes,
         hparams.get("activation", "relu"),
         MIN_SIZE,
+        bn_momentum=bn_momentum,
         alpha=alpha,
     )

@@ -11,15 +11,23 @@ from packexp.models._keras_apps import build_application
 
 # keras.applications rejects smaller inputs; build_application resizes up to it.
 MIN_SIZE = 32
+# Convolutions need [height, width, channels]; a dataset with images: auto gives them.
+NEEDS_IMAGES = True
 
 
-def build(input_shape: Sequence[int], num_classes: int, hparams: Mapping[str, Any]) -> keras.Model:
+def build(
+    input_shape: Sequence[int],
+    num_classes: int,
+    hparams: Mapping[str, Any],
+    bn_momentum: float | None = None,
+) -> keras.Model:
     """Builds ResNet50 returning logits.
 
     Args:
         input_shape: Shape of one image, ``[height, width, channels]``.
         num_classes: Width of the logits.
         hparams: Uses ``activation``, which replaces every ReLU.
+        bn_momentum: Momentum of the BatchNorm moving statistics; None keeps Keras's 0.99.
 
     Returns:
         The model.
@@ -30,4 +38,5 @@ def build(input_shape: Sequence[int], num_classes: int, hparams: Mapping[str, An
         num_classes,
         hparams.get("activation", "relu"),
         MIN_SIZE,
+        bn_momentum=bn_momentum,
     )

@@ -55,10 +55,11 @@ class ProfileContext:
 
     @classmethod
     def from_config(cls, cfg: DictConfig, run_dir: Path) -> ProfileContext:
-        from packexp.run import component_name, instantiate, pack_settings
+        from packexp.run import check_pairing, component_name, instantiate, pack_settings
 
         dataset = instantiate(cfg.dataset, "dataset")
         build_model = instantiate(cfg.model, "model")
+        check_pairing(cfg, build_model, dataset)
         names = {g: component_name(cfg, g) for g in ("model", "dataset")}
         return cls(cfg, dataset, build_model, names, pack_settings(cfg.pack), Path(run_dir))
 
