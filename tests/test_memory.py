@@ -171,7 +171,7 @@ def test_without_a_probe_the_cost_is_the_estimate():
     assert memory.probes == {}
 
 
-def test_each_batch_size_is_probed_once():
+def test_the_architecture_is_probed_once_and_its_factor_applies_to_every_batch_size():
     probe = FakeProbe({20: 10 * MB, 45: 1})
     builds = Counter()
 
@@ -184,9 +184,11 @@ def test_each_batch_size_is_probed_once():
               trial(3, 20, "momentum"), trial(4, 45, "sgd")]
     first = [memory.cost(t) for t in trials]
     again = [memory.cost(t) for t in reversed(trials)]
-    assert probe.calls == {20: 1, 45: 1}
+    assert probe.calls == {20: 1}
     assert again == first[::-1]
     assert builds["model"] == 1  # one architecture, measured once
+    scale = 10 * MB / memory.estimate(trials[0])
+    assert memory.cost(trials[4]) == pytest.approx(memory.estimate(trials[4]) * scale)
 
 
 # Strategies under a byte capacity.
@@ -195,8 +197,8 @@ def test_each_batch_size_is_probed_once():
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_strategies_never_exceed_a_byte_capacity(name):
     trials = instantiate(compose_config().search_space).sample(40, seed=3, bracket=3)
-    # Large batches measure ~1 MB each; the rest keep their ~0.3 MB estimates.
-    probe = FakeProbe({b: (MB if b >= 50 else 0) for b in range(20, 71, 5)})
+    # The one probe measures ~1 MB: every ~0.3 MB estimate scales up about threefold.
+    probe = FakeProbe({b: MB for b in range(20, 71, 5)})
     memory = MemoryModel(lambda t: mlp3.build((64,), 10, t.hparams), probe)
     limit = 2.5 * MB
     capacity = Capacity(limit=limit, cost=memory.cost, max_members=8)
