@@ -64,8 +64,8 @@ def train_group(
     """Trains ``group`` as one pack until each member has ``epochs`` epochs in all.
 
     The pack comes from ``cache``: a kept pack of the same structure with the members'
-    states loaded, or a new one. A pack that runs out of device memory is dropped and split
-    in two halves, each started again from the members' ``states`` (untouched by the
+    states loaded, or a new one. A pack that runs out of device memory is dropped, with
+    every kept pack, and split in two halves, each started again from the members' ``states`` (untouched by the
     failed attempt), so no member is lost and none trains differently.
 
     Args:
@@ -100,6 +100,7 @@ def train_group(
         log.warning("pack of %d ran out of memory; splitting it in two and retrying",
                     len(group))
     pack = None
+    cache.clear()  # kept packs hold device memory too
     gc.collect()
     half = len(group) // 2
     return [run
