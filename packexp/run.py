@@ -70,6 +70,12 @@ def fit_dataset_to_model(cfg: DictConfig) -> None:
     dataset.images = needs_images(instantiate(cfg.model, "model"))
 
 
+def dataset_source(cfg: DictConfig) -> str | None:
+    """The file or folder the dataset is read from (``dataset.path``); None for data in code."""
+    path = cfg.dataset.get("path")
+    return os.path.abspath(os.path.expanduser(str(path))) if path else None
+
+
 def check_pairing(cfg: DictConfig, build_model: Callable, dataset: Any) -> None:
     """A model that takes only images, on a dataset of feature vectors, stops with one line."""
     from packexp.models import needs_images
@@ -118,6 +124,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         tags={**names, "task": "tune", **facts.tags(), **hydra_tags()},
         resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        dataset=dataset, dataset_source=dataset_source(cfg),
     )
     tracker.log_artifact(run_dir / ".hydra", "hydra")
     if not records and tracker.run_id:

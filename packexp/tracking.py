@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from packexp.data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +23,11 @@ log = logging.getLogger(__name__)
 OUTCOMES = {"KILLED": "cut", "FAILED": "diverged", "FINISHED": "completed"}
 INTERRUPTED = "interrupted"
 MAX_EXPERIMENT_NAME = 500  # MLflow's limit
+# MLflow 3's UI opens an experiment by its kind; without this tag it may guess GenAI and land
+# on traces instead of the training runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# What the Source column shows for every run packexp makes, whatever started the process.
+SOURCE = {"mlflow.source.name": "python -m packexp", "mlflow.source.type": "LOCAL"}
 
 
 class TrackingError(RuntimeError):
@@ -33,7 +45,8 @@ class NullTracker:
         del settings
 
     def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-              resume_run_id: str | None = None, config_yaml: str | None = None) -> None:
+              resume_run_id: str | None = None, config_yaml: str | None = None,
+              dataset: Dataset | None = None, dataset_source: str | None = None) -> None:
         pass
 
     def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
@@ -103,6 +116,7 @@ class MlflowTracker(NullTracker):
         self._open: set[str] = set()
         self._pending: dict[str, str] = {}
         self._sampler: Any = None
+        self._inputs: list[Any] = []
         self._samples_logged = 0
         self._warned = 0
 
@@ -115,10 +129,22 @@ class MlflowTracker(NullTracker):
         return self._parent
 
     def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-              resume_run_id: str | None = None, config_yaml: str | None = None) -> None:
+              resume_run_id: str | None = None, config_yaml: str | None = None,
+              dataset: Dataset | None = None, dataset_source: str | None = None) -> None:
         """Opens the parent run, or re-attaches to ``resume_run_id`` and its trial runs.
 
         Every failure here is a ``TrackingError`` naming the setting, raised before training.
+
+        Args:
+            run_name: The parent run's name.
+            params: The parent run's params.
+            tags: The parent run's tags; the source tags (``SOURCE``) are added.
+            resume_run_id: The parent run of the search being resumed, if any.
+            config_yaml: Logged as ``config.yaml``, which also proves the artifact store.
+            dataset: Logged as the run inputs of the parent and of every trial run: its
+                training and validation arrays, each with name, digest and shapes.
+            dataset_source: Where the dataset was read from (a file or folder); None for
+                data made in code (digits, synthetic), whose source is then the code.
         """
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
@@ -131,15 +157,18 @@ class MlflowTracker(NullTracker):
             with _fail_fast(), _exclusive(database):
                 self._client = MlflowClient(tracking_uri=self.uri)
                 self._experiment_id = self._experiment()
+                self._inputs = dataset_inputs(dataset, dataset_source) if dataset else []
                 if resume_run_id is not None:
                     self._reattach(resume_run_id)
                 else:
                     run = self._client.create_run(self._experiment_id, run_name=run_name,
-                                                  tags=dict(tags))
+                                                  tags={**source_tags(), **tags})
                     self._parent = run.info.run_id
                     items = [Param(k, str(v)[:6000]) for k, v in params.items()]
                     for i in range(0, len(items), 100):  # MLflow takes 100 params per batch
                         self._client.log_batch(self._parent, params=items[i : i + 100])
+                    if self._inputs:
+                        self._client.log_inputs(self._parent, datasets=self._inputs)
                 if config_yaml is not None:
                     # Also proves the artifact store works before any training.
                     self._client.log_text(self._parent, config_yaml, "config.yaml")
@@ -158,7 +187,7 @@ class MlflowTracker(NullTracker):
             self._sampler = ResourceSampler(self.sample_interval_s).start()
 
     def _experiment(self) -> str:
-        """The experiment's id; created if missing, restored if deleted."""
+        """The experiment's id; created if missing, restored if deleted; kind set."""
         from mlflow.exceptions import MlflowException
 
         client = self._client
@@ -166,7 +195,8 @@ class MlflowTracker(NullTracker):
         if found is None:
             artifacts = (self.store / "mlartifacts").as_uri() if self._local else None
             try:
-                return client.create_experiment(self.experiment, artifact_location=artifacts)
+                return client.create_experiment(self.experiment, artifact_location=artifacts,
+                                                tags=EXPERIMENT_KIND)
             except MlflowException as e:
                 found = client.get_experiment_by_name(self.experiment)
                 if found is None:  # not a parallel job that created it first: a bad name
@@ -182,6 +212,9 @@ class MlflowTracker(NullTracker):
                     "name or delete it for good (mlflow gc)") from None
             log.warning("tracking.experiment=%r was a deleted MLflow experiment; restored it",
                         self.experiment)
+        for key, value in EXPERIMENT_KIND.items():
+            if found.tags.get(key) != value:  # a store made before packexp set the kind
+                client.set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
 
     def _reattach(self, run_id: str) -> None:
@@ -251,10 +284,12 @@ class MlflowTracker(NullTracker):
         if run_id is None:
             run = client.create_run(
                 self._experiment_id, run_name=trial_id,
-                tags={"mlflow.parentRunId": self._parent, **_strings(tags)})
+                tags={"mlflow.parentRunId": self._parent, **source_tags(), **_strings(tags)})
             run_id = self._trial_runs[trial_id] = run.info.run_id
             self._open.add(trial_id)
             client.log_batch(run_id, params=[Param(k, str(v)) for k, v in hparams.items()])
+            if self._inputs:
+                client.log_inputs(run_id, datasets=self._inputs)
         now = _now_ms()
         client.log_batch(
             run_id,
@@ -365,6 +400,50 @@ def experiment_name(value: Any) -> str:
         raise ValueError(f"experiment={name[:40]!r}...: MLflow takes at most "
                          f"{MAX_EXPERIMENT_NAME} characters, not {len(name)}")
     return name
+
+
+def source_tags() -> dict[str, str]:
+    """The runs' source: ``SOURCE``, with the user and git commit MLflow finds, if any."""
+    from mlflow.tracking.context import registry
+
+    try:
+        found = registry.resolve_tags()
+    except Exception:  # a context provider that fails must not stop the run
+        found = {}
+    return {**found, **SOURCE}
+
+
+def dataset_inputs(dataset: Dataset, source: str | None = None) -> list[Any]:
+    """The dataset as MLflow run inputs: its training and its validation arrays.
+
+    Each has the dataset's name, a digest of its whole content (MLflow's own hashes a sample
+    of rows) and a profile with the shapes; the context tag says which split it is.
+
+    Args:
+        dataset: The arrays the search trains and validates on.
+        source: The file or folder they were read from; None for data made in code.
+    """
+    import mlflow.data
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.entities import DatasetInput, InputTag
+
+    where = source if source is not None else CodeDatasetSource(tags=source_tags())
+    inputs = []
+    for context, x, y in (("training", dataset.x_train, dataset.y_train),
+                          ("validation", dataset.x_val, dataset.y_val)):
+        digest = hashlib.sha256()
+        for array in (x, y):
+            digest.update(str((array.dtype, array.shape)).encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        with warnings.catch_warnings():
+            # MLflow registers its local artifact source twice ("" and "file" schemes) and
+            # warns that a path matches both; either is the same class.
+            warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
+            numpy_dataset = mlflow.data.from_numpy(x, targets=y, name=dataset.name,
+                                                   digest=digest.hexdigest()[:8], source=where)
+        inputs.append(DatasetInput(numpy_dataset._to_mlflow_entity(),
+                                   tags=[InputTag("mlflow.data.context", context)]))
+    return inputs
 
 
 def hydra_tags() -> dict[str, str]:

@@ -11,11 +11,12 @@ import threading
 import time
 
 import pytest
+from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from packexp import plots, telemetry
 from packexp.errors import ConfigError
-from packexp.run import run
+from packexp.run import fit_dataset_to_model, run
 from packexp.tracking import MlflowTracker, NullTracker, TrackingError, hydra_tags, speedup_metrics
 from tests.conftest import compose_config
 
@@ -123,6 +124,69 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
         f"packing/b{s}-r{r}.json" for s, r in rungs}
     for name in ("timeline.png", "best_so_far.png"):
         assert (out / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_experiment_opens_on_training_runs_with_dataset_and_source(tmp_path):
+    """MLflow 3's UI: the experiment kind, the Dataset column and the Source column."""
+    _, results, _ = tune(tmp_path, "experiment=quick")
+    client, [parent], children = store(tmp_path)
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    cfg = compose_config(["experiment=quick"])
+    fit_dataset_to_model(cfg)
+    arrays = instantiate(cfg.dataset)
+    for run_ in (parent, *children):
+        assert run_.data.tags["mlflow.source.name"] == "python -m packexp"
+        assert run_.data.tags["mlflow.source.type"] == "LOCAL"
+        inputs = {i.tags[0].value: i.dataset for i in run_.inputs.dataset_inputs}
+        assert sorted(inputs) == ["training", "validation"]
+        for context, x, y in (("training", arrays.x_train, arrays.y_train),
+                              ("validation", arrays.x_val, arrays.y_val)):
+            logged = inputs[context]
+            assert (logged.name, logged.source_type) == ("digits", "code")
+            assert json.loads(logged.profile)["features_shape"] == list(x.shape)
+            assert json.loads(logged.profile)["targets_shape"] == list(y.shape)
+        assert inputs["training"].digest != inputs["validation"].digest
+    assert len(children) == len(results["trials"])
+
+
+def test_the_dataset_digest_is_its_content():
+    import numpy as np
+
+    from packexp.data import digits
+    from packexp.tracking import dataset_inputs
+
+    def digests(data):
+        return [i.dataset.digest for i in dataset_inputs(data)]
+
+    a, b, other = digits.load(seed=1), digits.load(seed=1), digits.load(seed=2)
+    assert digests(a) == digests(b)
+    assert digests(a)[0] != digests(other)[0]  # another split
+    y = a.y_train.copy()
+    y[-1] = (y[-1] + 1) % 10  # one label, past any sample of rows
+    changed = type(a)(a.name, a.x_train, y, a.x_val, a.y_val, a.num_classes)
+    assert digests(changed)[0] != digests(a)[0]
+    assert np.array_equal(changed.x_train, a.x_train)
+
+
+def test_a_file_dataset_names_its_path_as_the_source(tmp_path):
+    from packexp.data import digits
+    from packexp.tracking import dataset_inputs
+
+    [train, _] = dataset_inputs(digits.load(), str(tmp_path / "cifar-10-python.tar.gz"))
+    assert train.dataset.source_type == "local"
+    assert json.loads(train.dataset.source)["uri"] == str(tmp_path / "cifar-10-python.tar.gz")
+
+
+def test_an_experiment_made_without_a_kind_gets_it(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "store").mkdir()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    client.create_experiment("packexp", tags={"team": "x"})
+    tune(tmp_path, "experiment=quick")
+    tags = client.get_experiment_by_name("packexp").tags
+    assert (tags["mlflow.experimentKind"], tags["team"]) == ("custom_model_development", "x")
 
 
 def test_a_diverged_trial_ends_failed_never_finished_without_a_score(tmp_path):

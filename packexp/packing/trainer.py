@@ -65,8 +65,9 @@ def train_group(
 
     The pack comes from ``cache``: a kept pack of the same structure with the members'
     states loaded, or a new one. A pack that runs out of device memory is dropped, with
-    every kept pack, and split in two halves, each started again from the members' ``states`` (untouched by the
-    failed attempt), so no member is lost and none trains differently.
+    every kept pack, and split in two halves, each started again from the members'
+    ``states`` (untouched by the failed attempt), so no member is lost and none trains
+    differently.
 
     Args:
         group: The planned pack.

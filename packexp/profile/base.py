@@ -534,7 +534,7 @@ def run_profile(cfg: DictConfig, run_dir: Path) -> float:
     from rich.console import Console
     from rich.table import Table
 
-    from packexp.run import flatten, instantiate
+    from packexp.run import dataset_source, flatten, instantiate
     from packexp.telemetry import device_facts
 
     profile: Profile = instantiate(cfg.profile, "profile")
@@ -544,7 +544,8 @@ def run_profile(cfg: DictConfig, run_dir: Path) -> float:
     log.info("device: %s", facts)
     names = {**ctx.names, "task": "profile", "profile": profile.name, **facts.tags()}
     tracker.start(run_name=f"profile-{profile.name}-{ctx.names['model']}-{ctx.names['dataset']}",
-                  params=flatten(OmegaConf.to_container(cfg, resolve=True)), tags=names)
+                  params=flatten(OmegaConf.to_container(cfg, resolve=True)), tags=names,
+                  dataset=ctx.dataset, dataset_source=dataset_source(cfg))
     status = "FAILED"
     try:
         rows = profile.measure(ctx)
