@@ -134,3 +134,24 @@ def test_resume_of_a_directory_without_a_journal_exits_2(tmp_path):
     out = packexp("tracking=none", "resume=true", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 2
     assert "no journal here" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_cnn_search_on_the_embedded_default_learns(tmp_path):
+    """MobileNetV2 on digits with no dataset key: images by default, and it learns.
+
+    The space is cut to learning rates and optimizers that train in a few epochs, so the
+    best is far above chance (0.10) unless BatchNorm's evaluation statistics lag behind
+    training (Keras's momentum 0.999 scored 0.10 in every trial).
+    """
+    out = packexp("model=mobilenet", "experiment=quick", "scheduler.R=3",
+                  "search_space.params.learning_rate=[0.001,0.01]",
+                  "search_space.params.optimizer=[momentum,adam]",
+                  f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["model"] == "mobilenet"
+    scores = [r["val_accuracy"] for t in results["trials"] for r in t["rungs"]]
+    assert len(scores) == 3 + 1 + 2
+    assert results["best"]["val_accuracy"] >= 0.6
+    assert sum(s > 0.3 for s in scores) >= 3  # not one lucky trial
