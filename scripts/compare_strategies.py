@@ -1,4 +1,11 @@
-"""Table 4 of a sweep: python scripts/compare_strategies.py --runs DIR... | --mlflow URI."""
+"""Table 4 of a sweep: python scripts/compare_strategies.py --runs DIR... | --mlflow URI.
+
+Beside wall times and speedups it reports whether the strategies decided alike: for each
+strategy, against ``none``'s run of the same search (seed, R, eta), whether every rung
+promoted the same trials, whether the best is the same trial, and the largest drift of one
+trial's score at one rung. Plain packs give drift 0 (bit-exact); fused packs agree to
+float32 rounding, which chaotic configurations amplify.
+"""
 
 from __future__ import annotations
 
@@ -34,12 +41,40 @@ class UsageError(Exception):
 
 
 @dataclass(frozen=True)
+class Search:
+    """What one run decided, from its results.json.
+
+    Attributes:
+        key: ``(seed, R, eta)``; runs with equal keys sampled the same trials.
+        scores: ``(trial_id, rung)`` -> validation accuracy, for every rung a trial reached;
+            the keys are the run's promotions.
+        best: ``(trial_id, epochs)`` of the best, or None.
+    """
+
+    key: tuple
+    scores: dict[tuple[str, int], float | None]
+    best: tuple[str, float] | None
+
+
+@dataclass(frozen=True)
 class RunResult:
     strategy: str
     model: str
     dataset: str
     wall_time_s: float
     best_val_accuracy: float | None
+    search: Search | None = None
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One strategy's runs against the reference strategy's runs of the same searches."""
+
+    reference: str
+    pairs: int
+    same_promotions: bool
+    same_best: bool
+    drift: float | None  # the largest |score difference| of one trial at one rung
 
 
 @dataclass(frozen=True)
@@ -112,7 +147,23 @@ def _parse_results(path: Path, text: str) -> RunResult | None:
         return None
     best = data.get("best") or {}
     return RunResult(str(data["strategy"]), str(data["model"]), str(data["dataset"]),
-                     float(data["wall_time_s"]), _accuracy(best.get("val_accuracy")))
+                     float(data["wall_time_s"]), _accuracy(best.get("val_accuracy")),
+                     search_of(data))
+
+
+def search_of(data: dict) -> Search | None:
+    """The decisions recorded in a results.json; None for one without trials."""
+    trials = data.get("trials")
+    if not trials:
+        return None
+    try:
+        scores = {(str(t["trial_id"]), int(r["rung"])): _accuracy(r["val_accuracy"])
+                  for t in trials for r in t["rungs"]}
+    except (KeyError, TypeError, ValueError):
+        return None
+    best = data.get("best")
+    return Search((data.get("seed"), data.get("R"), data.get("eta")), scores,
+                  (str(best["trial_id"]), float(best["epochs"])) if best else None)
 
 
 def load_mlflow(uri: str, experiment: str) -> tuple[list[RunResult], str]:
@@ -138,7 +189,8 @@ def load_mlflow(uri: str, experiment: str) -> tuple[list[RunResult], str]:
     results = [
         RunResult(run.data.tags["strategy"], run.data.tags["model"], run.data.tags["dataset"],
                   float(run.data.metrics["wall_time_s"]),
-                  _accuracy(run.data.metrics.get("best_val_accuracy")))
+                  _accuracy(run.data.metrics.get("best_val_accuracy")),
+                  _logged_search(client, run.info.run_id))
         for run in _search_all(client, found.experiment_id,
                                "attributes.status = 'FINISHED' AND tags.task = 'tune'")
         if "mlflow.parentRunId" not in run.data.tags
@@ -146,6 +198,18 @@ def load_mlflow(uri: str, experiment: str) -> tuple[list[RunResult], str]:
         and "wall_time_s" in run.data.metrics
     ]
     return results, f"MLflow experiment {experiment!r} in {uri}"
+
+
+def _logged_search(client: MlflowClient, run_id: str) -> Search | None:
+    """The decisions in the run's results.json artifact; None where it has none."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(run_id, "results.json", tmp)
+            return search_of(json.loads(Path(path).read_text()))
+        except Exception:  # an older run, or an artifact store out of reach
+            return None
 
 
 def _search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> Iterator[Run]:
@@ -190,6 +254,53 @@ def best_speedup(cells: dict[str, Cell]) -> tuple[float, str] | None:
     figures = [(s, name) for name in cells if name != BASELINE
                if (s := speedup(cells, name)) is not None]
     return max(figures) if figures else None
+
+
+def agreements(results: list[RunResult], strategies: list[str]) -> dict[Row, dict[str, Agreement]]:
+    """Each strategy's decisions against the baseline's (``none``, else the first present).
+
+    A strategy's run is paired with every baseline run of the same row and search key; rows
+    and strategies with no such pair are left out.
+    """
+    by_row: dict[Row, dict[str, list[Search]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        if r.search is not None:
+            by_row[(r.model, r.dataset)][r.strategy].append(r.search)
+    out: dict[Row, dict[str, Agreement]] = {}
+    for row in sorted(by_row):
+        searches = by_row[row]
+        reference = next((s for s in strategies if s in searches), None)
+        for strategy in strategies:
+            if strategy == reference or strategy not in searches:
+                continue
+            pairs = [(a, b) for a in searches[strategy] for b in searches[reference]
+                     if a.key == b.key]
+            if not pairs:
+                continue
+            drifts = [abs(a.scores[k] - b.scores[k]) for a, b in pairs for k in a.scores
+                      if a.scores[k] is not None and b.scores.get(k) is not None]
+            out.setdefault(row, {})[strategy] = Agreement(
+                reference=reference,
+                pairs=len(pairs),
+                same_promotions=all(a.scores.keys() == b.scores.keys() for a, b in pairs),
+                same_best=all(a.best == b.best for a, b in pairs),
+                drift=max(drifts, default=None))
+    return out
+
+
+def agreement_table(found: dict[Row, dict[str, Agreement]], one_dataset: bool,
+                    where: str) -> Table:
+    table = Table(title=f"Same decisions? (runs of the same seed, R and eta){where}")
+    for column in ("model", "strategy", "against"):
+        table.add_column(column)
+    for column in ("runs paired", "same promotions", "same best", "largest score drift"):
+        table.add_column(column, justify="right")
+    for row, cells in found.items():
+        for strategy, a in cells.items():
+            table.add_row(row_label(row, one_dataset), strategy, a.reference, str(a.pairs),
+                          "yes" if a.same_promotions else "NO", "yes" if a.same_best else "NO",
+                          ABSENT if a.drift is None else f"{a.drift:.4f}")
+    return table
 
 
 def row_label(row: Row, one_dataset: bool) -> str:
@@ -307,6 +418,18 @@ def compare(args: argparse.Namespace) -> None:
     console.print(f"{len(results)} runs from {searched}", soft_wrap=True)
     for t in build_tables(table, strategies):
         console.print(t)
+    found = agreements(results, strategies)
+    datasets = {d for _, d in table}
+    where = f" on {next(iter(datasets))}" if len(datasets) == 1 else ""
+    if found:
+        console.print(agreement_table(found, len(datasets) == 1, where))
+        console.print("Drift: the largest |val_accuracy difference| of one trial at one rung "
+                      "between runs of the same search; 0 for plain packs (bit-exact), float32 "
+                      "rounding for fused packs.", highlight=False, soft_wrap=True)
+    else:
+        console.print("Decisions not compared: no two strategies have runs of the same search "
+                      "with their trials recorded (results.json).", highlight=False,
+                      soft_wrap=True)
     for note in footnotes(table, strategies):
         console.print(note, highlight=False, soft_wrap=True)
     chart = plot(table, strategies, args.out, args.log_y)

@@ -34,10 +34,15 @@ def compare(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 def table(stdout: str, title: str) -> dict[str, dict[str, str]]:
     """The rich table under ``title`` as {first cell: {column: cell}}."""
+    return {next(iter(row.values())): row for row in table_rows(stdout, title)}
+
+
+def table_rows(stdout: str, title: str) -> list[dict[str, str]]:
+    """The rich table under ``title`` as a list of {column: cell}, in order."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if title in line)
     header: list[str] = []
-    rows: dict[str, dict[str, str]] = {}
+    rows: list[dict[str, str]] = []
     for line in lines[start + 1:]:
         if line.startswith("└"):
             break
@@ -45,18 +50,31 @@ def table(stdout: str, title: str) -> dict[str, dict[str, str]]:
         if line.startswith("┃"):
             header = cells
         elif line.startswith("│"):
-            rows[cells[0]] = dict(zip(header, cells, strict=True))
+            rows.append(dict(zip(header, cells, strict=True)))
     return rows
 
 
 def write_results(folder: Path, model: str, strategy: str, wall: float,
-                  accuracy: float | None, seed: int = 0) -> None:
+                  accuracy: float | None, seed: int = 0, trials: list | None = None,
+                  best_trial: str = "t0") -> None:
     folder.mkdir(parents=True)
-    best = None if accuracy is None else {"trial_id": "t0", "hparams": {},
+    best = None if accuracy is None else {"trial_id": best_trial, "hparams": {},
                                           "val_accuracy": accuracy, "epochs": 9}
-    (folder / "results.json").write_text(json.dumps({
-        "strategy": strategy, "model": model, "dataset": "cifar10", "seed": seed,
-        "wall_time_s": wall, "trials": [], "packs": [], "best": best}))
+    (folder / "results.json").write_text(json.dumps(results_payload(
+        model, strategy, wall, best, seed, trials or [])))
+
+
+def results_payload(model: str, strategy: str, wall: float, best: dict | None, seed: int,
+                    trials: list, dataset: str = "cifar10") -> dict:
+    return {"strategy": strategy, "model": model, "dataset": dataset, "seed": seed, "R": 9,
+            "eta": 3, "wall_time_s": wall, "trials": trials, "packs": [], "best": best}
+
+
+def trials(*scores: list[float]) -> list[dict]:
+    """Trial t<i> with one rung per score: ``trials([0.5, 0.9], [0.4])``."""
+    return [{"trial_id": f"t{i}", "rungs": [{"rung": r, "val_accuracy": v}
+                                           for r, v in enumerate(rungs)]}
+            for i, rungs in enumerate(scores)]
 
 
 @pytest.fixture
@@ -97,6 +115,53 @@ def test_runs_table_speedups_and_chart(tmp_path, run_dirs):
     png = tmp_path / "plots" / "t4.png"
     assert f"chart: {png}" in out.stdout
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_runs_without_trials_are_not_compared_for_decisions(tmp_path, run_dirs):
+    out = compare("--runs", *map(str, run_dirs), "--out", str(tmp_path / "c.png"))
+    assert "Decisions not compared: no two strategies have runs of the same search" in out.stdout
+
+
+def test_decisions_promotions_best_and_the_largest_drift(tmp_path):
+    """knn drifts a little and decides alike; random promotes another trial and picks it."""
+    runs = {
+        "none": (trials([0.50, 0.900], [0.40], [0.30, None]), "t0"),
+        "knn": (trials([0.50, 0.903], [0.41], [0.30, None]), "t0"),
+        "random": (trials([0.50], [0.45, 0.95], [0.30]), "t1"),
+    }
+    for strategy, (recorded, best) in runs.items():
+        write_results(tmp_path / "sweep" / strategy, "mlp3", strategy, 10.0, 0.9, seed=3,
+                      trials=recorded, best_trial=best)
+    # Another seed's search is never paired with these.
+    write_results(tmp_path / "sweep" / "other", "mlp3", "knn", 10.0, 0.9, seed=4,
+                  trials=trials([0.1, 0.2], [0.9]))
+    out = compare("--runs", str(tmp_path / "sweep"), "--out", str(tmp_path / "c.png"))
+    assert out.returncode == 0, out.stderr
+    rows = table_rows(out.stdout, "Same decisions? (runs of the same seed, R and eta) on cifar10")
+    assert [list(r.values()) for r in rows] == [
+        ["mlp3", "random", "none", "1", "NO", "NO", "0.0500"],
+        ["mlp3", "knn", "none", "1", "yes", "yes", "0.0100"]]
+
+
+def test_mlflow_runs_are_compared_through_their_results_artifact(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("decisions",
+                                          artifact_location=(tmp_path / "art").as_uri())
+    for strategy, drifted in (("none", 0.9), ("knn", 0.925)):
+        tags = {"strategy": strategy, "model": "mlp3", "dataset": "digits", "task": "tune"}
+        run_id = client.create_run(experiment, tags=tags).info.run_id
+        client.log_metric(run_id, "wall_time_s", 5.0)
+        best = {"trial_id": "t0", "val_accuracy": drifted, "epochs": 9}
+        client.log_text(run_id, json.dumps(results_payload(
+            "mlp3", strategy, 5.0, best, 0, trials([drifted]), "digits")), "results.json")
+        client.set_terminated(run_id)
+    out = compare("--mlflow", uri, "--experiment", "decisions", "--out", str(tmp_path / "c.png"))
+    assert out.returncode == 0, out.stderr
+    [row] = table_rows(out.stdout, "Same decisions? (runs of the same seed, R and eta)")
+    assert list(row.values()) == ["mlp3", "knn", "none", "1", "yes", "yes", "0.0250"]
 
 
 def test_default_chart_goes_to_the_working_directory(tmp_path, run_dirs):
@@ -179,3 +244,7 @@ def test_sweep_end_to_end(tmp_path):
     row = table(out.stdout, "Hyperband wall time (s) on digits")["mlp3"]
     assert float(row["none"]) > 0 and float(row["knn"]) > 0
     assert row["speedup"].startswith("up to ") and row["speedup"].endswith(f"{X} (knn)")
+    decided = table(out.stdout, "Same decisions? (runs of the same seed, R and eta) on digits")
+    assert decided["mlp3"]["strategy"] == "knn" and decided["mlp3"]["against"] == "none"
+    assert decided["mlp3"]["same promotions"] in ("yes", "NO")
+    assert 0 <= float(decided["mlp3"]["largest score drift"]) < 0.5
