@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint clean
 
 $(PY):
 	python3 -m venv $(VENV)

@@ -587,6 +587,11 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
                       + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
                       + (f"; {results['startup_s']:.1f} s from the command to the first pack"
                          if results.get("startup_s") is not None else ""))
+    fused = sum(1 for p in results["packs"] if p.get("fused"))
+    if fused:
+        console.print(f"{fused} of {len(results['packs'])} packs were fused: their members' "
+                      "scores match training alone to float32 rounding, not bit for bit "
+                      "(pack.fusion=off for bit-exact plain packs)")
     console.print(f"run directory: {run_dir.resolve()}")
     if store:
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")

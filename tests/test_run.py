@@ -57,21 +57,27 @@ def test_promoted_trials_are_the_best_of_their_rung(tmp_path):
                                                        first[: len(promoted)]}
 
 
-def test_packing_changes_time_never_scores(tmp_path):
+def test_packing_changes_time_never_scores(tmp_path, capsys):
     """Plain packs: bit-identical scores whatever the strategy."""
     exact = ("scheduler.R=9", "seed=4", "pack.fusion=off")
     _, none, _ = tune(tmp_path / "none", "strategy=none", *exact)
     _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *exact)
     assert max(len(p["members"]) for p in knn["packs"]) > 1
+    assert "packs were fused" not in capsys.readouterr().out
     assert scores(none) == scores(knn)
     assert none["best"] == knn["best"]
 
 
-def test_fused_packing_changes_scores_only_by_rounding(tmp_path):
+def test_fused_packing_changes_scores_only_by_rounding(tmp_path, capsys):
     """Fused packs (the default for mlp3 packs of two or more) against plain single-member
-    packs: the same scores up to float32 rounding."""
+    packs: the same scores up to float32 rounding; the summary says so."""
     _, none, _ = tune(tmp_path / "none", "strategy=none", "scheduler.R=9", "seed=4")
+    assert "packs were fused" not in capsys.readouterr().out
     _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
+    summary = " ".join(capsys.readouterr().out.split())
+    fused = sum(p["fused"] for p in knn["packs"])
+    assert (f"{fused} of {len(knn['packs'])} packs were fused: their members' scores match "
+            "training alone to float32 rounding, not bit for bit") in summary
     # Packs of two or more fuse; a pack of one (all of them under none) trains plain.
     assert any(p["fused"] for p in knn["packs"])
     assert all(p["fused"] == (len(p["members"]) > 1) for p in knn["packs"])

@@ -183,7 +183,8 @@ def test_an_experiment_made_without_a_kind_gets_it(tmp_path):
 
     (tmp_path / "store").mkdir()
     client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
-    client.create_experiment("packexp", tags={"team": "x"})
+    client.create_experiment("packexp", tags={"team": "x"},
+                             artifact_location=(tmp_path / "artifacts").as_uri())
     tune(tmp_path, "experiment=quick")
     tags = client.get_experiment_by_name("packexp").tags
     assert (tags["mlflow.experimentKind"], tags["team"]) == ("custom_model_development", "x")
