@@ -29,6 +29,7 @@ from packexp.packing.fused_graph import (
     plan,
 )
 from packexp.packing.member import Member
+from packexp.packing.optimizers import optimizer_kind
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +40,6 @@ MODES = ("auto", "on", "off")
 # differentiate a grouped convolution (telemetry.grouped_conv_gradients).
 GROUPED_CONV = ("auto", "native", "split")
 SINGLE = "a pack of one member has nothing to fuse"
-
-
-def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
-    """Which fused update rule reproduces ``optimizer``, or None when none does."""
-    if any(getattr(optimizer, a, None) for a in ("weight_decay", "clipnorm", "clipvalue",
-                                                  "global_clipnorm", "use_ema")):
-        return None
-    if isinstance(optimizer, keras.optimizers.Adam) and not optimizer.amsgrad:
-        return "adam"
-    if isinstance(optimizer, keras.optimizers.Adagrad):
-        return "adagrad"
-    if isinstance(optimizer, keras.optimizers.SGD) and not optimizer.nesterov:
-        return "momentum" if optimizer.momentum else "sgd"
-    return None
 
 
 def has_gpu() -> bool:

@@ -20,6 +20,7 @@ from packexp.packing.fused import GROUPED_CONV, SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused import MODES as FUSION_MODES
 from packexp.packing.fused_graph import has_convolutions, plan
 from packexp.packing.member import Member
+from packexp.packing.optimizers import apply_gradients
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +374,6 @@ class Pack:
         """
         x, y, loss_fn = self.data.x_train, self.data.y_train, self._loss
         variables = [m.model.trainable_variables for m in members]
-        flat = [v for vs in variables for v in vs]
         sliced = self.data_sharing == "slice"
 
         def member_batches(idxs, starts, seeds, t):
@@ -396,31 +396,25 @@ class Pack:
             inputs, labels = batch()
             return loss_fn(labels, m.model(inputs, training=True))
 
-        def joint_step(batches, active=None):
-            """One step of every member under one tape.
-
-            With ``active`` (a boolean per member), a member whose budget is spent has its
-            weights (BatchNorm statistics included) and optimizer state put back after the
-            update, bit for bit, so the step leaves it untouched.
-            """
-            state = [[v.value for v in (*m.model.weights, *m.optimizer.variables)]
-                     for m in members] if active is not None else None
-            saved = [[v.read_value() for v in vs] for vs in state] if state else None
+        def member_step(i: int, batch) -> tf.Tensor:
             with tf.GradientTape() as tape:
-                losses = [member_loss(m, b) for m, b in zip(members, batches, strict=True)]
-                total = tf.add_n(losses)
-            grads = tape.gradient(total, flat)
-            offset = 0
-            for m, vs in zip(members, variables, strict=True):
-                m.optimizer.apply(grads[offset : offset + len(vs)], vs)
-                offset += len(vs)
-            losses = tf.stack(losses)
+                loss = member_loss(members[i], batch)
+            apply_gradients(members[i].optimizer, tape.gradient(loss, variables[i]),
+                            variables[i])
+            return loss
+
+        def joint_step(batches, active=None):
+            """One step of every member, in one graph.
+
+            With ``active`` (a boolean per member), a member whose budget is spent skips the
+            step (``tf.cond``): nothing of it runs, so its weights, BatchNorm statistics and
+            optimizer state stay as they are, bit for bit.
+            """
             if active is None:
-                return losses
-            for i, (vs, olds) in enumerate(zip(state, saved, strict=True)):
-                for v, old in zip(vs, olds, strict=True):
-                    v.assign(tf.where(active[i], v.read_value(), old))
-            return tf.where(active, losses, tf.zeros_like(losses))
+                return tf.stack([member_step(i, b) for i, b in enumerate(batches)])
+            return tf.stack([tf.cond(active[i], lambda i=i, b=b: member_step(i, b),
+                                     lambda: tf.constant(0.0))
+                             for i, b in enumerate(batches)])
 
         def train_chunk(idxs, ks, starts, seeds):
             def body(t, sums):
