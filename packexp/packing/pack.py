@@ -63,14 +63,13 @@ class Pack:
     Each member gathers its own batch from the shared device copy of the data, by its own
     seeded order, so its updates are exactly those it would get alone.
 
-    Members with equal step budgets run under one tape over their summed losses; since they
-    share no parameters, each member's gradient is that of its own loss. Misaligned step
-    budgets (smaller batches take more steps per epoch) are handled by ``misaligned``:
+    Every member takes the gradient of its own loss (they share no parameters) and applies
+    it with its own optimizer. Misaligned step budgets (smaller batches take more steps per
+    epoch) are handled by ``misaligned``:
 
-    - ``mask``: one step function for the whole pack, compiled once. Every member steps,
-      but a member whose budget is spent gets its weights and optimizer state put back
-      after the update, bit for bit. It costs the finished member's wasted compute, which
-      strategies that pack similar batch sizes keep small.
+    - ``mask``: one step function for the whole pack, compiled once. A member whose budget
+      is spent skips the step (``tf.cond``), so its weights and optimizer state stay as
+      they are, bit for bit, and it costs no compute.
     - ``switch``: the paper's way. When a member's budget is spent it leaves and the step
       function is rebuilt for the rest; the rebuild time is the switching overhead.
 
