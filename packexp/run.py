@@ -100,6 +100,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
 
     With ``resume=true`` it continues the search journaled in ``run_dir``.
     """
+    job_started = command_started()
     space: SearchSpace = instantiate(cfg.search_space, "search_space")
     check_space(space)
     scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
@@ -164,7 +165,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         wall = time.perf_counter() - started + earlier_sessions_s(records)
         phases = {k: round(sum(p.get(k, 0.0) for p in search.packs), 4) for k in PHASES}
         startup = (None if search.first_pack_at is None
-                   else round(search.first_pack_at - process_started(), 3))
+                   else round(search.first_pack_at - job_started, 3))
         results = {**names, "seed": cfg.seed, "wall_time_s": round(wall, 3),
                    "startup_s": startup, "phases": phases,
                    "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
@@ -297,11 +298,20 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
 PHASES = ("build_s", "trace_s", "train_s", "eval_s", "checkpoint_s", "probe_s")
 
 
-def process_started() -> float:
-    """When this process started (time.time() seconds): the start of the command."""
+_jobs_started = 0
+
+
+def command_started() -> float:
+    """Where this job's ``startup_s`` counts from (time.time() seconds).
+
+    The process's start for its first job, so Python, TensorFlow and Hydra starting count;
+    a later job of a multirun sweep starts afresh in the same process, at this call.
+    """
     import psutil
 
-    return psutil.Process().create_time()
+    global _jobs_started
+    _jobs_started += 1
+    return psutil.Process().create_time() if _jobs_started == 1 else time.time()
 
 
 def reuse_setting(pack: DictConfig) -> int:

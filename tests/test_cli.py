@@ -89,6 +89,11 @@ def test_multirun_sweeps_strategies(tmp_path):
                 for t in results["trials"]]
 
     assert scores(runs[0]) == scores(runs[1])
+    # The first job's start-up has Python and TensorFlow starting; the second's is its own,
+    # not the first job's whole run.
+    first_job = runs[0]["startup_s"]
+    assert first_job > runs[1]["startup_s"] >= 0
+    assert runs[1]["startup_s"] < runs[0]["wall_time_s"]
 
 
 @pytest.mark.slow
