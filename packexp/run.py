@@ -170,6 +170,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                    "startup_s": startup, "phases": phases,
                    "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
                    "reused_packs": sum(bool(p.get("reused")) for p in search.packs),
+                   "reused_members": sum(p.get("reused_members", 0) for p in search.packs),
                    "R": scheduler.R, "eta": scheduler.eta,
                    "continue_on_promotion": scheduler.continue_on_promotion,
                    "resumed": bool(records),
@@ -590,7 +591,8 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
     console.print(table)
     console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "
                   f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
-                  f"models and steps)")
+                  f"models and steps; {results.get('reused_members', 0)} members of other packs "
+                  "on reused models)")
     phases = results.get("phases")
     if phases:
         console.print(f"training {results['train_share']:.0%} of the search; "

@@ -314,6 +314,7 @@ class MlflowTracker(NullTracker):
         values["members"] = len(pack.get("members", ()))
         values["fused"] = float(bool(pack.get("fused")))
         values["reused"] = float(bool(pack.get("reused")))
+        values["reused_members"] = pack.get("reused_members")
         values["best_so_far_val_accuracy"] = best_val_accuracy
         metrics = [Metric(k, float(v), now, index) for k, v in values.items() if v is not None]
         self._safely("log a pack", self._client.log_batch, self._parent, metrics=metrics)

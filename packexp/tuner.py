@@ -188,7 +188,7 @@ class PackedSearch:
             "pack_id": pack_id, "bracket": bracket.s, "rung": rung, "epochs": epochs,
             "members": [m.trial_id for m in members], "fused": stats.fused,
             "xla": stats.xla, "grouped_conv": stats.grouped_conv, "reused": pack_run.reused,
-            "steps": stats.steps,
+            "reused_members": pack_run.reused_members, "steps": stats.steps,
             "build_s": round(pack_run.build_s, 4), "trace_s": round(stats.trace_s, 4),
             "train_s": round(stats.train_s, 4), "eval_s": round(pack_run.eval_s, 4),
             "checkpoint_s": round(now - t0, 4), "probe_s": round(probed - self._probed, 4),

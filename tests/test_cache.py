@@ -117,6 +117,53 @@ def test_a_reused_fused_cnn_pack_ends_where_a_fresh_one_does(images):
     assert_same(a, b, exact=False)
 
 
+def regroup(cache: PackCache) -> dict:
+    """Packs of other structures than the kept ones, sharing member structures with them."""
+    rungs = [
+        (1.0, [[(0, *FIRST[0]), (1, *FIRST[1]), (2, *FIRST[2])]]),
+        # adam/relu from the first pack; sgd/tanh is new.
+        (1.0, [[(10, *SECOND[2]), (11, 30, "sgd", 1e-1, "tanh")],
+               # momentum/tanh and adagrad/sigmoid: the broken pack's loose members.
+               [(12, *SECOND[0]), (13, *SECOND[1])]]),
+        # Continued trials in yet other packs.
+        (2.0, [[(0, *FIRST[0]), (13, *SECOND[1])], [(12, *SECOND[0]), (1, *FIRST[1])]]),
+    ]
+    states: dict = {}
+    out = {}
+    for rung, (epochs, groups) in enumerate(rungs):
+        for configs in groups:
+            group = [trial(*c) for c in configs]
+            [run] = train_group(group, cache, epochs, states)
+            for m in run.members:
+                states[m.trial_id] = m.state
+                out[m.trial_id, rung] = (m.state, run.evaluation[m.trial_id],
+                                         run.reused_members, run.stats.fused)
+    return out
+
+
+@pytest.mark.parametrize("fusion", ["off", "on"])
+def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_do(data,
+                                                                                  fusion):
+    cache = make_cache(data, keep=8, fusion=fusion)
+    a, b = regroup(cache), regroup(make_cache(data, keep=0, fusion=fusion))
+    assert cache.hits == 0
+    assert a[("t10", 1)][2] == 1  # the adam/relu member; sgd/tanh was built
+    assert a[("t12", 1)][2] == 2  # both from the loose members
+    assert a[("t0", 2)][2] == 2  # two kept packs broken for one member each
+    assert a[("t12", 2)][2] == 1  # one momentum/tanh member was left; the other is built
+    assert not any(r for _, _, r, _ in b.values())
+    assert all(fused == (fusion == "on") for _, _, _, fused in a.values())
+    assert_same(a, b, exact=fusion == "off")
+
+
+def test_loose_members_are_bounded_by_keep(data):
+    cache = make_cache(data, keep=1, fusion="off")
+    train_group([trial(0, *FIRST[0]), trial(1, *FIRST[1])], cache, 0.5, {})
+    train_group([trial(2, *FIRST[0]), trial(3, 30, "sgd", 1e-1, "tanh")], cache, 0.5, {})
+    assert cache.members_reused == 1
+    assert sum(map(len, cache._loose.values())) <= 1
+
+
 def test_the_structure_key_leaves_out_batch_size_and_learning_rate():
     a, b = trial(0, 20, "adam", 1e-3, "relu"), trial(1, 70, "adam", 1e-1, "relu")
     assert member_key(a) == member_key(b)

@@ -61,6 +61,9 @@ class PackCache:
         self._idle: OrderedDict[tuple, Pack] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.members_reused = 0  # members of new packs taken from kept ones, not built
+        # Members of kept packs broken up for their members, by member structure.
+        self._loose: dict[tuple, list[Member]] = {}
         # Per member structure: its initial weights' replayer (None: build them), whether
         # a fresh build has confirmed it, and a fresh optimizer's state.
         self._replay: dict[tuple, InitialWeights | None] = {}
@@ -93,11 +96,41 @@ class PackCache:
         self.misses += 1
         members = []
         for trial in order:
+            member = self._idle_member(trial)
+            if member is not None:
+                state = states.get(trial.trial_id) or self.initial_state(trial)
+                members.append(member.load(trial, state, member.preprocessing))
+                self.members_reused += 1
+                continue
             member = self.make_member(trial)
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
         return Pack(members, self.data, **self.pack_options), False
+
+    def _idle_member(self, trial: Trial) -> Member | None:
+        """A kept member of ``trial``'s structure, taken out of its pack; None if none is.
+
+        With no kept pack of the whole pack's structure, the members still need not be built:
+        a kept pack that holds one of the same member structure gives it up (the least
+        recently used first). That pack is broken: its other members stay for later packs
+        to take, and its traced step goes.
+        """
+        sliced = self.pack_options.get("data_sharing") == "slice"
+        key = member_key(trial, sliced)
+        if not self._loose.get(key):
+            broken = next((k for k, pack in self._idle.items()
+                           if any(member_key(m.trial, sliced) == key for m in pack.members)),
+                          None)
+            if broken is None:
+                return None
+            for m in self._idle.pop(broken).members:
+                self._loose.setdefault(member_key(m.trial, sliced), []).append(m)
+        member = self._loose[key].pop()
+        # Loose members hold device memory too: at most ``keep``, the oldest go first.
+        while sum(map(len, self._loose.values())) > self.keep:
+            next(ms for ms in self._loose.values() if ms).pop(0)
+        return member
 
     def initial_state(self, trial: Trial) -> MemberState:
         """The state a fresh build of ``trial``'s member has, replayed where that is exact.
@@ -157,4 +190,5 @@ class PackCache:
 
     def clear(self) -> None:
         self._idle.clear()
+        self._loose.clear()
 

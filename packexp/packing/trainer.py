@@ -49,6 +49,7 @@ class PackRun:
     peak_memory_bytes: int
     splits: int = 0
     reused: bool = False
+    reused_members: int = 0  # of a new pack, members taken from kept packs, not built
     build_s: float = 0.0  # members built or their states loaded
     eval_s: float = 0.0  # evaluation, its tracing left out (counted in stats.trace_s)
     started: float = 0.0  # time.perf_counter() when the pack began
@@ -83,6 +84,7 @@ def train_group(
     started = time.perf_counter()
     try:
         with PeakMemory() as peak:
+            taken = cache.members_reused
             pack, reused = cache.checkout(group, states)
             built = time.perf_counter()
             stats = pack.train({m.trial_id: m.steps_for(epochs) - m.step for m in pack.members})
@@ -94,6 +96,7 @@ def train_group(
                        for m in pack.members]
         cache.checkin(pack)
         return [PackRun(results, stats, evaluation, peak.growth_bytes, splits, reused,
+                        reused_members=cache.members_reused - taken,
                         build_s=built - started, eval_s=eval_s, started=started)]
     except tf.errors.ResourceExhaustedError:
         if len(group) == 1:
