@@ -132,17 +132,29 @@ class FusedPack:
         self.lr, self.momentum, self.beta_1, self.beta_2, self.epsilon = (
             tf.Variable(tf.zeros([self.members_n])) for _ in range(5))
         self.iterations = tf.Variable(tf.zeros([self.members_n], tf.int64))
-        self.slot_m = self._stacked_slots(self._keeps_m)
-        self.slot_v = self._stacked_slots(self._keeps_v)
+        # The optimizer works on every trainable weight at once, flattened and joined per
+        # member ([members, parameters]): a few operations per step however many weights
+        # the model has, so the step traces and optimizes far faster.
+        trainable = [self.graph.stacked[i].variable for i in self.graph.trainable]
+        self._sizes = [int(np.prod(v.shape[1:])) for v in trainable]
+        self._shapes = [v.shape for v in trainable]
+        self.slot_m = self._flat_slots(self._keeps_m)
+        self.slot_v = self._flat_slots(self._keeps_v)
         self.reload(stack=False)
         self._train = self._compile_train(width)
         self._eval = self._compile_eval()
         self._eval_traced = False
 
-    def _stacked_slots(self, kept: bool) -> list[tf.Variable]:
-        """Each weight's slot for every member; a scalar where no member keeps one."""
-        trainable = [self.graph.stacked[i] for i in self.graph.trainable]
-        return [tf.Variable(tf.zeros_like(s.variable) if kept else 0.0) for s in trainable]
+    def _flat_slots(self, kept: bool) -> tf.Variable:
+        """A slot of every weight, flattened and joined per member; a scalar if none keeps it."""
+        return tf.Variable(tf.zeros([self.members_n, sum(self._sizes)]) if kept else 0.0)
+
+    def _flatten(self, tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+        return tf.concat([tf.reshape(t, [self.members_n, -1]) for t in tensors], axis=1)
+
+    def _unflatten(self, flat: tf.Tensor) -> list[tf.Tensor]:
+        return [tf.reshape(t, shape) for t, shape in
+                zip(tf.split(flat, self._sizes, axis=1), self._shapes, strict=True)]
 
     def reload(self, stack: bool = True) -> None:
         """Reads the members' Keras weights, optimizer state and hyper-parameters in.
@@ -155,13 +167,13 @@ class FusedPack:
             self.graph.restack()
         first, second = zip(*(_slots(o) for o in opts), strict=True)
         trainable = [self.graph.stacked[i] for i in self.graph.trainable]
-        for stacked, slots, kept in ((self.slot_m, first, self._keeps_m),
-                                     (self.slot_v, second, self._keeps_v)):
+        for flat, slots, kept in ((self.slot_m, first, self._keeps_m),
+                                  (self.slot_v, second, self._keeps_v)):
             if kept:
-                for var, s in zip(stacked, trainable, strict=True):
-                    var.assign(np.stack([
-                        _slot_value(m.optimizer, slot, weight, s.variable)
-                        for m, slot, weight in zip(members, slots, s.weights, strict=True)]))
+                flat.assign(np.stack([
+                    np.concatenate([_slot_value(m.optimizer, slot, s.weights[i]).reshape(-1)
+                                    for s in trainable])
+                    for i, (m, slot) in enumerate(zip(members, slots, strict=True))]))
         self.sizes.assign([m.batch_size for m in members])
         self.lr.assign([float(o.learning_rate.numpy()) for o in opts])
         self.momentum.assign([float(getattr(o, "momentum", 0.0) or 0.0) for o in opts])
@@ -173,8 +185,9 @@ class FusedPack:
     def write_back(self) -> None:
         """Copies the stacked state back into each member's Keras model and optimizer."""
         self.graph.write_back()
-        slot_m = [m.numpy() for m in self.slot_m]
-        slot_v = [v.numpy() for v in self.slot_v]
+        bounds = np.cumsum(self._sizes)[:-1]
+        slot_m, slot_v = (np.split(flat, bounds, axis=1) if flat.ndim == 2 else None
+                          for flat in (self.slot_m.numpy(), self.slot_v.numpy()))
         iterations = self.iterations.numpy()
         for i, m in enumerate(self.members):
             m.optimizer.iterations.assign(iterations[i])
@@ -183,7 +196,7 @@ class FusedPack:
                 weight = self.graph.stacked[index].weights[i]
                 slot = m.optimizer._get_variable_index(weight)
                 for slots, values in ((first, slot_m), (second, slot_v)):
-                    if slots is not None:
+                    if slots is not None:  # then this member's kind keeps the slot
                         slots[slot].assign(values[j][i].reshape(slots[slot].shape))
 
     def run_chunk(self, idxs: np.ndarray, ks: Sequence[int]) -> np.ndarray:
@@ -232,10 +245,10 @@ class FusedPack:
                 losses = tf.reduce_sum(per_row * rows, axis=1) / sizes
                 total = tf.reduce_sum(tf.where(active, losses, 0.0))
             grads = tape.gradient(total, weights)
-            new_w, slot_m, slot_v = self._apply(weights, grads, slot_m, slot_v, iterations,
-                                                active)
+            new_w, slot_m, slot_v = self._apply(self._flatten(weights), self._flatten(grads),
+                                                slot_m, slot_v, iterations, active)
             params = list(params)
-            for i, w in zip(trainable, new_w, strict=True):
+            for i, w in zip(trainable, self._unflatten(new_w), strict=True):
                 params[i] = w
             for i, value in ctx.updates.items():
                 params[i] = value
@@ -262,66 +275,55 @@ class FusedPack:
         fn(tf.zeros([n, width, batch], tf.int32), tf.zeros([n], tf.int32))
         return fn
 
-    def _apply(self, weights: list[tf.Tensor], grads: list[tf.Tensor],
-               slot_m: list[tf.Tensor], slot_v: list[tf.Tensor], iterations: tf.Tensor,
-               active: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """Each member's own optimizer rule on its slice (Keras's update formulas).
+    def _apply(self, w: tf.Tensor, g: tf.Tensor, m: tf.Tensor, v: tf.Tensor,
+               iterations: tf.Tensor, active: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Each member's own optimizer rule on its row (Keras's update formulas).
 
-        Members are ordered by optimizer type, so each type's rule runs on its own
-        contiguous slice of the member axis and the slices are joined again. Members not
-        ``active`` keep their state. Returns the new weights and slots.
+        ``w``, ``g``, ``m`` and ``v`` are every trainable weight, gradient and slot flattened
+        and joined per member (``[members, parameters]``; a slot no member keeps is a
+        scalar). Members are ordered by optimizer type, so each type's rule runs on its own
+        contiguous rows and the rows are joined again. Members not ``active`` keep their
+        state. Returns the new weights and slots.
         """
         step = tf.cast(iterations + 1, tf.float32)
         vectors = {"lr": self.lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
-                   "eps": self.epsilon, "on": active}
+                   "eps": self.epsilon}
         if any(k == "adam" for k, _, _ in self.spans):
             vectors["alpha"] = (self.lr * tf.sqrt(1 - self.beta_2**step)
                                 / (1 - self.beta_1**step))
         whole = len(self.spans) == 1
-        cache: dict[tuple[str, int, int, int], tf.Tensor] = {}
+        parts = []  # per span: (new w, new m, new v), None where a slot is unchanged
+        for kind, a, b in self.spans:
+            def part(t, a=a, b=b):
+                return t if whole else t[a:b]
 
-        def col(key: str, rank: int, a: int = 0, b: int = -1) -> tf.Tensor:
-            """Vector ``key`` over members ``a:b``, shaped to broadcast over a slice."""
-            if (key, rank, a, b) not in cache:
-                v = vectors[key] if b < 0 or whole else vectors[key][a:b]
-                cache[key, rank, a, b] = tf.reshape(v, [-1] + [1] * (rank - 1))
-            return cache[key, rank, a, b]
+            def c(key, a=a, b=b):
+                return part(vectors[key], a, b)[:, None]
 
-        out_w, out_m, out_v = [], [], []
-        for w, g, m, v in zip(weights, grads, slot_m, slot_v, strict=True):
-            rank = w.shape.rank
-            parts = []  # per span: (new w, new m, new v), None where a slot is unchanged
-            for kind, a, b in self.spans:
-                def part(t, a=a, b=b):
-                    return t if whole else t[a:b]
-
-                def c(key, a=a, b=b, rank=rank):
-                    return col(key, rank, a, b)
-
-                ws, gs = part(w), part(g)
-                if kind == "sgd":
-                    parts.append((ws - gs * c("lr"), None, None))
-                elif kind == "momentum":
-                    mom = part(m) * c("mu") - gs * c("lr")
-                    parts.append((ws + mom, mom, None))
-                elif kind == "adam":
-                    ms, vs = part(m), part(v)
-                    m1 = ms + (gs - ms) * (1 - c("b1"))
-                    v1 = vs + (tf.square(gs) - vs) * (1 - c("b2"))
-                    parts.append((ws - m1 * c("alpha") / (tf.sqrt(v1) + c("eps")), m1, v1))
-                else:  # adagrad
-                    acc = part(v) + tf.square(gs)
-                    parts.append((ws - c("lr") * gs / tf.sqrt(acc + c("eps")), None, acc))
-            on = col("on", rank)
-            for j, (out, old) in enumerate(((out_w, w), (out_m, m), (out_v, v))):
-                if all(p[j] is None for p in parts):
-                    out.append(old)  # no optimizer type here keeps this slot
-                    continue
-                spans = [p[j] if p[j] is not None else old[a:b]
-                         for p, (_, a, b) in zip(parts, self.spans, strict=True)]
-                new = spans[0] if whole else tf.concat(spans, axis=0)
-                out.append(tf.where(on, new, old))
-        return out_w, out_m, out_v
+            ws, gs = part(w), part(g)
+            if kind == "sgd":
+                parts.append((ws - gs * c("lr"), None, None))
+            elif kind == "momentum":
+                mom = part(m) * c("mu") - gs * c("lr")
+                parts.append((ws + mom, mom, None))
+            elif kind == "adam":
+                ms, vs = part(m), part(v)
+                m1 = ms + (gs - ms) * (1 - c("b1"))
+                v1 = vs + (tf.square(gs) - vs) * (1 - c("b2"))
+                parts.append((ws - m1 * c("alpha") / (tf.sqrt(v1) + c("eps")), m1, v1))
+            else:  # adagrad
+                acc = part(v) + tf.square(gs)
+                parts.append((ws - c("lr") * gs / tf.sqrt(acc + c("eps")), None, acc))
+        out = []
+        for j, old in enumerate((w, m, v)):
+            if all(p[j] is None for p in parts):
+                out.append(old)  # no optimizer type here keeps this slot
+                continue
+            rows = [p[j] if p[j] is not None else old[a:b]
+                    for p, (_, a, b) in zip(parts, self.spans, strict=True)]
+            new = rows[0] if whole else tf.concat(rows, axis=0)
+            out.append(tf.where(active[:, None], new, old))
+        return tuple(out)
 
     def _compile_eval(self):
         def evaluate(x, y):
@@ -351,10 +353,9 @@ def _slots(optimizer: keras.optimizers.Optimizer) -> tuple[Any, Any]:
     return None, None
 
 
-def _slot_value(optimizer: keras.optimizers.Optimizer, slots: Any, weight: keras.Variable,
-                like: tf.Variable) -> np.ndarray:
-    """A member's slot of ``weight`` in the stacked layout of ``like`` (zeros if none)."""
-    shape = like.shape[1:]
+def _slot_value(optimizer: keras.optimizers.Optimizer, slots: Any,
+                weight: keras.Variable) -> np.ndarray:
+    """A member's slot of ``weight`` (zeros if its optimizer keeps none)."""
     if slots is None:
-        return np.zeros(shape, np.float32)
-    return slots[optimizer._get_variable_index(weight)].numpy().reshape(shape)
+        return np.zeros(weight.shape, np.float32)
+    return slots[optimizer._get_variable_index(weight)].numpy()
