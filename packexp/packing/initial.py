@@ -14,7 +14,8 @@ initializer drawing from a SeedGenerator) raises ValueError, and the structure i
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 
 import keras
 import numpy as np
@@ -25,9 +26,15 @@ _OTHER_ATTRIBUTES = {"kernel": ("depthwise_initializer",),
 _MAX_DRAWS = 100_000
 
 
+def _stream(seed: int) -> Iterator[int]:
+    """The seeds ``keras.random.make_default_seed`` draws after ``set_random_seed(seed)``."""
+    draws = random.Random(seed)
+    while True:
+        yield draws.randint(1, int(1e9))
+
+
 def _draws(seed: int, count: int) -> list[int]:
-    stream = random.Random(seed)
-    return [stream.randint(1, int(1e9)) for _ in range(count)]
+    return list(islice(_stream(seed), count))
 
 
 class InitialWeights:
@@ -59,10 +66,8 @@ class InitialWeights:
         # Follow the trial's stream only as far as the last seed wanted (a few dozen draws;
         # drawing all _MAX_DRAWS up front cost 0.2 s per structure).
         where: dict[int, int] = {}
-        stream = random.Random(seed)
         missing = set(wanted)
-        for i in range(_MAX_DRAWS if missing else 0):
-            s = stream.randint(1, int(1e9))
+        for i, s in enumerate(islice(_stream(seed), _MAX_DRAWS if missing else 0)):
             where.setdefault(s, i)
             missing.discard(s)
             if not missing:
