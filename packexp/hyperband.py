@@ -23,6 +23,11 @@ class Bracket:
     rungs: tuple[Rung, ...]
 
 
+def steps_for(epochs: float, batch_size: int, train_size: int) -> int:
+    """Steps that ``epochs`` epochs amount to at ``batch_size`` (at least one)."""
+    return max(1, round(epochs * (train_size // batch_size)))
+
+
 SampleFn = Callable[[Bracket], list[Trial]]
 # (bracket, rung index, trials, epochs) -> trial_id -> validation accuracy, None if failed
 TrainRungFn = Callable[[Bracket, int, list[Trial], float], Mapping[str, "float | None"]]

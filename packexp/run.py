@@ -17,11 +17,11 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.errors import ConfigError
-from packexp.hyperband import Hyperband
+from packexp.hyperband import Hyperband, steps_for
 from packexp.journal import Journal, JournalError, first_difference
 from packexp.plots import write_plots
 from packexp.search_space import SearchSpace, Trial
-from packexp.strategies import Capacity, Strategy
+from packexp.strategies import Capacity, RungContext, Strategy
 from packexp.telemetry import device_facts
 from packexp.tracking import hydra_tags, speedup_metrics
 
@@ -147,6 +147,12 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             cfg.device, max_members, make_member, data, pack_options,
             run_dir / "memory_probes.json")
         cache = PackCache(make_member, data, pack_options, keep=reuse_setting(cfg.pack))
+        calibration_started = time.perf_counter()
+        if strategy.needs_costs:
+            use_calibration(cfg, strategy, space, dataset, capacity, max_members, run_dir,
+                            measure=lambda: calibrate_device(cfg, cache, space, capacity,
+                                                             max_members, data.train_size))
+        calibration_s = time.perf_counter() - calibration_started
         with SearchProgress(scheduler) as progress:
             search = PackedSearch(
                 space=space, strategy=strategy, capacity=capacity, cache=cache,
@@ -154,12 +160,13 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 checkpoints=run_dir / "checkpoints", seed=cfg.seed, tags=names,
                 continue_on_promotion=scheduler.continue_on_promotion,
                 capacity_source=capacity_source, progress=progress,
-                probe_seconds=probe_seconds,
+                probe_seconds=probe_seconds, train_size=data.train_size,
+                brackets=scheduler.brackets(),
             )
             if records:
                 log.info("resuming: %d member results from %s", search.replay(records),
                          journal.path)
-            started = time.perf_counter()
+            started = time.perf_counter() - calibration_s
             scheduler.run(search.sample, search.train_rung)
             search.finish()
         wall = time.perf_counter() - started + earlier_sessions_s(records)
@@ -171,6 +178,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                    "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
                    "reused_packs": sum(bool(p.get("reused")) for p in search.packs),
                    "reused_members": sum(p.get("reused_members", 0) for p in search.packs),
+                   "calibration_s": round(calibration_s, 3),
+                   "prediction_error": prediction_error(search.packs),
                    "R": scheduler.R, "eta": scheduler.eta,
                    "continue_on_promotion": scheduler.continue_on_promotion,
                    "resumed": bool(records),
@@ -180,6 +189,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         best = results["best"]["val_accuracy"] if results["best"] else math.nan
         tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best,
                              "startup_s": startup, "train_share": results["train_share"],
+                             "calibration_s": calibration_s,
+                             "prediction_error_median": results["prediction_error"],
                              **{f"total_{k}": v for k, v in phases.items()},
                              **speedup_metrics(results)})
         write_json(run_dir / "results.json", results)
@@ -197,6 +208,82 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         tracker.end(status)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5))
     return float(best)
+
+
+def calibration_facts(cfg: DictConfig, space: SearchSpace, dataset: Any,
+                      max_members: int) -> dict:
+    """What a calibration depends on: device, model, data shape, structure, pack settings."""
+    import tensorflow as tf
+
+    first = next(iter(space))
+    scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
+    train_size = len(dataset.x_train)
+    return {
+        "device": device_facts().tags(), "tensorflow": tf.__version__,
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "dataset": {"name": dataset.name, "input_shape": list(dataset.input_shape),
+                    "val_size": len(dataset.x_val)},
+        "structure": {k: v for k, v in first.items() if k != "batch_size"},
+        "batch_sizes": sorted(space.params["batch_size"]),
+        "preprocess": OmegaConf.to_container(cfg.preprocess, resolve=True),
+        "pack": {**pack_settings(cfg.pack), "max_members": max_members},
+        "longest_steps": steps_for(scheduler.R, min(space.params["batch_size"]), train_size),
+    }
+
+
+def use_calibration(cfg: DictConfig, strategy: Strategy, space: SearchSpace, dataset: Any,
+                    capacity: Capacity, max_members: int, run_dir: Path,
+                    measure: Callable[[], dict] | None) -> None:
+    """Gives a cost-weighing strategy its calibration: kept, or measured with ``measure``."""
+    from packexp.packing.calibrate import calibration_key, load_or_calibrate
+
+    facts = calibration_facts(cfg, space, dataset, max_members)
+    directory = getattr(strategy, "calibration_dir", None)
+    kept = Path(hydra.utils.to_absolute_path(directory)) if directory else None
+    if measure is None:  # task=plan trains nothing: a kept calibration or none
+        path = kept / f"{calibration_key(facts)}.json" if kept else None
+        if path is None or not path.exists():
+            raise ConfigError(f"strategy={component_name(cfg, 'strategy')}: no calibration "
+                              f"for this device and structure in {kept}; a search "
+                              "(task=tune) measures one")
+        fit_costs(strategy, json.loads(path.read_text()), path)
+        return
+    record, measured = load_or_calibrate(run_dir / "calibration.json", kept, facts, measure,
+                                         fresh=bool(getattr(strategy, "recalibrate", False)))
+    fit_costs(strategy, record, run_dir / "calibration.json")
+    error = strategy.costs.error
+    log.info("cost model: calibration %s, %s; step times fitted within %.0f%% (median), "
+             "%.0f%% (max) over %d packs", record["key"],
+             f"measured in {record['seconds']:.1f} s" if measured else "kept from before",
+             100 * error["median"], 100 * error["max"], error["packs"])
+
+
+def fit_costs(strategy: Strategy, record: dict, path: Path) -> None:
+    try:
+        strategy.use_costs(record)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: not a calibration packexp can read ({type(e).__name__}: "
+                          f"{e}); delete it to measure again") from None
+
+
+def calibrate_device(cfg: DictConfig, cache: Any, space: SearchSpace, capacity: Capacity,
+                     max_members: int, train_size: int) -> dict:
+    from packexp.packing.calibrate import calibrate
+
+    scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
+    batch_sizes = space.params["batch_size"]
+    log.info("cost model: calibrating on this device")
+    return calibrate(cache, next(iter(space)), batch_sizes, max_members, capacity.fits,
+                     steps_for(scheduler.R, min(batch_sizes), train_size))
+
+
+def prediction_error(packs: list[dict]) -> float | None:
+    """Median relative error of the packs' ``predicted_s`` against their ``duration_s``."""
+    import statistics
+
+    errors = [abs(p["predicted_s"] - p["duration_s"]) / p["duration_s"] for p in packs
+              if p.get("predicted_s") is not None and p.get("duration_s")]
+    return round(statistics.median(errors), 4) if errors else None
 
 
 # Keys that may differ between a run and its resume: they change no result.
@@ -474,9 +561,17 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     strategy: Strategy = instantiate(cfg.strategy, "strategy")
     payload = plan_dict(scheduler)
     capacity, source = planning_capacity(cfg, space)
+    dataset = instantiate(cfg.dataset, "dataset")
+    if strategy.needs_costs:
+        use_calibration(cfg, strategy, space, dataset, capacity, capacity.max_members,
+                        run_dir, measure=None)
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         trials = space.sample(bracket.rungs[0].n, cfg.seed, bracket.s)
-        packs = strategy.pack(trials, capacity)
+        rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
+                                                        t.hparams["batch_size"],
+                                                        len(dataset.x_train))
+                                  for t in trials})
+        packs = [group for group, _ in strategy.plan(trials, capacity, rung)]
         record["first_rung_packs"] = [[t.trial_id for t in p] for p in packs]
         record["first_rung_pack_batch_sizes"] = [
             [t.hparams["batch_size"] for t in p] for p in packs]
@@ -599,6 +694,14 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
                       + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
                       + (f"; {results['startup_s']:.1f} s from the command to the first pack"
                          if results.get("startup_s") is not None else ""))
+    if results.get("prediction_error") is not None:
+        predicted = [p for p in results["packs"] if p.get("predicted_s") is not None]
+        console.print(
+            f"cost model: {len(predicted)} packs predicted {sum(p['predicted_s'] for p in predicted):.1f} s, "
+            f"took {sum(p['duration_s'] for p in predicted):.1f} s; median relative error "
+            f"{results['prediction_error']:.0%}"
+            + (f"; {results['calibration_s']:.1f} s calibrating" if results.get("calibration_s")
+               else ""))
     fused = sum(1 for p in results["packs"] if p.get("fused"))
     if fused:
         console.print(f"{fused} of {len(results['packs'])} packs were fused: their members' "

@@ -31,6 +31,27 @@ class Trial:
     bracket: int = 0
 
 
+# Hyper-parameters that are values of a member's variables or of the step's inputs: they
+# never change what the pack engine builds or traces. (Sliced batches are cut at traced
+# sizes, so under data_sharing=slice the batch size is structure too.)
+RUNTIME_HPARAMS = ("batch_size", "learning_rate")
+
+
+def member_key(trial: Trial, sliced: bool = False) -> tuple:
+    """A trial's member structure: every hyper-parameter that shapes its model or optimizer."""
+    runtime = RUNTIME_HPARAMS[1:] if sliced else RUNTIME_HPARAMS
+    return tuple(sorted((k, repr(v)) for k, v in trial.hparams.items() if k not in runtime))
+
+
+def pack_key(trials: Sequence[Trial], sliced: bool = False, fusion: str | None = None) -> tuple:
+    """A pack's structure: its members' structures in a canonical order, whether their batch
+    sizes differ (a fused pack masks padded rows only then) and its fusion setting. Packs of
+    one structure run on the same built models and traced step functions."""
+    keys = sorted(member_key(t, sliced) for t in trials)
+    mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
+    return (*keys, mixed, fusion)
+
+
 def derive_seed(*entropy: int) -> int:
     """A 32-bit seed derived from the given integers (root seed first)."""
     return int(np.random.SeedSequence(list(entropy)).generate_state(1)[0])
@@ -63,6 +84,12 @@ class SearchSpace:
                 f"search_space.categorical: {sorted(unknown)} are not hyper-parameters"
             )
         self.categorical = frozenset(categorical)
+
+    @property
+    def structures(self) -> int:
+        """How many member structures (``member_key``) the space holds."""
+        return int(np.prod([len(v) for k, v in self.params.items()
+                            if k not in RUNTIME_HPARAMS]))
 
     @property
     def size(self) -> int:

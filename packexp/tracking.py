@@ -310,7 +310,7 @@ class MlflowTracker(NullTracker):
         now = _now_ms()
         values = {k: pack.get(k) for k in (
             "step_time_ms", "peak_memory_mb", "switch_overhead_s", "build_s", "trace_s",
-            "train_s", "eval_s", "checkpoint_s", "probe_s", "duration_s")}
+            "train_s", "eval_s", "checkpoint_s", "probe_s", "duration_s", "predicted_s")}
         values["members"] = len(pack.get("members", ()))
         values["fused"] = float(bool(pack.get("fused")))
         values["reused"] = float(bool(pack.get("reused")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -12,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from packexp.errors import ConfigError
-from packexp.hyperband import Bracket
+from packexp.hyperband import Bracket, steps_for
 from packexp.journal import Journal
 from packexp.search_space import SearchSpace, Trial
-from packexp.strategies import Capacity, Strategy
+from packexp.strategies import Capacity, RungContext, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class PackedSearch:
     capacity_source: str = "capacity"
     progress: Any = None
     probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
+    train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
+    brackets: list[Bracket] = field(default_factory=list)  # the whole search, for the strategy
     started: float = field(default_factory=time.perf_counter)
     first_pack_at: float | None = None  # time.time() when the first pack began
     trials: dict[str, dict] = field(default_factory=dict)
@@ -63,7 +66,8 @@ class PackedSearch:
             elif r["event"] == "pack":
                 self.packs.append(r["pack"])
             elif r["event"] == "plan":
-                self._plans.setdefault((r["bracket"], r["rung"]), r["packs"])
+                self._plans.setdefault((r["bracket"], r["rung"]),
+                                       (r["packs"], r.get("fusion") or [None] * len(r["packs"])))
         return sum(len(v) for v in self._done.values())
 
     def sample(self, bracket: Bracket) -> list[Trial]:
@@ -94,49 +98,80 @@ class PackedSearch:
         scores = {i: done[i]["val_accuracy"] for i in ids if i in done}
         if todo:
             check_fits(todo, self.capacity, self.capacity_source)
-            groups = self._planned(bracket.s, rung, todo)
-            if groups is None:
-                groups = self.strategy.pack(todo, self.capacity)
-                check_partition(todo, groups, self.capacity)
+            context = self._context(todo, epochs, bracket, rung)
+            planned = self._planned(bracket.s, rung, todo)
+            if planned is None:
+                planned = self.strategy.plan(todo, self.capacity, context)
+                check_partition(todo, [g for g, _ in planned], self.capacity)
                 self.journal.append("plan", bracket=bracket.s, rung=rung,
-                                    packs=[[t.trial_id for t in g] for g in groups])
+                                    packs=[[t.trial_id for t in g] for g, _ in planned],
+                                    fusion=[f for _, f in planned])
+            groups = [g for g, _ in planned]
             self.tracker.log_rung_plan(bracket.s, rung, epochs, groups, sorted(done))
             log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs%s",
                      bracket.s, rung, len(todo), epochs, len(groups),
                      f" ({len(done)} done before the resume)" if done else "")
             if self.progress:
                 self.progress.rung(bracket.s, rung, len(groups), epochs)
-            for j, group in enumerate(groups):
+            for j, (group, fusion) in enumerate(planned):
                 if self.progress:
                     self.progress.pack(j, len(group))
                 if self.first_pack_at is None:
                     self.first_pack_at = time.time()
+                kept, members = self.cache.kept()
+                predicted = self.strategy.predict(group, fusion, dataclasses.replace(
+                    context, kept=kept, members=members, replayed=self.cache.replayed))
                 runs = train_group(group, self.cache, epochs,
-                                   {t.trial_id: self._state_for(t) for t in group})
+                                   {t.trial_id: self._state_for(t) for t in group},
+                                   fusion=fusion)
                 for k, pack_run in enumerate(runs):
                     pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (
                         f"-{k}" if len(runs) > 1 else "")
-                    scores.update(self._finish_pack(bracket, rung, epochs, pack_id, pack_run))
+                    scores.update(self._finish_pack(bracket, rung, epochs, pack_id, pack_run,
+                                                    predicted if len(runs) == 1 else None))
         if rung == len(bracket.rungs) - 1:
             for trial_id in ids:
                 if self.trials[trial_id]["status"] == "running":
                     self._retire(trial_id, "finished")
         return scores
 
-    def _planned(self, bracket: int, rung: int, todo: list[Trial]) -> list[list[Trial]] | None:
+    def _context(self, todo: list[Trial], epochs: float, bracket: Bracket,
+                  rung: int) -> RungContext:
+        """What strategies that weigh costs know of the rung: each trial's steps, what the
+        cache keeps, and how much of the search is still to come."""
+        steps = {}
+        for t in todo:
+            start = 0
+            rungs = self.trials[t.trial_id]["rungs"]
+            if rungs and self.continue_on_promotion and rungs[-1]["checkpoint"]:
+                start = rungs[-1]["steps"]
+            total = steps_for(epochs, int(t.hparams["batch_size"]), self.train_size or 1)
+            steps[t.trial_id] = max(0, total - start)
+        kept, members = self.cache.kept()
+        future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
+            r.n for b in self.brackets if b.s < bracket.s for r in b.rungs)
+        return RungContext(steps, kept, members,
+                           checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
+                           future_trials=future, structures=self.space.structures,
+                           replayed=self.cache.replayed)
+
+    def _planned(self, bracket: int, rung: int,
+                 todo: list[Trial]) -> list[tuple[list[Trial], str | None]] | None:
         """The journaled packs of an interrupted rung, for the trials still to train.
 
         A pack's results are journaled together, so its members are all done or all to do;
         rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
         fused packs included.
         """
-        plan = self._plans.get((bracket, rung))
-        if plan is None:
+        journaled = self._plans.get((bracket, rung))
+        if journaled is None:
             return None
+        plan, fusion = journaled
         by_id = {t.trial_id: t for t in todo}
-        groups = [[by_id[i] for i in pack if i in by_id] for pack in plan]
-        groups = [g for g in groups if g]
-        if sorted(t.trial_id for g in groups for t in g) != sorted(by_id):
+        groups = [([by_id[i] for i in pack if i in by_id], f)
+                  for pack, f in zip(plan, fusion, strict=True)]
+        groups = [(g, f) for g, f in groups if g]
+        if sorted(t.trial_id for g, _ in groups for t in g) != sorted(by_id):
             return None
         return groups
 
@@ -168,7 +203,7 @@ class PackedSearch:
         return self._states[trial.trial_id]
 
     def _finish_pack(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
-                     pack_run: Any) -> dict[str, float | None]:
+                     pack_run: Any, predicted_s: float | None = None) -> dict[str, float | None]:
         from packexp.packing.member import write_state
 
         stats, members = pack_run.stats, pack_run.members
@@ -193,6 +228,7 @@ class PackedSearch:
             "train_s": round(stats.train_s, 4), "eval_s": round(pack_run.eval_s, 4),
             "checkpoint_s": round(now - t0, 4), "probe_s": round(probed - self._probed, 4),
             "duration_s": round(now - pack_run.started, 4),
+            "predicted_s": None if predicted_s is None else round(predicted_s, 4),
             "switches": stats.switches,
             "switch_overhead_s": round(stats.switch_overhead_s, 4),
             "step_time_ms": stats.step_time_ms,

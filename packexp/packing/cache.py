@@ -26,20 +26,11 @@ from packexp.packing.data import DeviceData
 from packexp.packing.initial import InitialWeights
 from packexp.packing.member import Member, MemberState
 from packexp.packing.pack import Pack
-from packexp.search_space import Trial
+from packexp.search_space import RUNTIME_HPARAMS, Trial, member_key, pack_key
+
+__all__ = ["RUNTIME_HPARAMS", "PackCache", "member_key"]
 
 log = logging.getLogger(__name__)
-
-# Hyper-parameters that are values of a member's variables or of the step's inputs: they
-# never change what is built or traced. (Sliced batches are cut at traced sizes, so under
-# data_sharing=slice the batch size is structure too.)
-RUNTIME_HPARAMS = ("batch_size", "learning_rate")
-
-
-def member_key(trial: Trial, sliced: bool = False) -> tuple:
-    runtime = RUNTIME_HPARAMS[1:] if sliced else RUNTIME_HPARAMS
-    return tuple(sorted((k, repr(v)) for k, v in trial.hparams.items() if k not in runtime))
-
 
 class PackCache:
     """Builds packs, or hands out a kept pack of the same structure with new members loaded.
@@ -67,25 +58,42 @@ class PackCache:
         # Per member structure: its initial weights' replayer (None: build them), whether
         # a fresh build has confirmed it, and a fresh optimizer's state.
         self._replay: dict[tuple, InitialWeights | None] = {}
-        self._confirmed: set[tuple] = set()
+        self._confirmed: set[tuple] = set()  # see ``replayed``
         self._fresh_slots: dict[tuple, tuple[tuple[np.ndarray, ...], int]] = {}
 
-    def key(self, trials: Sequence[Trial]) -> tuple:
-        sliced = self.pack_options.get("data_sharing") == "slice"
-        keys = sorted(member_key(t, sliced) for t in trials)
-        mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
-        return (*keys, mixed)
+    def key(self, trials: Sequence[Trial], fusion: str | None = None) -> tuple:
+        return pack_key(trials, self.pack_options.get("data_sharing") == "slice",
+                        fusion or self.pack_options.get("fusion"))
 
-    def checkout(self, trials: Sequence[Trial],
-                 states: Mapping[str, MemberState | None]) -> tuple[Pack, bool]:
+    def kept(self) -> tuple[frozenset[tuple], dict[tuple, int]]:
+        """What a new pack could reuse: the kept packs' keys, and how many built members of
+        each member structure there are (in kept packs or loose).
+
+        ``replayed`` holds the member structures whose initial weights replay unbuilt."""
+        sliced = self.pack_options.get("data_sharing") == "slice"
+        members: dict[tuple, int] = {}
+        loose = [m for ms in self._loose.values() for m in ms]
+        for m in [m for pack in self._idle.values() for m in pack.members] + loose:
+            key = member_key(m.trial, sliced)
+            members[key] = members.get(key, 0) + 1
+        return frozenset(self._idle), members
+
+    def checkout(self, trials: Sequence[Trial], states: Mapping[str, MemberState | None],
+                 fusion: str | None = None) -> tuple[Pack, bool]:
         """A pack of ``trials``, each in its state (None: fresh from its seed).
+
+        Args:
+            trials: The pack's members.
+            states: Each trial's starting state; None (or absent) for a fresh trial.
+            fusion: The pack's ``fusion`` setting; None for the cache's ``pack_options``.
 
         Returns:
             The pack, and whether it is a kept one reused.
         """
         sliced = self.pack_options.get("data_sharing") == "slice"
         order = sorted(trials, key=lambda t: (member_key(t, sliced), t.trial_id))
-        pack = self._idle.pop(self.key(trials), None)
+        key = self.key(trials, fusion)
+        pack = self._idle.pop(key, None)
         if pack is not None:
             self.hits += 1
             for seat, trial in zip(pack.members, order, strict=True):
@@ -106,7 +114,11 @@ class PackCache:
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
-        return Pack(members, self.data, **self.pack_options), False
+        return Pack(members, self.data, **{**self.pack_options, "fusion": key[-1]}), False
+
+    @property
+    def replayed(self) -> frozenset[tuple]:
+        return frozenset(self._confirmed)
 
     def _idle_member(self, trial: Trial) -> Member | None:
         """A kept member of ``trial``'s structure, taken out of its pack; None if none is.
@@ -182,7 +194,7 @@ class PackCache:
         """Keeps a pack that trained to the end for a later pack of its structure."""
         if self.keep <= 0:
             return
-        key = self.key([m.trial for m in pack.members])
+        key = self.key([m.trial for m in pack.members], pack.fusion)
         self._idle[key] = pack
         self._idle.move_to_end(key)
         while len(self._idle) > self.keep:

@@ -61,6 +61,7 @@ def train_group(
     epochs: float,
     states: Mapping[str, MemberState | None],
     splits: int = 0,
+    fusion: str | None = None,
 ) -> list[PackRun]:
     """Trains ``group`` as one pack until each member has ``epochs`` epochs in all.
 
@@ -76,6 +77,7 @@ def train_group(
         epochs: Epochs each member has trained when the rung ends.
         states: Each trial's starting state; None (or absent) for a fresh trial.
         splits: How many times this group's ancestors were split (for the record).
+        fusion: The pack's ``fusion`` setting; None for the cache's.
 
     Returns:
         The packs that ran: one, or more after splits.
@@ -85,7 +87,7 @@ def train_group(
     try:
         with PeakMemory() as peak:
             taken = cache.members_reused
-            pack, reused = cache.checkout(group, states)
+            pack, reused = cache.checkout(group, states, fusion)
             built = time.perf_counter()
             stats = pack.train({m.trial_id: m.steps_for(epochs) - m.step for m in pack.members})
             t0 = time.perf_counter()
@@ -109,7 +111,7 @@ def train_group(
     half = len(group) // 2
     return [run
             for part in (group[:half], group[half:])
-            for run in train_group(part, cache, epochs, states, splits + 1)]
+            for run in train_group(part, cache, epochs, states, splits + 1, fusion)]
 
 
 def probe_member(trial: Trial, make_member: Callable[[Trial], Member], data: DeviceData,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import abc
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,11 +34,59 @@ class Capacity:
         return cls(limit=float(n))
 
 
+@dataclass(frozen=True)
+class RungContext:
+    """What a rung asks of its packs, for strategies that weigh what packs cost.
+
+    Attributes:
+        steps: trial_id to the steps it trains in this rung.
+        kept: Pack structures (``search_space.pack_key``) already set up and kept for reuse.
+        members: Member structures (``search_space.member_key``) to how many built members
+            of each are kept.
+        checkpoint: Whether members write a checkpoint after the rung.
+        future_trials: Trial trainings the search holds after this rung (all brackets).
+        structures: How many member structures the search space holds.
+        replayed: Member structures whose fresh initial weights are replayed, not built.
+    """
+
+    steps: Mapping[str, int]
+    kept: frozenset[tuple] = frozenset()
+    members: Mapping[tuple, int] = field(default_factory=dict)
+    checkpoint: bool = True
+    future_trials: int = 0
+    structures: int = 1
+    replayed: frozenset[tuple] = frozenset()
+
+
+# A planned pack: its trials, and its ``pack.fusion`` setting (None: the run's).
+Planned = tuple[list[Trial], str | None]
+
+
 class Strategy(abc.ABC):
-    """Partitions trials into packs; pure Python, deterministic under its seed."""
+    """Partitions trials into packs; pure Python, deterministic under its seed.
+
+    A strategy that weighs measured costs sets ``needs_costs`` and receives the device's
+    cost model (``use_costs``) before the first rung; it may also choose each pack's fusion
+    setting (``plan``) and predict its duration (``predict``).
+    """
+
+    needs_costs = False
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
+
+    def use_costs(self, costs: Any) -> None:
+        """Takes the device's cost model (``strategies.cost.CostModel``)."""
+
+    def plan(self, trials: Sequence[Trial], capacity: Capacity,
+             rung: RungContext) -> list[Planned]:
+        """The rung's packs, each with its fusion setting; by default ``pack``'s, as configured."""
+        return [(group, None) for group in self.pack(trials, capacity)]
+
+    def predict(self, trials: Sequence[Trial], fusion: str | None,
+                rung: RungContext) -> float | None:
+        """A pack's predicted duration in seconds, where the strategy has a cost model."""
+        return None
 
     @abc.abstractmethod
     def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:

@@ -1,0 +1,194 @@
+"""Calibration: step, set-up and evaluation times of a few packs, measured on this device.
+
+``strategy=cost`` fits its cost model (``packexp/strategies/cost.py``) to these figures. A
+calibration measures one member structure of the run's architecture (the search space's
+first configuration) as a single at three batch sizes, and as plain and fused packs of a
+few member counts. The packs are built through the run's ``PackCache`` and kept there, so
+the search reuses what calibration set up.
+
+It is kept per device and structure: in the run directory (a resumed run reads it back, so
+it plans as the first session did) and under ``outputs/calibration/``, where later runs on
+the same device, model, data shape and pack settings find it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from packexp.packing.cache import PackCache
+from packexp.packing.fused import why_not_fused
+from packexp.packing.fused_graph import has_convolutions, plan
+from packexp.packing.member import write_state
+from packexp.packing.pack import XLA_MIN_STEPS, Pack
+from packexp.search_space import Trial
+
+log = logging.getLogger(__name__)
+
+VERSION = 2  # bumped whenever a record's fields change
+TARGET_S = 0.05  # each timed chunk runs about this long
+REPEATS = 3  # timed chunks per pack; the median counts
+
+
+def calibration_key(facts: Mapping[str, Any]) -> str:
+    """A short, stable digest of what a calibration depends on."""
+    text = json.dumps({"version": VERSION, **facts}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str, Any],
+                      measure: Callable[[], dict], fresh: bool = False) -> tuple[dict, bool]:
+    """The calibration for ``facts``: the run's own, a kept one, or one measured now.
+
+    Args:
+        run_file: The run directory's copy (read first: a resumed run plans as before).
+        kept_dir: Where calibrations are kept across runs; None keeps none.
+        facts: What the calibration depends on (device, structure, settings).
+        measure: Measures a calibration.
+        fresh: Measure even where a kept one matches (a resumed run still reads its own).
+
+    Returns:
+        The calibration, and whether it was measured now.
+    """
+    key = calibration_key(facts)
+    candidates = [run_file] + ([] if fresh or kept_dir is None
+                               else [kept_dir / f"{key}.json"])
+    for path in candidates:
+        if path.exists():
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as e:
+                log.warning("calibration %s is unreadable (%s); measuring again", path, e)
+                continue
+            if record.get("key") == key:
+                log.info("calibration: %s", path)
+                _write(run_file, record)
+                return record, False
+            if path == run_file:
+                log.warning("calibration %s is for other settings; measuring again", path)
+    record = {"key": key, "facts": dict(facts), **measure()}
+    _write(run_file, record)
+    if kept_dir is not None:
+        _write(kept_dir / f"{key}.json", record)
+    return record, True
+
+
+def _write(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with open(fd, "w") as f:
+        json.dump(record, f, indent=2)
+    Path(tmp).replace(path)
+
+
+def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
+              max_members: int, fits: Callable[[list[Trial]], bool],
+              longest_steps: int) -> dict:
+    """Measures the packs a cost model is fitted to.
+
+    Args:
+        cache: The run's pack cache (its pack settings are the ones measured).
+        hparams: One configuration of the search space: the member structure measured.
+        batch_sizes: The batch sizes the search space holds.
+        max_members: Most members per pack.
+        fits: Whether a group of trials fits the device's capacity.
+        longest_steps: Most steps a pack trains in one rung (whether XLA can come in).
+    """
+    started = time.perf_counter()
+    low, high = min(batch_sizes), max(batch_sizes)
+    middle = sorted(batch_sizes)[len(batch_sizes) // 2]
+    count = iter(range(10**6))
+
+    def trials(n: int, batch: int) -> list[Trial]:
+        return [Trial(f"calibrate-{next(count)}", {**hparams, "batch_size": batch}, (),
+                      seed=i + 1) for i in range(n)]
+
+    probe = cache.make_member(trials(1, low)[0])
+    cnn = has_convolutions(plan([probe.model]))
+    fusable = not why_not_fused([probe, cache.make_member(trials(1, low)[0])],
+                                cache.pack_options["data_sharing"], "on")
+    counts = sorted({n for n in (2, 4, max_members) if 1 < n <= min(max_members, 4 if cnn
+                                                                      else 8)})
+    specs = [("off", 1, b) for b in dict.fromkeys((middle, low, high))]
+    specs += [("off", n, b) for n in counts for b in (middle, high)]
+    if fusable and cache.pack_options["fusion"] != "off":
+        specs += [("on", n, b) for n in counts for b in (middle, high)]
+    jit = cache.pack_options.get("jit_compile")
+    xla = fusable and not cnn and (jit is True or (jit == "auto"
+                                                     and longest_steps >= XLA_MIN_STEPS))
+    packs = []
+    for fusion, n, batch in specs:
+        group = trials(n, batch)
+        if n > 1 and not fits(group):
+            continue
+        packs.append(_measure(cache, group, fusion))
+    if xla:
+        packs.append(_measure(cache, trials(counts[-1], middle), "on", xla=True))
+    build_s, load_s = _member_times(cache, trials(3, middle))
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        for i in range(3):
+            write_state(probe.state(), Path(tmp) / f"m{i}")
+        checkpoint_s = (time.perf_counter() - t0) / 3
+    settings = {k: cache.pack_options[k] for k in ("fusion", "misaligned", "data_sharing",
+                                                   "jit_compile")}
+    return {"packs": packs, "build_s": build_s, "load_s": load_s,
+            "chunk_steps": cache.pack_options["chunk_steps"],
+            "checkpoint_s": checkpoint_s,
+            "settings": {**settings, "xla_min_steps": XLA_MIN_STEPS, "fusable": fusable},
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _measure(cache: PackCache, group: list[Trial], fusion: str, xla: bool = False) -> dict:
+    """One pack: its set-up (if new), median step time and evaluation time."""
+    if xla:  # built outside the cache: the search's packs choose XLA by their steps
+        members = [cache.make_member(t) for t in group]
+        pack = Pack(members, cache.data, **{**cache.pack_options, "fusion": "on",
+                                            "jit_compile": True})
+        reused = False
+    else:
+        pack, reused = cache.checkout(group, {}, fusion)
+    ids = [t.trial_id for t in group]
+    first = pack.train(dict.fromkeys(ids, 3))
+    setup = first.trace_s
+    step = first.train_s / max(first.steps, 1)
+    # Two chunk lengths part a call's fixed cost from a step's.
+    short = max(3, min(100, round(TARGET_S / 4 / max(step, 1e-6))))
+    long = 4 * short
+    times = {k: statistics.median(pack.train(dict.fromkeys(ids, k)).train_s
+                                  for _ in range(REPEATS)) for k in (short, long)}
+    step_s = max(0.0, (times[long] - times[short]) / (long - short))
+    call_s = max(0.0, times[short] - short * step_s)
+    evals = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        pack.evaluate()
+        evals.append(time.perf_counter() - t0 - pack.eval_trace_s)
+        setup += pack.eval_trace_s
+    setup += max(0.0, evals[0] - min(evals[1:]))  # a new evaluation's first call
+    if not xla:
+        cache.checkin(pack)
+    return {"fusion": "on" if pack.fused else "off", "xla": bool(first.xla),
+            "batches": [int(t.hparams["batch_size"]) for t in group], "steps": [short, long],
+            "step_s": step_s, "call_s": call_s, "setup_s": None if reused else setup,
+            "eval_s": min(evals[1:])}
+
+
+def _member_times(cache: PackCache, group: list[Trial]) -> tuple[float, float]:
+    """Seconds to build a member afresh, and to load a state into a built one."""
+    t0 = time.perf_counter()
+    members = [cache.make_member(t) for t in group]
+    build_s = (time.perf_counter() - t0) / len(members)
+    states = [m.state() for m in members]
+    t0 = time.perf_counter()
+    for m, t, s in zip(members, group, states[::-1], strict=True):
+        m.load(t, s, m.preprocessing)
+    load_s = (time.perf_counter() - t0) / len(members)
+    return build_s, load_s

@@ -1,0 +1,381 @@
+"""Measured packing: the partition of a rung's trials with the least predicted time.
+
+The paper's Section 5.2 poses packing as finding, among all packable partitions of a rung's
+trials, the one that trains fastest, and settles for the kNN heuristic for want of a cost
+model. Here a cost model fitted to measurements on the device at hand
+(``packexp/packing/calibrate.py``) predicts each candidate pack's duration, and the plan is
+the cheapest partition found:
+
+1. the singletons (always a valid plan);
+2. a dynamic programme over the trials sorted by batch size and steps, each contiguous run
+   of up to ``max_members`` trials one pack;
+3. greedy merging from the cheaper of those two: the merge of two packs that saves the most
+   predicted time, until no merge saves any.
+
+The cheapest of the three by the whole plan's prediction wins. Each pack also gets its
+fusion setting: fused (members padded to the largest batch) or plain (each member at its
+own batch size, a finished member's step skipped); whichever the model predicts faster.
+``data_sharing=slice`` and ``misaligned=switch`` are never chosen: slicing makes a member's
+data depend on its pack-mates, and switching re-traces where masking skips.
+
+A pack's predicted duration is its set-up (members built or loaded, the step and
+evaluation functions traced unless a kept pack of its structure is reused), its training,
+its evaluation and its checkpoints. The plan is simulated in order, so a pack whose
+structure an earlier pack of the plan (or of an earlier rung) set up is predicted to reuse
+it, as ``PackCache`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from packexp.search_space import Trial, member_key, pack_key
+from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
+
+log = logging.getLogger(__name__)
+
+# pack() without a rung context plans as if every trial trains this many steps.
+DEFAULT_STEPS = 100
+
+
+def _fit(rows: list[list[float]], targets: list[float], width: int) -> tuple[float, ...]:
+    """Non-negative least squares: every coefficient is a time, never below zero."""
+    if not rows:
+        return (0.0,) * width
+    coefficients, _ = nnls(np.asarray(rows, float), np.asarray(targets, float))
+    return tuple(float(c) for c in coefficients)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A device's pack durations, in seconds, fitted to its calibration. Pure arithmetic.
+
+    Attributes:
+        plain: ``(a, c0, c1)``: a plain pack's step takes ``a + sum(c0 + c1 * batch)`` over
+            the members still training.
+        fused: ``(a, f0, f1)``: a fused pack's step takes ``a + n * (f0 + f1 * max batch)``;
+            None where the architecture does not fuse here.
+        xla: ``(ratio, compile_s)``: a fused step under XLA, relative to without, and the
+            extra set-up; None where XLA is never used.
+        plain_setup, fused_setup: ``(s0, s1)``: tracing a new pack of n members, step and
+            evaluation functions: ``s0 + s1 * n``.
+        evaluate: ``(e0, e1)``: one evaluation of a pack of n: ``e0 + e1 * n``.
+        call_s: The fixed cost of one call of the step function (one chunk of steps).
+        build_s: A member built afresh (or, once per member structure, to confirm that its
+            initial weights replay exactly).
+        load_s: A state loaded into a built member.
+        checkpoint_s: A member's state copied and written.
+        settings: The pack settings the calibration ran under.
+        error: Relative error of the fitted step times over the calibration's packs.
+    """
+
+    plain: tuple[float, float, float]
+    fused: tuple[float, float, float] | None
+    xla: tuple[float, float] | None
+    plain_setup: tuple[float, float]
+    fused_setup: tuple[float, float] | None
+    evaluate: tuple[float, float]
+    call_s: float
+    build_s: float
+    load_s: float
+    checkpoint_s: float
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    error: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def fit(cls, calibration: Mapping[str, Any]) -> CostModel:
+        """Fits the model to a calibration (``packing.calibrate.calibrate``'s record)."""
+        rows = calibration["packs"]
+        plain = [r for r in rows if r["fusion"] == "off"]
+        fused = [r for r in rows if r["fusion"] == "on" and not r["xla"]]
+        xla = [r for r in rows if r["fusion"] == "on" and r["xla"]]
+        if not plain:
+            raise ValueError("calibration: no plain pack measured")
+
+        def n(r):
+            return len(r["batches"])
+
+        plain_step = _fit([[1, n(r), sum(r["batches"])] for r in plain],
+                          [r["step_s"] for r in plain], 3)
+        fused_step = (_fit([[1, n(r), n(r) * max(r["batches"])] for r in fused],
+                           [r["step_s"] for r in fused], 3) if fused else None)
+
+        def setup(group):
+            timed = [r for r in group if r["setup_s"] is not None]
+            return _fit([[1, n(r)] for r in timed], [r["setup_s"] for r in timed], 2)
+
+        model = cls(
+            plain=plain_step, fused=fused_step, xla=None,
+            plain_setup=setup(plain), fused_setup=setup(fused) if fused else None,
+            evaluate=_fit([[1, n(r)] for r in rows], [r["eval_s"] for r in rows], 2),
+            call_s=statistics.median(r["call_s"] for r in rows),
+            build_s=float(calibration["build_s"]), load_s=float(calibration["load_s"]),
+            checkpoint_s=float(calibration["checkpoint_s"]),
+            settings={**calibration["settings"], "chunk_steps": calibration["chunk_steps"]})
+        if xla and fused_step is not None:
+            ratio = statistics.median(
+                r["step_s"] / model.step_s(r["batches"], "on", xla=False) for r in xla)
+            compile_s = statistics.median(
+                max(0.0, r["setup_s"] - model.setup_s(n(r), "on")) for r in xla
+                if r["setup_s"] is not None)
+            model = cls(**{**model.__dict__, "xla": (ratio, compile_s)})
+        errors = [abs(model.step_s(r["batches"], r["fusion"], r["xla"]) - r["step_s"])
+                  / r["step_s"] for r in rows if r["step_s"] > 0]
+        error = {"median": statistics.median(errors), "max": max(errors), "packs": len(errors)}
+        return cls(**{**model.__dict__, "error": error})
+
+    @property
+    def sliced(self) -> bool:
+        return self.settings.get("data_sharing") == "slice"
+
+    def modes(self, members: int) -> tuple[str, ...]:
+        """Fusion settings a pack of ``members`` may take under the run's ``pack.fusion``."""
+        fusion = self.settings.get("fusion", "auto")
+        if fusion == "off" or self.fused is None:
+            return ("off",)
+        if fusion == "on":
+            return ("on",)
+        return ("off", "on") if members > 1 else ("off",)
+
+    def uses_xla(self, fusion: str, steps: int) -> bool:
+        jit = self.settings.get("jit_compile", "auto")
+        if fusion != "on" or self.xla is None:
+            return False
+        return jit is True or (jit == "auto" and steps >= self.settings.get("xla_min_steps",
+                                                                            2000))
+
+    def step_s(self, batches: Sequence[int], fusion: str, xla: bool = False) -> float:
+        """One step of a pack whose members all train, with these batch sizes."""
+        if fusion == "on" and self.fused is not None:
+            a, f0, f1 = self.fused
+            step = a + len(batches) * (f0 + f1 * max(batches))
+            return step * self.xla[0] if xla and self.xla else step
+        a, c0, c1 = self.plain
+        return a + sum(c0 + c1 * b for b in batches)
+
+    def setup_s(self, members: int, fusion: str, xla: bool = False) -> float:
+        """Tracing a new pack's step and evaluation functions."""
+        s0, s1 = (self.fused_setup if fusion == "on" and self.fused_setup
+                  else self.plain_setup)
+        return s0 + s1 * members + (self.xla[1] if xla and self.xla else 0.0)
+
+    def train_s(self, batches: Sequence[int], steps: Sequence[int], fusion: str) -> float:
+        """Training members with these batch sizes for their own numbers of steps.
+
+        A fused pack runs every member (padded to the largest batch) for the most steps;
+        a plain pack skips a member's step once its budget is spent.
+        """
+        longest = max(steps)
+        calls = -(-longest // int(self.settings.get("chunk_steps", 500))) * self.call_s
+        if fusion == "on" and self.fused is not None:
+            return calls + longest * self.step_s(batches, "on", self.uses_xla("on", longest))
+        a, c0, c1 = self.plain
+        total = a * longest + sum(s * (c0 + c1 * b) for b, s in zip(batches, steps,
+                                                                     strict=True))
+        if self.settings.get("misaligned") == "switch":  # a re-trace per member that leaves
+            total += sum(self.setup_s(k, "off") for k in range(1, len(set(steps))))
+        return calls + total
+
+    def duration_s(self, batches: Sequence[int], steps: Sequence[int], fusion: str, *,
+                   new: bool, builds: int, checkpoint: bool = True) -> float:
+        """A pack's predicted ``duration_s``: set-up, training, evaluation and checkpoints.
+
+        Args:
+            batches, steps: Each member's batch size and steps this rung.
+            fusion: ``on`` (fused) or ``off`` (plain).
+            new: Whether its step functions are traced (no kept pack of its structure).
+            builds: Members built afresh; the others have a state loaded.
+            checkpoint: Whether members write checkpoints after it.
+        """
+        n = len(batches)
+        xla = self.uses_xla(fusion, max(steps))
+        e0, e1 = self.evaluate
+        return (builds * self.build_s + (n - builds) * self.load_s
+                + (self.setup_s(n, fusion, xla) if new else 0.0)
+                + self.train_s(batches, steps, fusion) + e0 + e1 * n
+                + (n * self.checkpoint_s if checkpoint else 0.0))
+
+
+class CostStrategy(Strategy):
+    """Packs a rung as the cost model predicts fastest; singletons where packing loses.
+
+    Args:
+        seed: Unused (the plan is deterministic in the trials and the calibration); kept
+            for the strategy interface.
+        calibration_dir: Where calibrations are kept across runs, one file per device and
+            structure; relative to the directory the command runs in.
+        recalibrate: Measure afresh even where a kept calibration matches.
+    """
+
+    needs_costs = True
+
+    def __init__(self, seed: int = 0, calibration_dir: str = "outputs/calibration",
+                 recalibrate: bool = False) -> None:
+        super().__init__(seed)
+        self.calibration_dir = calibration_dir
+        self.recalibrate = bool(recalibrate)
+        self.costs: CostModel | None = None
+        self.chosen: dict[str, int] = {}  # which candidate won, per plan (for the record)
+        self._memo: dict[tuple, tuple] = {}
+
+    def use_costs(self, costs: CostModel | Mapping[str, Any]) -> None:
+        self.costs = costs if isinstance(costs, CostModel) else CostModel.fit(costs)
+
+    def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:
+        rung = RungContext(steps={t.trial_id: DEFAULT_STEPS for t in trials})
+        return [group for group, _ in self.plan(trials, capacity, rung)]
+
+    def plan(self, trials: Sequence[Trial], capacity: Capacity,
+             rung: RungContext) -> list[Planned]:
+        if self.costs is None:
+            raise RuntimeError("strategy=cost has no cost model: call use_costs first")
+        if not trials:
+            return []
+        self._memo.clear()
+        singles = [[t] for t in trials]
+        candidates = {"singletons": singles, "sorted": self._sorted_runs(trials, capacity, rung)}
+        start = min(candidates, key=lambda k: self.plan_cost(candidates[k], rung)[0])
+        candidates["merged"] = self._merge(candidates[start], capacity, rung)
+        name = min(candidates, key=lambda k: self.plan_cost(candidates[k], rung)[0])
+        self.chosen[name] = self.chosen.get(name, 0) + 1
+        total, modes = self.plan_cost(candidates[name], rung)
+        log.debug("cost plan: %s, %d packs, %.2f s predicted", name, len(modes), total)
+        return list(zip(candidates[name], modes, strict=True))
+
+    def predict(self, trials: Sequence[Trial], fusion: str | None,
+                rung: RungContext) -> float | None:
+        if self.costs is None:
+            return None
+        fusion = fusion or self.costs.modes(len(trials))[0]
+        self._memo.clear()
+        return self._cost(list(trials), fusion, rung, rung.kept, rung.members, amortize=False)
+
+    def plan_cost(self, groups: Sequence[Sequence[Trial]],
+                  rung: RungContext) -> tuple[float, list[str]]:
+        """The plan's predicted time, packs run in order, and each pack's fusion setting."""
+        kept, built = set(rung.kept), dict(rung.members)
+        total, modes = 0.0, []
+        for group in groups:
+            cost, mode = min((self._cost(group, m, rung, kept, built), m)
+                             for m in self.costs.modes(len(group)))
+            total += cost
+            modes.append(mode)
+            kept.add(self._parts(group, mode, rung)[0])
+            for key, count in self._parts(group, mode, rung)[3].items():
+                built[key] = max(built.get(key, 0), count)
+        return total, modes
+
+    def _parts(self, group: Sequence[Trial], fusion: str, rung: RungContext) -> tuple:
+        """A pack's key, its cost once set up, its tracing cost and its member structures."""
+        memo_key = (id(rung), fusion, *(t.trial_id for t in group))
+        parts = self._memo.get(memo_key)
+        if parts is None:
+            structures: dict[tuple, int] = {}
+            for t in group:
+                key = member_key(t, self.costs.sliced)
+                structures[key] = structures.get(key, 0) + 1
+            batches = [int(t.hparams["batch_size"]) for t in group]
+            steps = [rung.steps[t.trial_id] for t in group]
+            ready = self.costs.duration_s(batches, steps, fusion, new=False, builds=0,
+                                          checkpoint=rung.checkpoint)
+            setup = self.costs.duration_s(batches, steps, fusion, new=True, builds=0,
+                                          checkpoint=rung.checkpoint) - ready
+            parts = (pack_key(group, self.costs.sliced, fusion), ready, setup, structures)
+            self._memo[memo_key] = parts
+        return parts
+
+    def _cost(self, group: Sequence[Trial], fusion: str, rung: RungContext,
+              kept: set[tuple] | frozenset[tuple] | Mapping[tuple, int],
+              built: Mapping[tuple, int], amortize: bool = True) -> float:
+        """A pack's predicted duration after the packs that set up ``kept`` and ``built``.
+
+        With ``amortize``, a single's set-up counts shared with the later singles of its
+        structure the search is expected to run (the rest of the search's trials over the
+        space's member structures): the kept single serves them all.
+        """
+        key, ready, setup, structures = self._parts(group, fusion, rung)
+        confirm = sum(k not in rung.replayed for k in structures) * self.costs.build_s
+        if key in kept and (not isinstance(kept, Mapping) or kept[key] > 0):
+            return ready + confirm
+        builds = sum(max(0, c - built.get(k, 0)) for k, c in structures.items())
+        if amortize and len(group) == 1:
+            setup /= 1 + rung.future_trials / max(rung.structures, 1)
+        return (ready + setup + builds * (self.costs.build_s - self.costs.load_s)
+                + (confirm if builds < len(group) else 0.0))
+
+    def _best(self, group: Sequence[Trial], rung: RungContext,
+              kept: set[tuple] | frozenset[tuple] | Mapping[tuple, int]) -> float:
+        return min(self._cost(group, m, rung, kept, rung.members)
+                   for m in self.costs.modes(len(group)))
+
+    def _sorted_runs(self, trials: Sequence[Trial], capacity: Capacity,
+                     rung: RungContext) -> list[list[Trial]]:
+        """The cheapest split of the trials, sorted by batch size and steps, into runs."""
+        order = sorted(trials, key=lambda t: (t.hparams["batch_size"], rung.steps[t.trial_id],
+                                              member_key(t), t.trial_id))
+        cap = capacity.max_members or len(order)
+        best = [0.0] + [np.inf] * len(order)
+        cut = [0] * (len(order) + 1)
+        for end in range(1, len(order) + 1):
+            for start in range(max(0, end - cap), end):
+                group = order[start:end]
+                if len(group) > 1 and not capacity.fits(group):
+                    continue
+                cost = best[start] + self._best(group, rung, rung.kept)
+                if cost < best[end]:
+                    best[end], cut[end] = cost, start
+        runs, end = [], len(order)
+        while end:
+            runs.append(order[cut[end]:end])
+            end = cut[end]
+        return runs[::-1]
+
+    def _merge(self, groups: list[list[Trial]], capacity: Capacity,
+               rung: RungContext) -> list[list[Trial]]:
+        """Greedy merging: the two packs whose merge saves the most, while one saves time.
+
+        Each candidate merge is scored by its packs' own costs, with the structures the
+        plan's other packs set up counted as kept; the best few are then checked against
+        the whole plan's prediction.
+        """
+        groups = [list(g) for g in groups]
+        cost, modes = self.plan_cost(groups, rung)
+        while len(groups) > 1:
+            keys = [self._parts(g, m, rung)[0] for g, m in zip(groups, modes, strict=True)]
+            counts: dict[tuple, int] = {k: 1 for k in rung.kept}
+            for k in keys:
+                counts[k] = counts.get(k, 0) + 1
+            alone = []
+            for g, k in zip(groups, keys, strict=True):
+                counts[k] -= 1
+                alone.append(self._best(g, rung, counts))
+                counts[k] += 1
+            scored = []
+            for i in range(len(groups)):
+                for j in range(i + 1, len(groups)):
+                    merged = groups[i] + groups[j]
+                    if not capacity.fits(merged):
+                        continue
+                    counts[keys[i]] -= 1
+                    counts[keys[j]] -= 1
+                    saving = alone[i] + alone[j] - self._best(merged, rung, counts)
+                    counts[keys[i]] += 1
+                    counts[keys[j]] += 1
+                    scored.append((-saving, i, j))
+            for _, i, j in sorted(scored)[:5]:
+                candidate = [g for m, g in enumerate(groups) if m not in (i, j)]
+                candidate.insert(i, groups[i] + groups[j])
+                candidate_cost, candidate_modes = self.plan_cost(candidate, rung)
+                if candidate_cost < cost - 1e-9:
+                    groups, cost, modes = candidate, candidate_cost, candidate_modes
+                    break
+            else:
+                return groups
+        return groups
