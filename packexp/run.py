@@ -696,8 +696,9 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
                          if results.get("startup_s") is not None else ""))
     if results.get("prediction_error") is not None:
         predicted = [p for p in results["packs"] if p.get("predicted_s") is not None]
+        expected = sum(p["predicted_s"] for p in predicted)
         console.print(
-            f"cost model: {len(predicted)} packs predicted {sum(p['predicted_s'] for p in predicted):.1f} s, "
+            f"cost model: {len(predicted)} packs predicted {expected:.1f} s, "
             f"took {sum(p['duration_s'] for p in predicted):.1f} s; median relative error "
             f"{results['prediction_error']:.0%}"
             + (f"; {results['calibration_s']:.1f} s calibrating" if results.get("calibration_s")

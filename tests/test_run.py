@@ -148,3 +148,32 @@ def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkey
     exp = client.get_experiment_by_name("packexp")
     [parent] = client.search_runs([exp.experiment_id])
     assert parent.info.status == "FAILED"
+
+
+def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_path, capsys):
+    """strategy=cost end to end: a calibration measured, kept and reused; each pack's
+    ``predicted_s`` beside its ``duration_s``; plain packs score as training alone does."""
+    kept = tmp_path / "calibrations"
+    exact = ("scheduler.R=9", "seed=4", "pack.fusion=off", f"strategy.calibration_dir={kept}")
+    _, first, out = tune(tmp_path / "first", "strategy=cost", *exact)
+    assert (out / "calibration.json").exists() and len(list(kept.glob("*.json"))) == 1
+    assert all(p["predicted_s"] > 0 for p in first["packs"])
+    assert first["prediction_error"] == pytest.approx(
+        sorted(abs(p["predicted_s"] - p["duration_s"]) / p["duration_s"]
+               for p in first["packs"])[(len(first["packs"]) - 1) // 2], abs=0.02)
+    assert "median relative error" in capsys.readouterr().out
+    _, again, out = tune(tmp_path / "again", "strategy=cost", *exact)
+    assert again["calibration_s"] < first["calibration_s"] / 2  # read back, not measured
+    assert json.loads((out / "calibration.json").read_text())["key"] == json.loads(
+        next(kept.glob("*.json")).read_text())["key"]
+    _, none, _ = tune(tmp_path / "none", "strategy=none", *exact[:3])
+    assert scores(again) == scores(first) == scores(none)
+
+
+def test_planning_with_the_cost_strategy_needs_a_kept_calibration(tmp_path):
+    from packexp.errors import ConfigError
+
+    cfg = compose_config(["task=plan", "strategy=cost",
+                          f"strategy.calibration_dir={tmp_path / 'none'}"])
+    with pytest.raises(ConfigError, match="strategy=cost: no calibration for this device"):
+        run(cfg, run_dir=tmp_path / "run")

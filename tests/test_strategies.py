@@ -16,7 +16,12 @@ STRATEGIES = sorted(p.stem for p in Path(CONF_DIR, "strategy").glob("*.yaml"))
 
 def make_strategy(name: str, seed: int = 0, **overrides):
     cfg = compose_config([f"strategy={name}", f"seed={seed}"])
-    return instantiate(cfg.strategy, **overrides)
+    strategy = instantiate(cfg.strategy, **overrides)
+    if strategy.needs_costs:  # a fake device on which packs of two or more pay off
+        from tests.test_cost import device
+
+        strategy.use_costs(device(plain=(5e-3, 1e-3, 1e-5), fused=(5e-3, 5e-4, 1e-5)))
+    return strategy
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,7 @@ def trials() -> list[Trial]:
 
 
 def test_all_four_strategies_are_configured():
-    assert {"none", "batch_size", "random", "knn"} <= set(STRATEGIES)
+    assert {"none", "batch_size", "random", "knn", "cost"} <= set(STRATEGIES)
 
 
 @pytest.mark.parametrize("name", STRATEGIES)

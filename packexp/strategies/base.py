@@ -75,7 +75,7 @@ class Strategy(abc.ABC):
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 
-    def use_costs(self, costs: Any) -> None:
+    def use_costs(self, costs: Any) -> None:  # noqa: B027 (a hook; most strategies need none)
         """Takes the device's cost model (``strategies.cost.CostModel``)."""
 
     def plan(self, trials: Sequence[Trial], capacity: Capacity,

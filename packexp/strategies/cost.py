@@ -10,7 +10,11 @@ the cheapest partition found:
 2. a dynamic programme over the trials sorted by batch size and steps, each contiguous run
    of up to ``max_members`` trials one pack;
 3. greedy merging from the cheaper of those two: the merge of two packs that saves the most
-   predicted time, until no merge saves any.
+   predicted time, until no merge saves any;
+4. local search from there: moving one trial to another pack, or swapping two trials of
+   different packs, while that lowers the whole plan's prediction (for rungs of up to
+   ``SWAP_LIMIT`` trials). This finds plans whose packs share a structure, so that later
+   packs reuse what the first one set up.
 
 The cheapest of the three by the whole plan's prediction wins. Each pack also gets its
 fusion setting: fused (members padded to the largest batch) or plain (each member at its
@@ -27,6 +31,7 @@ it, as ``PackCache`` does.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import statistics
 from collections.abc import Mapping, Sequence
@@ -41,6 +46,7 @@ from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
 
 log = logging.getLogger(__name__)
 
+SWAP_LIMIT = 48  # local search's moves grow with the square of the rung's trials
 # pack() without a rung context plans as if every trial trains this many steps.
 DEFAULT_STEPS = 100
 
@@ -243,6 +249,7 @@ class CostStrategy(Strategy):
         candidates = {"singletons": singles, "sorted": self._sorted_runs(trials, capacity, rung)}
         start = min(candidates, key=lambda k: self.plan_cost(candidates[k], rung)[0])
         candidates["merged"] = self._merge(candidates[start], capacity, rung)
+        candidates["swapped"] = self._swap(candidates["merged"], capacity, rung)
         name = min(candidates, key=lambda k: self.plan_cost(candidates[k], rung)[0])
         self.chosen[name] = self.chosen.get(name, 0) + 1
         total, modes = self.plan_cost(candidates[name], rung)
@@ -378,4 +385,38 @@ class CostStrategy(Strategy):
                     break
             else:
                 return groups
+        return groups
+
+    def _swap(self, groups: list[list[Trial]], capacity: Capacity,
+              rung: RungContext) -> list[list[Trial]]:
+        """Moves and swaps of single trials between packs, while the plan gets cheaper."""
+        groups = [list(g) for g in groups]
+        if sum(map(len, groups)) > SWAP_LIMIT or all(len(g) == 1 for g in groups):
+            return groups  # from singletons, a move is a merge, which _merge has tried
+        cost, _ = self.plan_cost(groups, rung)
+        improved = True
+        while improved:
+            improved = False
+            for a, b in itertools.permutations(range(len(groups)), 2):
+                for i in range(len(groups[a])):
+                    # A move (j is None) or a swap with trial j of pack b.
+                    for j in [None, *range(len(groups[b]))]:
+                        candidate = [list(g) for g in groups]
+                        moved = candidate[a].pop(i)
+                        if j is None:
+                            candidate[b].append(moved)
+                        else:
+                            candidate[a].insert(i, candidate[b][j])
+                            candidate[b][j] = moved
+                        if not all(len(g) == 1 or capacity.fits(g) for g in candidate if g):
+                            continue
+                        candidate = [g for g in candidate if g]
+                        candidate_cost, _ = self.plan_cost(candidate, rung)
+                        if candidate_cost < cost - 1e-9:
+                            groups, cost, improved = candidate, candidate_cost, True
+                            break
+                    if improved:
+                        break
+                if improved:
+                    break
         return groups

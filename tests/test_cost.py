@@ -1,0 +1,161 @@
+"""strategy=cost: the cost model's fit and the planner, on fake devices with known curves."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity, RungContext
+from packexp.strategies.cost import CostModel, CostStrategy
+
+SPACE = SearchSpace({"batch_size": [16, 32, 64], "optimizer": ["sgd"],
+                     "learning_rate": [0.1, 0.01], "activation": ["relu", "tanh"]},
+                    categorical=["optimizer", "activation"])
+
+
+def device(*, plain=(1e-3, 1e-3, 0.0), fused=None, plain_setup=(0.1, 0.05),
+           fused_setup=(0.2, 0.01), build_s=0.02, load_s=0.001, fusion="auto",
+           call_s=0.0, evaluate=(0.0, 0.0), checkpoint_s=0.0) -> dict:
+    """A calibration record of a fake device whose packs follow the given curves exactly."""
+    a, c0, c1 = plain
+    packs = []
+    for n, b in itertools.product((1, 2, 4, 8), (16, 64)):
+        packs.append({"fusion": "off", "xla": False, "batches": [b] * n,
+                      "step_s": a + n * (c0 + c1 * b), "call_s": call_s,
+                      "setup_s": plain_setup[0] + plain_setup[1] * n,
+                      "eval_s": evaluate[0] + evaluate[1] * n})
+        if fused and n > 1:
+            fa, f0, f1 = fused
+            packs.append({"fusion": "on", "xla": False, "batches": [b] * n,
+                          "step_s": fa + n * (f0 + f1 * b), "call_s": call_s,
+                          "setup_s": fused_setup[0] + fused_setup[1] * n,
+                          "eval_s": evaluate[0] + evaluate[1] * n})
+    return {"packs": packs, "build_s": build_s, "load_s": load_s,
+            "checkpoint_s": checkpoint_s, "chunk_steps": 500,
+            "settings": {"fusion": fusion, "misaligned": "mask", "data_sharing": "gather",
+                         "jit_compile": "auto", "xla_min_steps": 2000,
+                         "fusable": bool(fused)}}
+
+
+def strategy(calibration: dict, seed: int = 0) -> CostStrategy:
+    s = CostStrategy(seed=seed, calibration_dir=None)
+    s.use_costs(calibration)
+    return s
+
+
+def trials(n: int, seed: int = 1) -> list[Trial]:
+    return SPACE.sample(n, seed, bracket=0)
+
+
+def context(ts, steps=100, **kwargs) -> RungContext:
+    return RungContext(steps={t.trial_id: steps for t in ts}, **kwargs)
+
+
+def partitions(items):
+    """Every partition of ``items`` (Bell(n) of them)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for smaller in partitions(rest):
+        for i in range(len(smaller)):
+            yield smaller[:i] + [[first, *smaller[i]]] + smaller[i + 1:]
+        yield [[first], *smaller]
+
+
+def test_the_fit_recovers_a_devices_curves():
+    model = CostModel.fit(device(plain=(2e-3, 1e-3, 1e-5), fused=(1e-3, 5e-4, 2e-5)))
+    assert model.plain == pytest.approx((2e-3, 1e-3, 1e-5), abs=1e-9)
+    assert model.fused == pytest.approx((1e-3, 5e-4, 2e-5), abs=1e-9)
+    assert model.plain_setup == pytest.approx((0.1, 0.05))
+    assert model.error["median"] == pytest.approx(0.0, abs=1e-6)
+    # A plain pack skips finished members; a fused one pads to the largest batch.
+    assert model.train_s([16, 64], [10, 30], "off") == pytest.approx(
+        30 * 2e-3 + 10 * (1e-3 + 16e-5) + 30 * (1e-3 + 64e-5))
+    assert model.train_s([16, 64], [10, 30], "on") == pytest.approx(
+        30 * (1e-3 + 2 * (5e-4 + 64 * 2e-5)))
+
+
+def test_the_planner_finds_the_known_optimum_of_a_small_rung():
+    """Packing saves a per-step cost, set-up grows with members, memory holds three: the
+    best partition is found by trying all 203 partitions of six trials."""
+    s = strategy(device(plain=(4e-3, 1e-3, 0.0), plain_setup=(0.05, 0.12), fusion="off"))
+    ts = trials(6)
+    capacity = Capacity.members(3)
+    rung = context(ts, steps=60)
+    best = min(s.plan_cost(p, rung)[0] for p in partitions(ts)
+               if all(capacity.fits(g) for g in p))
+    planned = s.plan(ts, capacity, rung)
+    assert s.plan_cost([g for g, _ in planned], rung)[0] == pytest.approx(best)
+    assert 1 < max(len(g) for g, _ in planned) <= 3
+
+
+def test_a_device_slower_packed_gets_singletons():
+    s = strategy(device(plain=(0.0, 2e-3, 0.0), fused=(0.0, 3e-3, 0.0), plain_setup=(0.0, 0.3),
+                        fused_setup=(0.0, 0.3)))
+    ts = trials(10)
+    planned = s.plan(ts, Capacity.members(8), context(ts))
+    assert [len(g) for g, _ in planned] == [1] * 10
+    assert {f for _, f in planned} == {"off"}
+
+
+def test_a_device_much_faster_packed_gets_the_largest_packs():
+    s = strategy(device(plain=(5e-2, 1e-4, 0.0), fused=(5e-2, 1e-5, 0.0),
+                        plain_setup=(0.1, 0.01), fused_setup=(0.1, 0.001)))
+    ts = trials(12)
+    planned = s.plan(ts, Capacity.members(4), context(ts, steps=1000))
+    assert sorted(len(g) for g, _ in planned) == [4, 4, 4]
+    assert {f for _, f in planned} == {"on"}  # fused is the faster of the two here
+
+
+def test_memory_limits_are_respected():
+    s = strategy(device(plain=(5e-2, 1e-4, 0.0), plain_setup=(0.1, 0.01), fusion="off"))
+    ts = trials(12)
+    # Bytes: a member costs its batch size; a pack may hold 100.
+    capacity = Capacity(limit=100.0, cost=lambda t: float(t.hparams["batch_size"]),
+                        max_members=8)
+    planned = s.plan(ts, capacity, context(ts, steps=1000))
+    assert sorted(t.trial_id for g, _ in planned for t in g) == sorted(t.trial_id for t in ts)
+    assert all(capacity.fits(g) for g, _ in planned)
+    assert max(len(g) for g, _ in planned) > 1
+
+
+def test_the_same_calibration_and_seed_give_the_same_plan():
+    calibration = device(plain=(3e-3, 1e-3, 1e-5), fused=(2e-3, 8e-4, 1e-5))
+    ts = trials(15)
+    a = strategy(json.loads(json.dumps(calibration)), seed=3).plan(
+        ts, Capacity.members(4), context(ts))
+    b = strategy(json.loads(json.dumps(calibration)), seed=3).plan(
+        list(reversed(ts)), Capacity.members(4), context(ts))
+    assert ([[t.trial_id for t in g] for g, _ in a], [f for _, f in a]) == (
+        [[t.trial_id for t in g] for g, _ in b], [f for _, f in b])
+
+
+def test_a_kept_pack_is_predicted_without_its_set_up():
+    s = strategy(device(plain=(1e-3, 1e-3, 0.0), plain_setup=(0.5, 0.0), fusion="off"))
+    ts = trials(2)
+    rung = context(ts)
+    fresh = s.predict(ts, "off", rung)
+    from packexp.search_space import member_key, pack_key
+
+    replayed = frozenset(member_key(t) for t in ts)
+    kept = s.predict(ts, "off", context(ts, kept=frozenset({pack_key(ts, False, "off")}),
+                                        replayed=replayed))
+    assert fresh - kept == pytest.approx(0.5 + 2 * (0.02 - 0.001), abs=1e-9)
+
+
+def test_fusion_off_is_never_overruled():
+    s = strategy(device(plain=(5e-2, 1e-4, 0.0), fused=(5e-2, 1e-6, 0.0), fusion="off"))
+    ts = trials(8)
+    assert {f for _, f in s.plan(ts, Capacity.members(8), context(ts, steps=1000))} == {"off"}
+
+
+def test_an_unreadable_calibration_is_one_line(tmp_path):
+    from packexp.errors import ConfigError
+    from packexp.run import fit_costs
+
+    with pytest.raises(ConfigError, match="calibration.json: not a calibration"):
+        fit_costs(CostStrategy(), {"packs": []}, tmp_path / "calibration.json")
