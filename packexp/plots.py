@@ -10,6 +10,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 TIMELINE = "timeline.png"
+PREDICTED = "predicted.png"
 BEST_SO_FAR = "best_so_far.png"
 
 # A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
@@ -27,7 +28,8 @@ PHASE_LABELS = {
 
 
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """Draws ``timeline.png`` and ``best_so_far.png`` into ``out_dir``.
+    """Draws ``timeline.png``, ``best_so_far.png`` and, where packs carry a cost model's
+    ``predicted_s``, ``predicted.png`` into ``out_dir``.
 
     A plot that cannot be drawn is a warning: pictures never fail a finished search.
 
@@ -35,7 +37,10 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         The files written.
     """
     written = []
-    for name, draw in ((TIMELINE, timeline), (BEST_SO_FAR, best_so_far)):
+    drawings = [(TIMELINE, timeline), (BEST_SO_FAR, best_so_far)]
+    if any(p.get("predicted_s") is not None for p in results["packs"]):
+        drawings.append((PREDICTED, predicted_vs_measured))
+    for name, draw in drawings:
         try:
             written.append(draw(results, Path(out_dir) / name))
         except Exception as e:
@@ -268,6 +273,39 @@ def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
     ax.grid(linewidth=0.3)
     ax.set_title(f"Best validation accuracy over wall time ({results.get('strategy', '?')} "
                  f"packing, {results.get('model', '?')} on {results.get('dataset', '?')})",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
+    """Each pack's predicted duration against its measured one, log-log, fused or plain."""
+    plt = _pyplot()
+    packs = [p for p in results["packs"] if p.get("predicted_s") and p.get("duration_s")]
+    fig, ax = plt.subplots(figsize=(6, 5.5))
+    for fused, color, label in ((False, "#0072B2", "plain"), (True, "#D55E00", "fused")):
+        mine = [p for p in packs if bool(p.get("fused")) == fused]
+        if mine:
+            ax.scatter([p["predicted_s"] for p in mine], [p["duration_s"] for p in mine],
+                       s=[14 + 8 * len(p["members"]) for p in mine], alpha=0.6, color=color,
+                       label=f"{label} pack (size: members)")
+    values = [v for p in packs for v in (p["predicted_s"], p["duration_s"])]
+    low, high = min(values) / 1.5, max(values) * 1.5
+    ax.plot([low, high], [low, high], color="black", linewidth=1, label="prediction = measured")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("predicted duration (s)")
+    ax.set_ylabel("measured duration_s (s)")
+    ax.grid(linewidth=0.3, which="both")
+    ax.legend(loc="upper left", fontsize=8)
+    error = results.get("prediction_error")
+    ax.set_title(f"Cost model: {len(packs)} packs of {results.get('model', '?')} on "
+                 f"{results.get('dataset', '?')}"
+                 + (f", median relative error {error:.0%}" if error is not None else ""),
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

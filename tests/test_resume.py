@@ -87,9 +87,9 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
 
     trained = []
 
-    def finish(self, bracket, rung, epochs, pack_id, pack_run):
+    def finish(self, bracket, rung, epochs, pack_id, pack_run, *rest):
         trained.extend((m.trial_id, rung) for m in pack_run.members)
-        return original(self, bracket, rung, epochs, pack_id, pack_run)
+        return original(self, bracket, rung, epochs, pack_id, pack_run, *rest)
 
     monkeypatch.setattr(tuner.PackedSearch, "_finish_pack", finish)
     resumed = tune(tmp_path / "killed", f"strategy={strategy}", "resume=true")
