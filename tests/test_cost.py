@@ -62,7 +62,7 @@ def partitions(items):
     first, rest = items[0], items[1:]
     for smaller in partitions(rest):
         for i in range(len(smaller)):
-            yield smaller[:i] + [[first, *smaller[i]]] + smaller[i + 1:]
+            yield [*smaller[:i], [first, *smaller[i]], *smaller[i + 1:]]
         yield [[first], *smaller]
 
 
@@ -157,5 +157,5 @@ def test_an_unreadable_calibration_is_one_line(tmp_path):
     from packexp.errors import ConfigError
     from packexp.run import fit_costs
 
-    with pytest.raises(ConfigError, match="calibration.json: not a calibration"):
+    with pytest.raises(ConfigError, match=r"calibration\.json: not a calibration"):
         fit_costs(CostStrategy(), {"packs": []}, tmp_path / "calibration.json")
