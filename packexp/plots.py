@@ -294,8 +294,13 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     values = [v for p in packs for v in (p["predicted_s"], p["duration_s"])]
     low, high = min(values) / 1.5, max(values) * 1.5
     ax.plot([low, high], [low, high], color="black", linewidth=1, label="prediction = measured")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
     ax.set_xlabel("predicted duration (s)")
