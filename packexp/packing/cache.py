@@ -114,7 +114,10 @@ class PackCache:
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
-        return Pack(members, self.data, **{**self.pack_options, "fusion": key[-1]}), False
+        options = dict(self.pack_options)
+        if key[-1] is not None:
+            options["fusion"] = key[-1]
+        return Pack(members, self.data, **options), False
 
     @property
     def replayed(self) -> frozenset[tuple]:
