@@ -14,7 +14,7 @@ PREDICTED = "predicted.png"
 BEST_SO_FAR = "best_so_far.png"
 
 # A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
-# blindness); the keys are packexp.run.PHASES, and a test keeps the two in step.
+# blindness); the keys are packexp.results.PHASES, and a test keeps the two in step.
 PHASE_COLORS = {"build_s": "#56B4E9", "trace_s": "#E69F00", "train_s": "#009E73",
                 "eval_s": "#0072B2", "checkpoint_s": "#CC79A7", "probe_s": "#D55E00"}
 OTHER = "other"  # time in a pack's span that no phase timer covers

@@ -118,9 +118,11 @@ class PackedSearch:
                     self.progress.pack(j, len(group))
                 if self.first_pack_at is None:
                     self.first_pack_at = time.time()
-                kept, members = self.cache.kept()
-                predicted = self.strategy.predict(group, fusion, dataclasses.replace(
-                    context, kept=kept, members=members, replayed=self.cache.replayed))
+                predicted = None
+                if self.strategy.needs_costs:  # predicted with the cache as it stands now
+                    kept, members = self.cache.kept()
+                    predicted = self.strategy.predict(group, fusion, dataclasses.replace(
+                        context, kept=kept, members=members, replayed=self.cache.replayed))
                 runs = train_group(group, self.cache, epochs,
                                    {t.trial_id: self._state_for(t) for t in group},
                                    fusion=fusion)

@@ -69,8 +69,8 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
     import numpy as np
     from hydra.utils import instantiate
 
+    from packexp.config import fit_dataset_to_model
     from packexp.packing.optimizers import make_optimizer
-    from packexp.run import fit_dataset_to_model
 
     cfg = compose(overrides)
     fit_dataset_to_model(cfg)  # dataset.images: auto, as packexp resolves it

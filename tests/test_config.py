@@ -8,8 +8,9 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
+from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
-from packexp.run import fit_dataset_to_model, run
+from packexp.run import run
 from tests.conftest import CONF_DIR, compose_config
 
 GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "experiment"]

@@ -155,7 +155,7 @@ def test_fusion_off_is_never_overruled():
 
 def test_an_unreadable_calibration_is_one_line(tmp_path):
     from packexp.errors import ConfigError
-    from packexp.run import fit_costs
+    from packexp.tasks.calibration import fit_costs
 
     with pytest.raises(ConfigError, match=r"calibration\.json: not a calibration"):
         fit_costs(CostStrategy(), {"packs": []}, tmp_path / "calibration.json")

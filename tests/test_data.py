@@ -18,9 +18,9 @@ import pytest
 from hydra.errors import InstantiationException
 from PIL import Image
 
+from packexp.config import instantiate
 from packexp.data import cifar10, digits, image_folder
 from packexp.errors import ConfigError
-from packexp.run import instantiate
 from tests.conftest import compose_config
 
 TRAIN_PER_BATCH, TEST_SIZE = 10, 6

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from omegaconf import open_dict
 
+from packexp.config import instantiate
 from packexp.errors import ConfigError
-from packexp.run import TASKS, instantiate, run
+from packexp.run import TASKS, run
 from tests.conftest import CONF_DIR, compose_config
 
 ROOT = Path(__file__).resolve().parents[1]

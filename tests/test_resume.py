@@ -74,12 +74,19 @@ def kill_after(monkeypatch, packs: int):
     return original
 
 
-@pytest.mark.parametrize("strategy", ["knn", "none"])
+@pytest.mark.parametrize("strategy", ["knn", "none", "cost"])
 def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strategy):
-    whole = tune(tmp_path / "whole", f"strategy={strategy}")
+    """Under ``cost`` the resumed session reads the run's own calibration back (the kept
+    one is deleted first), so it plans the rest as the killed session would have."""
+    kept = tmp_path / "calibrations"
+    strategy = [f"strategy={strategy}"] + (
+        [f"strategy.calibration_dir={kept}"] if strategy == "cost" else [])
+    whole = tune(tmp_path / "whole", *strategy)
     original = kill_after(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
-        tune(tmp_path / "killed", f"strategy={strategy}")
+        tune(tmp_path / "killed", *strategy)
+    for calibration in kept.glob("*.json"):
+        calibration.unlink()
     assert not (tmp_path / "killed" / "results.json").exists()
     finished = [r for r in Journal(tmp_path / "killed").read() if r["event"] == "result"]
     assert finished
@@ -92,7 +99,8 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
         return original(self, bracket, rung, epochs, pack_id, pack_run, *rest)
 
     monkeypatch.setattr(tuner.PackedSearch, "_finish_pack", finish)
-    resumed = tune(tmp_path / "killed", f"strategy={strategy}", "resume=true")
+    resumed = tune(tmp_path / "killed", *strategy, "resume=true")
+    assert not list(kept.glob("*.json")), "the resumed session measured a new calibration"
     assert scores(resumed) == scores(whole)
     assert resumed["best"] == whole["best"]
     assert resumed["resumed"]

@@ -15,8 +15,9 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from packexp import plots, telemetry
+from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
-from packexp.run import fit_dataset_to_model, run
+from packexp.run import run
 from packexp.tracking import MlflowTracker, NullTracker, TrackingError, hydra_tags, speedup_metrics
 from tests.conftest import compose_config
 
@@ -420,7 +421,7 @@ def test_phase_segments_by_hand():
 
 
 def test_the_plots_colour_every_phase_the_search_records():
-    from packexp.run import PHASES
+    from packexp.results import PHASES
 
     assert tuple(plots.PHASE_COLORS) == PHASES
 

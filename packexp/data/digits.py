@@ -15,7 +15,7 @@ def load(val_fraction: float = 0.2, images: bool = False, seed: int = 0) -> Data
         val_fraction: Share held out for validation.
         images: Give uint8 ``[8, 8, 1]`` images instead of 64 float features in [0, 1]. The
             config's ``auto`` is resolved from the model before this is called
-            (``packexp.run.fit_dataset_to_model``).
+            (``packexp.config.fit_dataset_to_model``).
         seed: Seed of the split.
     """
     if not isinstance(images, bool):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packexp.files import write_json
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
 from packexp.packing.fused_graph import has_convolutions, plan
@@ -69,23 +70,15 @@ def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str,
                 continue
             if record.get("key") == key:
                 log.info("calibration: %s", path)
-                _write(run_file, record)
+                write_json(run_file, record)
                 return record, False
             if path == run_file:
                 log.warning("calibration %s is for other settings; measuring again", path)
     record = {"key": key, "facts": dict(facts), **measure()}
-    _write(run_file, record)
+    write_json(run_file, record)
     if kept_dir is not None:
-        _write(kept_dir / f"{key}.json", record)
+        write_json(kept_dir / f"{key}.json", record)
     return record, True
-
-
-def _write(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with open(fd, "w") as f:
-        json.dump(record, f, indent=2)
-    Path(tmp).replace(path)
 
 
 def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequence[int],

@@ -1,5 +1,5 @@
 """The paper's micro-benchmarks (section 4): one module per profile, named as its config file."""
 
-from packexp.profile.base import Profile, ProfileContext, run_profile
+from packexp.profile.base import Profile, ProfileContext
 
-__all__ = ["Profile", "ProfileContext", "run_profile"]
+__all__ = ["Profile", "ProfileContext"]

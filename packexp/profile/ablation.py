@@ -345,7 +345,7 @@ class _Sources:
             elif shared:
                 self._datasets[key] = self.ctx.dataset
             else:
-                from packexp.run import instantiate
+                from packexp.config import instantiate
 
                 second = instantiate(self.ctx.cfg.dataset, "dataset", seed=self.ctx.seed + 1)
                 self._datasets[key] = concatenate(self.ctx.dataset, second)

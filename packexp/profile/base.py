@@ -55,7 +55,7 @@ class ProfileContext:
 
     @classmethod
     def from_config(cls, cfg: DictConfig, run_dir: Path) -> ProfileContext:
-        from packexp.run import check_pairing, component_name, instantiate, pack_settings
+        from packexp.config import check_pairing, component_name, instantiate, pack_settings
 
         dataset = instantiate(cfg.dataset, "dataset")
         build_model = instantiate(cfg.model, "model")
@@ -116,7 +116,7 @@ class ProfileContext:
             Bytes.
         """
         if self._capacity is None:
-            from packexp.run import device_capacity
+            from packexp.device import device_capacity
 
             self._capacity, _, _ = device_capacity(self.cfg.device, largest or len(trials),
                                                 self.member, self.data, self.pack_options)
@@ -367,7 +367,7 @@ def write_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], path: P
         writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _cell(row.get(k)) for k in columns})
+            writer.writerow({k: cell(row.get(k)) for k in columns})
     return path
 
 
@@ -377,7 +377,7 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
         return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def _cell(value: Any) -> Any:
+def cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -523,55 +523,3 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], path: Path, x: str, xlabel: st
     right.grid(alpha=0.3)
     fig.suptitle(heading, fontsize=10)
     return save(fig, path)
-
-
-def run_profile(cfg: DictConfig, run_dir: Path) -> float:
-    """The ``profile`` task: measures ``cfg.profile``, writes its CSV and figure, logs both.
-
-    Returns:
-        The profile's objective (by default the best IMPV measured).
-    """
-    from rich.console import Console
-    from rich.table import Table
-
-    from packexp.run import dataset_source, flatten, instantiate
-    from packexp.telemetry import device_facts
-
-    profile: Profile = instantiate(cfg.profile, "profile")
-    ctx = ProfileContext.from_config(cfg, run_dir)
-    tracker = instantiate(cfg.tracking, "tracking")
-    facts = device_facts()
-    log.info("device: %s", facts)
-    names = {**ctx.names, "task": "profile", "profile": profile.name, **facts.tags()}
-    tracker.start(run_name=f"profile-{profile.name}-{ctx.names['model']}-{ctx.names['dataset']}",
-                  params=flatten(OmegaConf.to_container(cfg, resolve=True)), tags=names,
-                  dataset=ctx.dataset, dataset_source=dataset_source(cfg))
-    status = "FAILED"
-    try:
-        rows = profile.measure(ctx)
-        table = write_csv(rows, profile.columns, ctx.run_dir / CSV_NAME)
-        picture = profile.plot(rows, ctx.run_dir / FIGURE_NAME, ctx)
-        tracker.log_metrics(profile.metrics(rows))
-        tracker.log_artifact(table)
-        tracker.log_artifact(picture)
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        tracker.end(status)
-    console = Console()
-    if not console.is_terminal:
-        console.width = 200
-    shown = Table(title=f"profile {profile.name}: {ctx.names['model']} on {ctx.names['dataset']}")
-    columns = profile.shown_columns or profile.columns
-    for column in columns:
-        shown.add_column(column, justify="right")
-    for row in rows:
-        shown.add_row(*(str(_cell(row.get(c))) for c in columns))
-    console.print(shown)
-    console.print(f"table: {table.resolve()}")
-    console.print(f"figure: {picture.resolve()}")
-    if tracker.location:
-        console.print(f"MLflow store: {tracker.location}")
-    return float(profile.objective(rows))

@@ -1,0 +1,216 @@
+"""The composed config, read and checked: components instantiated, settings turned into the
+arguments the parts take, and every bad value stopped with one line naming its key."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import hydra
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+
+from packexp.errors import ConfigError
+from packexp.search_space import SearchSpace, Trial
+
+REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
+
+
+
+def fit_dataset_to_model(cfg: DictConfig) -> None:
+    """Resolves ``dataset.images: auto``: images for a model that needs them, else features.
+
+    It changes ``cfg`` itself, before anything reads it, so the journal, the MLflow params
+    and profile workers all see the value the run used.
+    """
+    dataset = cfg.get("dataset")
+    if dataset is None or dataset.get("images") != "auto":
+        return
+    from packexp.models import needs_images
+
+    dataset.images = needs_images(instantiate(cfg.model, "model"))
+
+
+
+def dataset_source(cfg: DictConfig) -> str | None:
+    """The file or folder the dataset is read from (``dataset.path``); None for data in code."""
+    path = cfg.dataset.get("path")
+    return os.path.abspath(os.path.expanduser(str(path))) if path else None
+
+
+
+def check_pairing(cfg: DictConfig, build_model: Callable, dataset: Any) -> None:
+    """A model that takes only images, on a dataset of feature vectors, stops with one line."""
+    from packexp.models import needs_images
+
+    shape = list(dataset.input_shape)
+    if len(shape) == 3 or not needs_images(build_model):
+        return
+    # Name the dataset key that made features, where the dataset has one.
+    key = next((k for k in ("images", "shape") if k in cfg.dataset), None)
+    where = (f"dataset.{key}={json.dumps(OmegaConf.to_container(cfg.dataset)[key])}" if key
+             else "dataset")
+    remedy = {"images": "use dataset.images=auto (the default) or true",
+              "shape": "give dataset.shape=[height, width, channels]"}.get(
+        key, "choose a dataset with images")
+    raise ConfigError(f"{where}: model {component_name(cfg, 'model')} needs images [height, "
+                      f"width, channels], and dataset {dataset.name} gives feature vectors "
+                      f"{shape}; {remedy}")
+
+
+
+def task_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return [o for o in HydraConfig.get().overrides.task if not o.startswith("resume")]
+    except ValueError:
+        return []
+
+
+
+def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` whose errors become one line naming the config group."""
+    if node is None or "_target_" not in node:
+        raise ConfigError(f"{group}: no _target_; choose a file from conf/{group}/")
+    try:
+        return hydra.utils.instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        message = str(cause)
+        if isinstance(cause, ValueError) and "=" in message.split(":")[0]:
+            raise ConfigError(f"{group}.{message}") from None
+        raise ConfigError(f"{group}: {type(cause).__name__}: {message}") from None
+
+
+
+def check_space(space: SearchSpace) -> None:
+    from packexp.packing.optimizers import NAMES
+
+    missing = [k for k in REQUIRED_HPARAMS if k not in space.params]
+    if missing:
+        raise ConfigError(f"search_space.params: missing {missing}; training needs each of "
+                          f"{list(REQUIRED_HPARAMS)}")
+    for b in space.params["batch_size"]:
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ConfigError(f"search_space.params.batch_size: {b!r} is not a positive integer")
+    for o in space.params["optimizer"]:
+        if o not in NAMES:
+            raise ConfigError(f"search_space.params.optimizer: {o!r} is not one of {list(NAMES)}")
+    for lr in space.params["learning_rate"]:
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
+            raise ConfigError(f"search_space.params.learning_rate: {lr!r} is not a positive number")
+
+
+
+def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None:
+    """Builds the model once per activation so a bad value fails before any training."""
+    first = next(iter(space))
+    for activation in space.params.get("activation", (None,)):
+        hparams = {**first, "activation": activation} if activation else first
+        try:
+            build_model(dataset.input_shape, dataset.num_classes, hparams)
+        except ValueError as e:
+            raise ConfigError(f"model: cannot build for {dataset.name} "
+                              f"{list(dataset.input_shape)}: {e}") from None
+
+
+
+def reuse_setting(pack: DictConfig) -> int:
+    reuse = pack.get("reuse", 32)
+    if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
+        raise ConfigError(f"pack.reuse={reuse!r}: must be an integer >= 0 (packs kept for "
+                          "reuse; 0 builds every pack afresh)")
+    return reuse
+
+
+
+def member_cap(max_members: Any) -> int:
+    if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
+        raise ConfigError(f"pack.max_members={max_members!r}: must be an integer >= 1")
+    return max_members
+
+
+
+def pack_settings(pack: DictConfig) -> dict[str, Any]:
+    """``Pack`` keyword arguments from ``cfg.pack``, checked."""
+    if pack.misaligned not in ("mask", "switch"):
+        raise ConfigError(f"pack.misaligned={pack.misaligned!r}: must be mask or switch")
+    for key in ("chunk_steps", "eval_batch_size"):
+        value = pack[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
+    if not isinstance(pack.jit_compile, bool) and pack.jit_compile != "auto":
+        raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true, false or auto")
+    if pack.data_sharing not in ("gather", "slice"):
+        raise ConfigError(f"pack.data_sharing={pack.data_sharing!r}: must be gather or slice")
+    if pack.fusion not in ("auto", "on", "off"):  # packing.fused.MODES, without TensorFlow
+        raise ConfigError(f"pack.fusion={pack.fusion!r}: must be auto, on or off")
+    if pack.grouped_conv not in ("auto", "native", "split"):  # packing.fused.GROUPED_CONV
+        raise ConfigError(f"pack.grouped_conv={pack.grouped_conv!r}: must be auto, native or "
+                          "split")
+    return {"misaligned": pack.misaligned, "data_sharing": pack.data_sharing,
+            "fusion": pack.fusion, "grouped_conv": pack.grouped_conv,
+            "jit_compile": pack.jit_compile,
+            "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
+
+
+
+PREPROCESS_KEYS = ("mean", "std", "crop_padding", "flip")
+
+
+
+def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any:
+    """The trial's ``Preprocessing``: ``cfg.preprocess``, overridden by same-named hparams."""
+    from packexp.packing.data import Preprocessing
+
+    values = {k: preprocess.get(k) for k in PREPROCESS_KEYS}
+    if trial is not None:
+        values.update({k: v for k, v in trial.hparams.items() if k in PREPROCESS_KEYS})
+    for key in ("mean", "std"):
+        if values[key] is not None:
+            values[key] = tuple(float(v) for v in values[key])
+    return Preprocessing(mean=values["mean"], std=values["std"],
+                         crop_padding=int(values["crop_padding"] or 0),
+                         flip=bool(values["flip"]))
+
+
+
+def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
+                        input_shape: tuple[int, ...]) -> None:
+    """Every preprocessing the search can produce must apply to the data."""
+    variants = [{}] + [{k: v} for k in PREPROCESS_KEYS if k in space.params
+                       for v in space.params[k]]
+    for variant in variants:
+        trial = Trial("check", variant, ())
+        try:
+            preprocessing_for(preprocess, trial).check(input_shape)
+        except (TypeError, ValueError) as e:
+            where = "search_space.params" if variant else "preprocess"
+            raise ConfigError(f"{where}.{e}") from None
+
+
+
+def component_name(cfg: DictConfig, group: str) -> str:
+    """The config file chosen for ``group``; its module name outside a Hydra app."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return str(HydraConfig.get().runtime.choices[group])
+    except (ValueError, KeyError):
+        return str(cfg[group]["_target_"]).rsplit(".", 2)[-2]
+
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested config to dotted keys: ``{"model": {"width": 64}}`` -> ``{"model.width": 64}``."""
+    if not isinstance(tree, Mapping):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

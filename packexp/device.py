@@ -1,0 +1,101 @@
+"""The device a search runs on: how many bytes one pack may use, and the capacity the
+strategies plan against (member costs estimated, and probed where it matters)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from packexp.config import check_pairing, instantiate, member_cap, probe_model
+from packexp.errors import ConfigError
+from packexp.files import write_json
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity
+
+PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models
+
+
+
+def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
+                    data: Any, pack_options: Mapping[str, Any],
+                    probes_file: Path | None = None
+                    ) -> tuple[Capacity, str, Callable[[], float]]:
+    """Memory capacity of one pack, with member costs from the estimate and its probes.
+
+    With ``probes_file``, the probes are kept there (per batch size) and a resumed run reads
+    them back instead of probing again.
+
+    Returns:
+        The capacity, the setting it comes from, and a clock of the probes' time so far.
+    """
+    from packexp.packing.memory import MemoryModel
+    from packexp.packing.trainer import probe_member
+
+    limit, source = device_limit(device)
+
+    warmed: list[bool] = []
+    spent = [0.0]
+
+    def probe(trial: Trial) -> int:
+        t0 = time.perf_counter()
+        try:
+            if not warmed:  # the first pack in a process pays TensorFlow's one-off set-up
+                probe_member(trial, make_member, data, pack_options)
+                warmed.append(True)
+            return probe_member(trial, make_member, data, pack_options)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    if device.probe not in (True, False, "auto"):
+        raise ConfigError(f"device.probe={device.probe!r}: must be true, false or auto")
+
+    def worth_probing(estimate: int) -> bool:
+        # auto: a probe only matters where a full pack, by the estimate, could come within
+        # PROBE_MARGIN of the capacity; far below it, no probe result changes a plan.
+        return device.probe is True or estimate * max_members * PROBE_MARGIN >= limit
+
+    known = None
+    if probes_file is not None and probes_file.exists():
+        known = {int(b): (int(e), int(m))
+                 for b, (e, m) in json.loads(probes_file.read_text()).items()}
+
+    def keep(probes: dict[int, tuple[int, int]]) -> None:
+        if probes_file is not None:
+            write_json(probes_file, {str(b): list(v) for b, v in probes.items()})
+
+    memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
+                         worth_probing, known, keep)
+    return (Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source,
+            lambda: spent[0])
+
+
+
+def device_limit(device: DictConfig) -> tuple[int, str]:
+    """Bytes one pack may use on the device, and the setting they come from."""
+    from packexp.packing.memory import device_capacity_bytes
+
+    try:
+        return device_capacity_bytes(device.memory_budget_mb, device.gpu_memory_fraction)
+    except ValueError as e:
+        raise ConfigError(f"device.{e}") from None
+
+
+
+def planning_capacity(cfg: DictConfig, space: SearchSpace,
+                      dataset: Any) -> tuple[Capacity, str]:
+    """The device capacity with estimated member costs (no probe: planning trains nothing)."""
+    from packexp.packing.memory import MemoryModel
+
+    max_members = member_cap(cfg.pack.max_members)
+    build_model = instantiate(cfg.model, "model")
+    check_pairing(cfg, build_model, dataset)
+    probe_model(build_model, dataset, space)
+    limit, source = device_limit(cfg.device)
+    memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
+                                               t.hparams))
+    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source

@@ -1,0 +1,120 @@
+"""What a task prints: rich tables and summary lines, in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -> None:
+    from rich.table import Table
+
+    rows = sorted(
+        ((r["val_accuracy"], r["epochs"], t) for t in results["trials"] for r in t["rungs"][-1:]
+         if r["val_accuracy"] is not None),
+        key=lambda row: (-row[0], -row[1]))[:top_k]
+    table = Table(title=f"Best configurations ({results['strategy']} packing, "
+                        f"{results['model']} on {results['dataset']}, seed {results['seed']})")
+    names = list(results["trials"][0]["hparams"]) if results["trials"] else []
+    for column in ["trial", *names, "epochs", "val_accuracy"]:
+        table.add_column(column, justify="right" if column != "trial" else "left")
+    for acc, epochs, trial in rows:
+        table.add_row(trial["trial_id"], *(str(trial["hparams"][n]) for n in names),
+                      f"{epochs:g}", f"{acc:.4f}")
+    console = _console(160)
+    console.print(table)
+    console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "
+                  f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
+                  f"models and steps; {results.get('reused_members', 0)} members of other packs "
+                  "on reused models)")
+    phases = results.get("phases")
+    if phases:
+        console.print(f"training {results['train_share']:.0%} of the search; "
+                      + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
+                      + (f"; {results['startup_s']:.1f} s from the command to the first pack"
+                         if results.get("startup_s") is not None else ""))
+    if results.get("prediction_error") is not None:
+        predicted = [p for p in results["packs"] if p.get("predicted_s") is not None]
+        expected = sum(p["predicted_s"] for p in predicted)
+        console.print(
+            f"cost model: {len(predicted)} packs predicted {expected:.1f} s, "
+            f"took {sum(p['duration_s'] for p in predicted):.1f} s; median relative error "
+            f"{results['prediction_error']:.0%}"
+            + (f"; {results['calibration_s']:.1f} s calibrating" if results.get("calibration_s")
+               else ""))
+    fused = sum(1 for p in results["packs"] if p.get("fused"))
+    if fused:
+        console.print(f"{fused} of {len(results['packs'])} packs were fused: their members' "
+                      "scores match training alone to float32 rounding, not bit for bit "
+                      "(pack.fusion=off for bit-exact plain packs)")
+    console.print(f"run directory: {run_dir.resolve()}")
+    if store:
+        console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
+
+
+def print_plan(payload: dict, path: Path) -> None:
+    """``task=plan``'s bracket table and first-rung packs (``payload`` is ``plan.json``)."""
+    from rich.table import Table
+
+    console = _console(160)
+    table = Table(title=f"Hyperband R={payload['R']}, eta={payload['eta']}: "
+                        f"{len(payload['brackets'])} brackets")
+    for column in ("bracket s", "rung", "n", "r (epochs)", "epochs, continued",
+                   "epochs, from scratch"):
+        table.add_column(column, justify="right")
+    for record in payload["brackets"]:
+        before = 0.0
+        for i, rung in enumerate(record["rungs"]):
+            n, r = rung["n"], rung["r"]
+            table.add_row(str(record["s"]) if i == 0 else "", str(i), str(n), f"{r:g}",
+                          f"{n * (r - before):g}", f"{n * r:g}")
+            before = r
+        table.add_row("", "all", str(sum(r["n"] for r in record["rungs"])), "",
+                      f"{record['epochs_continued']:g}", f"{record['epochs_from_scratch']:g}",
+                      style="bold", end_section=True)
+    continued = sum(b["epochs_continued"] for b in payload["brackets"])
+    scratch = sum(b["epochs_from_scratch"] for b in payload["brackets"])
+    table.add_row("total", "", str(sum(b["rungs"][0]["n"] for b in payload["brackets"])),
+                  "", f"{continued:g}", f"{scratch:g}", style="bold")
+    console.print(table)
+    evaluations = sum(r["n"] for b in payload["brackets"] for r in b["rungs"])
+    console.print(f"{evaluations} evaluations in all")
+    capacity = payload["capacity"]
+    console.print(f"First-rung packs under strategy {payload['strategy']} "
+                  f"({capacity['source']}, at most {capacity['max_members']} members):")
+    for record in payload["brackets"]:
+        sizes = [len(p) for p in record["first_rung_packs"]]
+        console.print(f"  bracket {record['s']}: {len(sizes)} packs of {sizes}; batch sizes "
+                      f"{record['first_rung_pack_batch_sizes']}")
+    console.print(f"plan written to {path.resolve()}")
+
+
+def _console(width: int) -> Any:
+    """A rich console; ``width`` columns where the output is not a terminal (logs, CI)."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = width
+    return console
+
+
+def print_profile(profile: Any, rows: list[dict], names: dict[str, str], table: Path,
+                  picture: Path, store: str | None) -> None:
+    """A profile's measured rows, and where its table, figure and store are."""
+    from rich.table import Table
+
+    from packexp.profile.base import cell
+
+    console = _console(200)
+    shown = Table(title=f"profile {profile.name}: {names['model']} on {names['dataset']}")
+    columns = profile.shown_columns or profile.columns
+    for column in columns:
+        shown.add_column(column, justify="right")
+    for row in rows:
+        shown.add_row(*(str(cell(row.get(c))) for c in columns))
+    console.print(shown)
+    console.print(f"table: {table.resolve()}")
+    console.print(f"figure: {picture.resolve()}")
+    if store:
+        console.print(f"MLflow store: {store}")

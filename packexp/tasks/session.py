@@ -1,0 +1,115 @@
+"""What every task shares: the journal opened (or resumed), the tracker opened and closed in
+``finally``, and the clock ``startup_s`` counts from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from packexp.config import dataset_source, flatten, instantiate, task_overrides
+from packexp.errors import ConfigError
+from packexp.journal import Journal, JournalError, first_difference
+from packexp.tracking import hydra_tags
+
+
+@contextmanager
+def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str, str],
+            dataset: Any, journal: Journal | None = None,
+            records: Sequence[dict] = ()) -> Iterator[Any]:
+    """Opens ``cfg.tracking``'s tracker for one task and ends it however the task ends.
+
+    The run's config, its Hydra files and its log go with it; a resumed run (``records``
+    holding a ``tracking`` event) reattaches to the run it started, and a new one is
+    journaled so that a resume can.
+
+    Yields:
+        The started tracker. It ends ``FINISHED`` when the block completes, ``KILLED`` on
+        an interrupt and ``FAILED`` on any other exception.
+    """
+    tracker = instantiate(cfg.tracking, "tracking")
+    tracker.start(
+        run_name=run_name, params=flatten(OmegaConf.to_container(cfg, resolve=True)),
+        tags={**tags, **hydra_tags()},
+        resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
+        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        dataset=dataset, dataset_source=dataset_source(cfg),
+    )
+    tracker.log_artifact(run_dir / ".hydra", "hydra")
+    if journal is not None and not records and tracker.run_id:
+        journal.append("tracking", run_id=tracker.run_id)
+    status = "FAILED"
+    try:
+        yield tracker
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.log_artifact(run_dir / "packexp.log")
+        tracker.end(status)
+
+
+# Keys that may differ between a run and its resume: they change no result.
+RESUME_FREE = ("resume", "summary_top_k", "tracking.")
+
+
+
+def open_journal(cfg: DictConfig, run_dir: Path) -> tuple[Journal, list[dict]]:
+    """The run's journal, and on ``resume=true`` the records of the run being resumed."""
+    journal = Journal(run_dir)
+    config = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
+              if not k.startswith(RESUME_FREE)}
+    if not cfg.get("resume", False):
+        if journal.exists:
+            raise ConfigError(f"hydra.run.dir={run_dir}: holds a journal already; add "
+                              "resume=true to continue that run, or choose another directory")
+        journal.append("start", config=config, overrides=task_overrides())
+        return journal, []
+    try:
+        records = journal.read()
+    except JournalError as e:
+        raise ConfigError(f"resume=true: {e}") from None
+    if any(r["event"] == "finished" for r in records):
+        raise ConfigError(f"resume=true: the run in {run_dir} has finished already")
+    differs = first_difference(records[0]["config"], config)
+    if differs:
+        started = " ".join(records[0].get("overrides") or []) or "no overrides"
+        raise ConfigError(f"resume=true: {differs}; resume with the overrides the run started "
+                          f"with ({started})")
+    journal.append("resume", overrides=task_overrides())
+    return journal, records
+
+
+
+def earlier_sessions_s(records: list[dict]) -> float:
+    """Search time spent by the sessions a resumed run continues (to its last finished pack)."""
+    total, session = 0.0, 0.0
+    for r in records:
+        if r["event"] == "resume":
+            total, session = total + session, 0.0
+        elif r["event"] == "pack":
+            session = max(session, r.get("elapsed_s", 0.0))
+    return total + session
+
+
+
+_jobs_started = 0
+
+
+
+def command_started() -> float:
+    """Where this job's ``startup_s`` counts from (time.time() seconds).
+
+    The process's start for its first job, so Python, TensorFlow and Hydra starting count;
+    a later job of a multirun sweep starts afresh in the same process, at this call.
+    """
+    import psutil
+
+    global _jobs_started
+    _jobs_started += 1
+    return psutil.Process().create_time() if _jobs_started == 1 else time.time()
