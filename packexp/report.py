@@ -104,7 +104,7 @@ def print_profile(profile: Any, rows: list[dict], names: dict[str, str], table: 
     """A profile's measured rows, and where its table, figure and store are."""
     from rich.table import Table
 
-    from packexp.profile.base import cell
+    from packexp.profile.tables import cell
 
     console = _console(200)
     shown = Table(title=f"profile {profile.name}: {names['model']} on {names['dataset']}")

@@ -191,6 +191,16 @@ def _tf_gpu() -> str | None:
     return "GPU:0" if tf.config.list_logical_devices("GPU") else None
 
 
+def tf_gpu_name() -> str | None:
+    """The name of the GPU TensorFlow trains on, or None where it sees no GPU."""
+    if _tf_gpu() is None:
+        return None
+    import tensorflow as tf
+
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    return str(details.get("device_name", "GPU"))
+
+
 @dataclass(frozen=True)
 class ResourceSample:
     """One reading: wall-clock time, host RSS, and the GPU's memory and load when there is one."""

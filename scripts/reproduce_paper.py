@@ -192,7 +192,7 @@ class Results:
     """The rows of every run, and how each run went."""
 
     def __init__(self, manifest: dict[str, Any]) -> None:
-        from packexp.profile.base import read_csv
+        from packexp.profile.tables import read_csv
 
         self.manifest = manifest
         self.rows: dict[tuple[str, str], list[dict[str, Any]]] = {}

@@ -98,7 +98,7 @@ def test_png_encoding_in_the_step_decodes_to_the_same_values(images):
 
 
 def check_csv(run_dir: Path, name: str) -> list[dict]:
-    from packexp.profile.base import read_csv
+    from packexp.profile.tables import read_csv
 
     rows = read_csv(run_dir / "profile.csv")
     assert rows, "profile.csv has no rows"
@@ -130,7 +130,7 @@ def test_num_models_stops_cleanly_at_the_memory_limit(tmp_path):
     with open_dict(cfg):  # room for one member's estimate and a half, not for two
         cfg.device.memory_budget_mb = 0.3
     run(cfg, run_dir=tmp_path)
-    from packexp.profile.base import read_csv
+    from packexp.profile.tables import read_csv
 
     rows = read_csv(tmp_path / "profile.csv")
     assert [r["num_models"] for r in rows] == [1, 2]
@@ -143,7 +143,7 @@ def test_num_models_stops_cleanly_at_the_memory_limit(tmp_path):
 def test_concurrency_records_out_of_memory_as_a_result(tmp_path):
     cfg = profile_config("concurrency", "profile.batch_sizes=[16]", "device.memory_budget_mb=64")
     run(cfg, run_dir=tmp_path)
-    from packexp.profile.base import read_csv
+    from packexp.profile.tables import read_csv
 
     [row] = read_csv(tmp_path / "profile.csv")
     assert row["status_concurrent"] == "out_of_memory"

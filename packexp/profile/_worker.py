@@ -8,15 +8,19 @@ concurrent workers time the same span), then ``result {json}``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from packexp.profile.base import Profile, ProfileContext
 
 READY = "ready"
 RESULT = "result "
@@ -73,6 +77,26 @@ def spec(model: Mapping[str, Any], dataset: Mapping[str, Any], members: Sequence
             "seed": seed, "indices": list(indices or range(len(members))), "steps": steps,
             "warmup_steps": warmup_steps, "repeats": repeats,
             "pack_options": dict(pack_options), "sync": sync}
+
+
+def spec_maker(profile: Profile, ctx: ProfileContext,
+               sync: bool = False) -> Callable[..., dict[str, Any]]:
+    """``spec`` for ``profile``'s workers, taking only ``members`` and ``indices``.
+
+    Every worker trains the configured model on the configured data, with the profile's
+    timing settings and the configured pack under the profile's first ``xla`` setting.
+
+    Raises:
+        ConfigError: A batch size is larger than the training set.
+    """
+    from packexp.profile.checks import check_batch_sizes
+
+    check_batch_sizes(profile.batch_sizes, ctx.dataset)
+    return functools.partial(spec, ctx.node("model"), ctx.node("dataset"), seed=ctx.seed,
+                             steps=profile.steps, warmup_steps=profile.warmup_steps,
+                             repeats=profile.repeats,
+                             pack_options={**ctx.pack_options, "jit_compile": profile.xla[0]},
+                             sync=sync)
 
 
 def run_workers(specs: Sequence[Mapping[str, Any]], timeout_s: float = 1800) -> list[WorkerResult]:
@@ -142,7 +166,7 @@ def main() -> None:
 
     from packexp.packing import DeviceData, Member, Pack
     from packexp.search_space import Trial, derive_seed
-    from packexp.telemetry import PeakMemory
+    from packexp.telemetry import PeakMemory, tf_gpu_name
 
     ready = False
     try:
@@ -163,7 +187,7 @@ def main() -> None:
                 sys.stdin.readline()
             step_ms = [pack.train({m.trial_id: job["steps"] for m in members}).step_time_ms
                        for _ in range(job["repeats"])]
-        on_gpu = bool(tf.config.list_logical_devices("GPU"))
+        on_gpu = tf_gpu_name() is not None
         result = WorkerResult(step_ms=step_ms, growth_bytes=peak.growth_bytes,
                               peak_bytes=peak.peak_bytes if on_gpu else max(before,
                                                                              peak.peak_bytes))

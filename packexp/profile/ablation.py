@@ -26,18 +26,10 @@ import tensorflow as tf
 from packexp.data import Dataset
 from packexp.packing import DeviceData, Member
 from packexp.packing.data import Preprocessing
-from packexp.profile.base import (
-    OK,
-    OUT_OF_MEMORY,
-    PackTimer,
-    Profile,
-    ProfileContext,
-    compare,
-    figure,
-    int_list,
-    save,
-    title,
-)
+from packexp.profile.base import OK, OUT_OF_MEMORY, Profile, ProfileContext
+from packexp.profile.checks import check_batch_sizes, int_list
+from packexp.profile.figures import figure, save, title
+from packexp.profile.timing import PackTimer, compare
 
 log = logging.getLogger(__name__)
 
@@ -188,12 +180,7 @@ class AblationProfile(Profile):
         return sorted(combos, key=lambda c: (c["preprocess"], c["data"]), reverse=True)
 
     def measure(self, ctx: ProfileContext) -> list[dict[str, Any]]:
-        limit = max(self.batch_sizes)
-        if limit > ctx.dataset.x_train.shape[0]:
-            from packexp.errors import ConfigError
-
-            raise ConfigError(f"profile.batch_sizes={list(self.batch_sizes)}: more than the "
-                              f"{ctx.dataset.x_train.shape[0]} training examples")
+        check_batch_sizes(self.batch_sizes, ctx.dataset)
         sources = _Sources(ctx)
         timer = PackTimer(ctx.pack_options, self.steps, self.warmup_steps)
         members: dict[tuple, Member] = {}

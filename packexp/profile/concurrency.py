@@ -6,20 +6,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packexp.errors import ConfigError
 from packexp.profile import _worker
-from packexp.profile.base import (
-    MB,
-    OK,
-    OUT_OF_MEMORY,
-    Profile,
-    ProfileContext,
-    figure,
-    int_list,
-    mark_out_of_memory,
-    save,
-    title,
-)
+from packexp.profile.base import MB, OK, OUT_OF_MEMORY, Profile, ProfileContext
+from packexp.profile.checks import int_list
+from packexp.profile.figures import figure, mark_out_of_memory, save, title
 
 
 class ConcurrencyProfile(Profile):
@@ -53,22 +43,14 @@ class ConcurrencyProfile(Profile):
         self.batch_sizes = int_list("batch_sizes", batch_sizes)
 
     def measure(self, ctx: ProfileContext) -> list[dict[str, Any]]:
-        n_train = ctx.dataset.x_train.shape[0]
-        if max(self.batch_sizes) > n_train:
-            raise ConfigError(f"profile.batch_sizes={list(self.batch_sizes)}: more than the "
-                              f"{n_train} training examples")
+        spec = _worker.spec_maker(self, ctx, sync=True)
         limit, source = ctx.memory_limit()
-        base = {"seed": ctx.seed, "steps": self.steps, "warmup_steps": self.warmup_steps,
-                "repeats": self.repeats, "sync": True,
-                "pack_options": {**ctx.pack_options, "jit_compile": self.xla[0]}}
-        model, dataset = ctx.node("model"), ctx.node("dataset")
         rows = []
         for n in self.num_models:
             for batch in self.batch_sizes:
                 hp = self.hparams(batch)
-                alone = _worker.run_workers([_worker.spec(model, dataset, [hp], indices=[i],
-                                                          **base) for i in range(n)])
-                [pack] = _worker.run_workers([_worker.spec(model, dataset, [hp] * n, **base)])
+                alone = _worker.run_workers([spec([hp], indices=[i]) for i in range(n)])
+                [pack] = _worker.run_workers([spec([hp] * n)])
                 rows.append(self._row(n, batch, alone, pack, limit, source))
         return rows
 

@@ -6,21 +6,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packexp.errors import ConfigError
 from packexp.packing.memory import estimate_bytes
 from packexp.profile import _worker
-from packexp.profile.base import (
-    MB,
-    OK,
-    OUT_OF_MEMORY,
-    Profile,
-    ProfileContext,
-    figure,
-    int_list,
-    mark_out_of_memory,
-    save,
-    title,
-)
+from packexp.profile.base import MB, OK, OUT_OF_MEMORY, Profile, ProfileContext
+from packexp.profile.checks import int_list
+from packexp.profile.figures import figure, mark_out_of_memory, save, title
 
 
 class MemoryProfile(Profile):
@@ -53,23 +43,16 @@ class MemoryProfile(Profile):
         self.batch_sizes = int_list("batch_sizes", batch_sizes)
 
     def measure(self, ctx: ProfileContext) -> list[dict[str, Any]]:
-        n_train = ctx.dataset.x_train.shape[0]
-        if max(self.batch_sizes) > n_train:
-            raise ConfigError(f"profile.batch_sizes={list(self.batch_sizes)}: more than the "
-                              f"{n_train} training examples")
+        spec = _worker.spec_maker(self, ctx)
         limit, source = ctx.memory_limit()
         model = ctx.build_model(ctx.dataset.input_shape, ctx.dataset.num_classes,
                                 self.hparams(self.batch_sizes[0]))
-        options = {**ctx.pack_options, "jit_compile": self.xla[0]}
         rows: list[dict[str, Any]] = []
         stopped: set[int] = set()
         for batch in self.batch_sizes:
             # One process per pack size at once: peaks are per process, so they do not mix.
             sizes = [n for n in self.num_models if n not in stopped]
-            jobs = [_worker.spec(ctx.node("model"), ctx.node("dataset"),
-                                 [self.hparams(batch)] * n, seed=ctx.seed, steps=self.steps,
-                                 warmup_steps=self.warmup_steps, repeats=self.repeats,
-                                 pack_options=options) for n in sizes]
+            jobs = [spec([self.hparams(batch)] * n) for n in sizes]
             for n, result in zip(sizes, _worker.run_workers(jobs), strict=True):
                 row: dict[str, Any] = {
                     "num_models": n, "batch_size": batch,

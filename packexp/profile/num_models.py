@@ -6,16 +6,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packexp.profile.base import (
-    SWEEP_COLUMNS,
-    Profile,
-    ProfileContext,
-    int_list,
-    plot_sweep,
-    positive_int,
-    sweep_identical,
-    title,
-)
+from packexp.profile.base import Profile, ProfileContext
+from packexp.profile.checks import int_list, positive_int
+from packexp.profile.figures import title
+from packexp.profile.sweep import SWEEP_COLUMNS, plot_sweep, sweep_identical
 
 
 class NumModelsProfile(Profile):

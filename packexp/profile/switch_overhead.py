@@ -12,15 +12,9 @@ from typing import Any
 import numpy as np
 
 from packexp.packing import Pack
-from packexp.profile.base import (
-    Profile,
-    ProfileContext,
-    figure,
-    int_list,
-    positive_int,
-    save,
-    title,
-)
+from packexp.profile.base import Profile, ProfileContext
+from packexp.profile.checks import int_list, positive_int
+from packexp.profile.figures import figure, save, title
 from packexp.search_space import Trial
 
 

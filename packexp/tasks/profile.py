@@ -22,7 +22,9 @@ def profile(cfg: DictConfig, run_dir: Path) -> float:
     Returns:
         The profile's objective (by default the best IMPV measured).
     """
-    from packexp.profile.base import CSV_NAME, FIGURE_NAME, Profile, ProfileContext, write_csv
+    from packexp.profile import Profile, ProfileContext
+    from packexp.profile.figures import FIGURE_NAME
+    from packexp.profile.tables import CSV_NAME, write_csv
 
     profile: Profile = instantiate(cfg.profile, "profile")
     ctx = ProfileContext.from_config(cfg, run_dir)
