@@ -17,6 +17,7 @@ from packexp.hyperband import Bracket, steps_for
 from packexp.journal import Journal
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext, Strategy
+from packexp.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class PackedSearch:
     strategy: Strategy
     capacity: Capacity
     cache: Any  # packing.cache.PackCache
-    tracker: Any
+    tracker: Tracker
     journal: Journal
     checkpoints: Path
     seed: int

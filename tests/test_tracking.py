@@ -17,8 +17,9 @@ from omegaconf import open_dict
 from packexp import plots, telemetry
 from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
+from packexp.results import speedup_metrics
 from packexp.run import run
-from packexp.tracking import MlflowTracker, NullTracker, TrackingError, hydra_tags, speedup_metrics
+from packexp.tracking import MlflowTracker, NullTracker, TrackingError, hydra_tags
 from tests.conftest import compose_config
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
@@ -155,7 +156,7 @@ def test_the_dataset_digest_is_its_content():
     import numpy as np
 
     from packexp.data import digits
-    from packexp.tracking import dataset_inputs
+    from packexp.tracking.mlflow_tracker import dataset_inputs
 
     def digests(data):
         return [i.dataset.digest for i in dataset_inputs(data)]
@@ -172,7 +173,7 @@ def test_the_dataset_digest_is_its_content():
 
 def test_a_file_dataset_names_its_path_as_the_source(tmp_path):
     from packexp.data import digits
-    from packexp.tracking import dataset_inputs
+    from packexp.tracking.mlflow_tracker import dataset_inputs
 
     [train, _] = dataset_inputs(digits.load(), str(tmp_path / "cifar-10-python.tar.gz"))
     assert train.dataset.source_type == "local"

@@ -26,14 +26,13 @@ from packexp.files import write_json
 from packexp.hyperband import Hyperband
 from packexp.plots import write_plots
 from packexp.report import print_summary
-from packexp.results import PHASES, prediction_error
+from packexp.results import PHASES, prediction_error, speedup_metrics
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Strategy
 from packexp.tasks.calibration import calibrate_device, use_calibration
 from packexp.tasks.plan import plan_dict
 from packexp.tasks.session import command_started, earlier_sessions_s, open_journal, tracked
 from packexp.telemetry import device_facts
-from packexp.tracking import speedup_metrics
 
 log = logging.getLogger(__name__)
 

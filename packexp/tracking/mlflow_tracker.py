@@ -1,4 +1,4 @@
-"""Experiment tracking: the only module that talks to MLflow."""
+"""The MLflow tracker: the only module that talks to MLflow."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from packexp.tracking.base import Tracker, TrackingError
 
 if TYPE_CHECKING:
     from packexp.data import Dataset
@@ -30,57 +32,7 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 SOURCE = {"mlflow.source.name": "python -m packexp", "mlflow.source.type": "LOCAL"}
 
 
-class TrackingError(RuntimeError):
-    """The tracking store cannot be used; raised at start-up, before any training."""
-
-
-class NullTracker:
-    """Tracking turned off (``tracking=none``): every call does nothing."""
-
-    run_id: str | None = None
-
-    def __init__(self, **settings: Any) -> None:
-        # Accepts and ignores the store settings (an experiment bundle may set
-        # tracking.experiment), so tracking=none works with any of them.
-        del settings
-
-    def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-              resume_run_id: str | None = None, config_yaml: str | None = None,
-              dataset: Dataset | None = None, dataset_source: str | None = None) -> None:
-        pass
-
-    def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
-                      done: Sequence[str] = ()) -> None:
-        pass
-
-    def log_trial_rung(
-        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
-        epochs: float, metrics: Mapping[str, float | None],
-    ) -> None:
-        pass
-
-    def log_pack(self, index: int, pack: Mapping[str, Any],
-                 best_val_accuracy: float | None = None) -> None:
-        pass
-
-    def end_trial(self, trial_id: str, status: str) -> None:
-        pass
-
-    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
-        pass
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        pass
-
-    def end(self, status: str = "FINISHED") -> None:
-        pass
-
-    @property
-    def location(self) -> str | None:
-        return None
-
-
-class MlflowTracker(NullTracker):
+class MlflowTracker(Tracker):
     """One parent run per invocation and one nested run per trial.
 
     Uses ``MlflowClient`` with explicit run ids, never the fluent active-run stack, so a
@@ -134,17 +86,10 @@ class MlflowTracker(NullTracker):
         """Opens the parent run, or re-attaches to ``resume_run_id`` and its trial runs.
 
         Every failure here is a ``TrackingError`` naming the setting, raised before training.
-
-        Args:
-            run_name: The parent run's name.
-            params: The parent run's params.
-            tags: The parent run's tags; the source tags (``SOURCE``) are added.
-            resume_run_id: The parent run of the search being resumed, if any.
-            config_yaml: Logged as ``config.yaml``, which also proves the artifact store.
-            dataset: Logged as the run inputs of the parent and of every trial run: its
-                training and validation arrays, each with name, digest and shapes.
-            dataset_source: Where the dataset was read from (a file or folder); None for
-                data made in code (digits, synthetic), whose source is then the code.
+        The source tags (``SOURCE``) join ``tags``; logging ``config.yaml`` also proves the
+        artifact store. The dataset becomes the run inputs of the parent and of every trial
+        run: its training and validation arrays, each with name, digest and shapes, whose
+        source is the code when there is no ``dataset_source``.
         """
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
@@ -260,15 +205,7 @@ class MlflowTracker(NullTracker):
         self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
         epochs: float, metrics: Mapping[str, float | None],
     ) -> None:
-        """The trial's scores after a rung (``step`` = its epochs); opens its run the first time.
-
-        Args:
-            trial_id: The trial; its nested run is named after it.
-            hparams: Logged as the run's params when it opens.
-            tags: Replace the run's tags of the same name (``rung``, ``pack_id``, ...).
-            epochs: Epochs the trial has trained in all; the metrics' step.
-            metrics: None values are left out.
-        """
+        """The trial's scores after a rung (``step`` = its epochs); opens its run the first time."""
         self._safely("log a trial's rung", self._log_trial_rung, trial_id, hparams, tags,
                      epochs, metrics)
         if trial_id in self._pending:
@@ -445,62 +382,6 @@ def dataset_inputs(dataset: Dataset, source: str | None = None) -> list[Any]:
         inputs.append(DatasetInput(numpy_dataset._to_mlflow_entity(),
                                    tags=[InputTag("mlflow.data.context", context)]))
     return inputs
-
-
-def hydra_tags() -> dict[str, str]:
-    """Where the run sits in a Hydra sweep (``sweep_dir``, ``job_num``) and its overrides."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        hydra = HydraConfig.get()
-    except ValueError:
-        return {}
-    tags = {"overrides": " ".join(hydra.overrides.task) or "(none)"}
-    if str(hydra.mode) == "RunMode.MULTIRUN":
-        tags.update(sweep_dir=str(Path(hydra.sweep.dir).resolve()), job_num=str(hydra.job.num))
-    return tags
-
-
-def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
-    """``speedup_vs_sequential_estimate``: sequential training time over packed, estimated.
-
-    Ts(Seq) is estimated member by member: the steps it trained in its pack times the step
-    time of a singleton pack of the same run at the nearest batch size (interpolated
-    between batch sizes). Ts(Pack) is the packs' measured training time. Only training
-    steps count, not step-function builds. Without a singleton pack there is nothing to
-    estimate a member's time alone from, and nothing is returned.
-
-    Args:
-        results: ``results.json``'s content: ``packs``, ``trials``, ``continue_on_promotion``.
-
-    Returns:
-        The speedup and both times in seconds, or {} when the run has no singleton pack.
-    """
-    import numpy as np
-
-    trials = {t["trial_id"]: t for t in results["trials"]}
-    alone: dict[int, list[float]] = {}
-    for pack in results["packs"]:
-        if len(pack["members"]) == 1 and pack["steps"] > 0 and pack["train_s"] > 0:
-            batch = trials[pack["members"][0]]["hparams"]["batch_size"]
-            alone.setdefault(batch, []).append(pack["train_s"] / pack["steps"])
-    if not alone:
-        return {}
-    sizes = sorted(alone)
-    per_step = [float(np.median(alone[b])) for b in sizes]
-    sequential = packed = 0.0
-    for pack in results["packs"]:
-        packed += pack["train_s"]
-        for member in pack["members"]:
-            rungs = trials[member]["rungs"]
-            i = next(k for k, r in enumerate(rungs) if r["pack_id"] == pack["pack_id"])
-            before = rungs[i - 1]["steps"] if i and results.get("continue_on_promotion") else 0
-            batch = trials[member]["hparams"]["batch_size"]
-            sequential += (rungs[i]["steps"] - before) * float(np.interp(batch, sizes, per_step))
-    if packed <= 0:
-        return {}
-    return {"speedup_vs_sequential_estimate": sequential / packed,
-            "sequential_train_s_estimate": sequential, "packed_train_s": packed}
 
 
 @contextlib.contextmanager
