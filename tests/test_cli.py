@@ -50,12 +50,17 @@ def test_unknown_strategy_names_the_choices(tmp_path):
 
 @pytest.mark.slow
 def test_default_run_end_to_end(tmp_path):
-    """The README's example, with the store and run directory in tmp_path."""
-    out = packexp("strategy=knn", "model=mlp3", "scheduler.R=9", "seed=3",
-                  f"hydra.run.dir={tmp_path / 'run'}", f"tracking.store_dir={tmp_path}")
+    """The default search (``strategy=cost``, calibrating on its first run), with the store,
+    the kept calibration and the run directory in tmp_path."""
+    out = packexp("seed=3", f"hydra.run.dir={tmp_path / 'run'}",
+                  f"tracking.store_dir={tmp_path}",
+                  f"strategy.calibration_dir={tmp_path / 'calibration'}")
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["seed"] == 3 and results["strategy"] == "knn"
+    assert results["seed"] == 3 and results["strategy"] == "cost"
+    assert len(list((tmp_path / "calibration").glob("*.json"))) == 1
+    assert all(p["predicted_s"] > 0 for p in results["packs"])
+    assert "cost model:" in out.stdout
     assert len(results["trials"]) == 9 + 5 + 3
     assert results["best"]["val_accuracy"] > 0.5
     assert "Best configurations" in out.stdout
