@@ -13,6 +13,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.errors import ConfigError
+from packexp.pack_options import CHOICES, OPTIMIZERS, check_choice
 from packexp.search_space import SearchSpace, Trial
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
@@ -89,8 +90,6 @@ def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
 
 
 def check_space(space: SearchSpace) -> None:
-    from packexp.packing.optimizers import NAMES
-
     missing = [k for k in REQUIRED_HPARAMS if k not in space.params]
     if missing:
         raise ConfigError(f"search_space.params: missing {missing}; training needs each of "
@@ -99,8 +98,9 @@ def check_space(space: SearchSpace) -> None:
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise ConfigError(f"search_space.params.batch_size: {b!r} is not a positive integer")
     for o in space.params["optimizer"]:
-        if o not in NAMES:
-            raise ConfigError(f"search_space.params.optimizer: {o!r} is not one of {list(NAMES)}")
+        if o not in OPTIMIZERS:
+            raise ConfigError(f"search_space.params.optimizer: {o!r} is not one of "
+                              f"{list(OPTIMIZERS)}")
     for lr in space.params["learning_rate"]:
         if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
             raise ConfigError(f"search_space.params.learning_rate: {lr!r} is not a positive number")
@@ -138,24 +138,16 @@ def member_cap(max_members: Any) -> int:
 
 def pack_settings(pack: DictConfig) -> dict[str, Any]:
     """``Pack`` keyword arguments from ``cfg.pack``, checked."""
-    if pack.misaligned not in ("mask", "switch"):
-        raise ConfigError(f"pack.misaligned={pack.misaligned!r}: must be mask or switch")
+    for key in CHOICES:
+        try:
+            check_choice(key, pack[key])
+        except ValueError as e:
+            raise ConfigError(f"pack.{e}") from None
     for key in ("chunk_steps", "eval_batch_size"):
         value = pack[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
-    if not isinstance(pack.jit_compile, bool) and pack.jit_compile != "auto":
-        raise ConfigError(f"pack.jit_compile={pack.jit_compile!r}: must be true, false or auto")
-    if pack.data_sharing not in ("gather", "slice"):
-        raise ConfigError(f"pack.data_sharing={pack.data_sharing!r}: must be gather or slice")
-    if pack.fusion not in ("auto", "on", "off"):  # packing.fused.MODES, without TensorFlow
-        raise ConfigError(f"pack.fusion={pack.fusion!r}: must be auto, on or off")
-    if pack.grouped_conv not in ("auto", "native", "split"):  # packing.fused.GROUPED_CONV
-        raise ConfigError(f"pack.grouped_conv={pack.grouped_conv!r}: must be auto, native or "
-                          "split")
-    return {"misaligned": pack.misaligned, "data_sharing": pack.data_sharing,
-            "fusion": pack.fusion, "grouped_conv": pack.grouped_conv,
-            "jit_compile": pack.jit_compile,
+    return {**{key: pack[key] for key in CHOICES},
             "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
 
 
@@ -196,13 +188,17 @@ def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
 
 
 def component_name(cfg: DictConfig, group: str) -> str:
-    """The config file chosen for ``group``; its module name outside a Hydra app."""
+    """The config file chosen for ``group``; outside a Hydra app, the keras.applications
+    class it names (lower case) or its module's name."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
         return str(HydraConfig.get().runtime.choices[group])
     except (ValueError, KeyError):
-        return str(cfg[group]["_target_"]).rsplit(".", 2)[-2]
+        node = cfg[group]
+        if "application" in node:  # one module builds every keras.applications model
+            return str(node.application).lower()
+        return str(node["_target_"]).rsplit(".", 2)[-2]
 
 
 

@@ -1,4 +1,5 @@
-"""Device facts, memory readings and a resource sampler: the only module that talks to NVML."""
+"""Device facts (whether there is a GPU among them), memory readings and a resource sampler:
+the only module that talks to NVML."""
 
 from __future__ import annotations
 
@@ -31,10 +32,6 @@ def _nvml():
         return None
 
 
-def gpu_available() -> bool:
-    return _nvml() is not None
-
-
 @dataclass(frozen=True)
 class DeviceFacts:
     """What the machine is, as far as it changes speed or numerics: logged and tagged once.
@@ -58,6 +55,17 @@ class DeviceFacts:
     def __str__(self) -> str:
         onednn = {True: "on", False: "off", None: "unknown"}[self.onednn]
         return f"CPU {self.cpu}, oneDNN {onednn}, GPUs: {', '.join(self.gpus) or 'none'}"
+
+
+@functools.cache
+def gpu_device() -> str | None:
+    """The GPU TensorFlow computes on, ``"GPU:0"``, or None on a CPU (imports TensorFlow).
+
+    packexp's one answer to "is there a GPU?"; NVML may see a GPU that TensorFlow cannot use.
+    """
+    import tensorflow as tf
+
+    return "GPU:0" if tf.config.list_logical_devices("GPU") else None
 
 
 @functools.cache
@@ -144,7 +152,7 @@ class PeakMemory:
     _CLEAR = Path("/proc/self/clear_refs")
 
     def __init__(self) -> None:
-        self._gpu = _tf_gpu()
+        self._gpu = gpu_device()
         self._start = 0
         self._hwm = False
         self.peak_bytes = 0
@@ -184,16 +192,9 @@ class PeakMemory:
         return max(0, self.peak_bytes - self._start)
 
 
-@functools.cache
-def _tf_gpu() -> str | None:
-    import tensorflow as tf
-
-    return "GPU:0" if tf.config.list_logical_devices("GPU") else None
-
-
 def tf_gpu_name() -> str | None:
     """The name of the GPU TensorFlow trains on, or None where it sees no GPU."""
-    if _tf_gpu() is None:
+    if gpu_device() is None:
         return None
     import tensorflow as tf
 

@@ -4,7 +4,7 @@ Usage: python scripts/bench_long_fused.py [--n 8] [--steps 3000] [--repeats 3]
 
 Each repeat builds ``--n`` fresh mlp3 members (digits, batch 32, optimizers cycling as in
 bench_pack.py) three times and trains each set for ``--steps`` steps in one ``Pack.train``
-call: fused without XLA, fused under ``jit_compile=auto`` (XLA from 2000 steps) and plain.
+call: fused without XLA, fused under ``jit_compile=auto`` (XLA from ``XLA_MIN_STEPS``) and plain.
 The time includes building and compiling the pack, which is what ``auto`` weighs.
 """
 

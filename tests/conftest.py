@@ -42,13 +42,11 @@ def cfg_tune(tmp_path) -> DictConfig:
     return cfg
 
 
-def pytest_collection_modifyitems(config, items):
-    import shutil
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # At set-up, not collection: asking TensorFlow then keeps its CUDA log in the capture.
+    if "gpu" in item.keywords:
+        from packexp.telemetry import gpu_device
 
-    has_gpu = shutil.which("nvidia-smi") is not None
-    if has_gpu:
-        return
-    skip = pytest.mark.skip(reason="needs a GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if gpu_device() is None:
+            item.add_marker(pytest.mark.skip(reason="needs a GPU"))

@@ -72,11 +72,12 @@ def test_packed_cnn_training_moves_every_weight_and_batchnorm_statistic(data, pa
 @pytest.mark.slow
 def test_a_pack_of_all_three_paper_cnns_matches_each_alone():
     """MobileNetV2, ResNet-50 and DenseNet-121 in one pack, resized up from 8x8 images."""
-    from packexp.models import densenet121, resnet50
+    from packexp.models import keras_apps
 
     tiny = DeviceData(synthetic.load(shape=[8, 8, 3], num_classes=3, train_size=24,
                                      val_size=8))
-    builds = [BUILD, resnet50.build, densenet121.build]
+    builds = [BUILD] + [functools.partial(keras_apps.build, application=a)
+                        for a in ("ResNet50", "DenseNet121")]
     trials = [Trial(f"c{i}", {"batch_size": b, "optimizer": o, "learning_rate": 1e-3,
                               "activation": a}, (), seed=derive_seed(4, i))
               for i, (b, o, a) in enumerate([(8, "adam", "relu"), (6, "sgd", "tanh"),

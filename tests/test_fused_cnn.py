@@ -24,7 +24,7 @@ from packexp import telemetry
 from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Member, Pack
-from packexp.packing.fused import grouped_conv_path, has_gpu, why_not_fused
+from packexp.packing.fused import grouped_conv_path, why_not_fused
 from packexp.packing.fused_graph import Unfusable, plan
 from tests.test_packing import CONFIGS, trial
 
@@ -184,7 +184,7 @@ def test_without_onednn_fused_cnns_train_on_the_split_path(tmp_path):
     """TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN off on any CPU, as TensorFlow does by itself on
     some: the probe then finds no grouped-convolution gradient, auto splits, and the fused
     pack trains and matches its members trained plain and alone."""
-    if has_gpu():
+    if telemetry.gpu_device():
         pytest.skip("oneDNN is a CPU matter")
     script = textwrap.dedent("""
         from packexp import telemetry
@@ -298,7 +298,7 @@ def test_under_auto_xla_fused_cnns_stay_uncompiled(images, monkeypatch):
     assert stats.fused and not stats.xla
 
 
-@pytest.mark.skipif(has_gpu(), reason="checks the CPU choice")
+@pytest.mark.skipif(telemetry.gpu_device() is not None, reason="checks the CPU choice")
 def test_on_a_cpu_auto_leaves_cnns_unfused_and_says_so(images, caplog):
     ms = cnn_members(images, MIXED[:2])
     assert "GPU only" in why_not_fused(ms, "gather", "auto")

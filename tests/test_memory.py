@@ -367,7 +367,6 @@ def test_without_a_gpu_gpu_memory_is_none_and_said_once(caplog):
         assert telemetry.gpu_memory() is None
         assert telemetry.gpu_memory(1) is None
         assert telemetry.gpu_utilization() is None
-        assert not telemetry.gpu_available()
     finally:
         telemetry._nvml.cache_clear()
     said = [r for r in caplog.records if "no GPU telemetry" in r.getMessage()]

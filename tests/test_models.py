@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 
 import keras
@@ -10,13 +9,18 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from packexp.models import needs_images
+from packexp.models import keras_apps, needs_images
 from packexp.models.mobilenet import build as build_mobilenet
 from tests.conftest import compose_config
 
 SMALL = {"alpha": 0.35}
-# Module (config) name and the keras.applications name that errors use.
+# Config name and the keras.applications name that errors use.
 MODELS = [("mobilenet", "mobilenetv2"), ("resnet50", "resnet50"), ("densenet121", "densenet121")]
+
+
+def builder(name: str):
+    """The model config ``name``'s builder, as the runner instantiates it."""
+    return instantiate(compose_config([f"model={name}"]).model)
 
 
 def mobilenet(input_shape: list[int], activation: str = "relu") -> keras.Model:
@@ -40,11 +44,10 @@ def activation_counts(model: keras.Model) -> Counter[str]:
     )
 
 
-@pytest.mark.parametrize("name", ["resnet50", "densenet121"])
-def test_full_size_networks_return_logits_at_32(name):
-    module = importlib.import_module(f"packexp.models.{name}")
-    model = module.build([32, 32, 3], 3, {"activation": "tanh"})
-    assert module.MIN_SIZE == 32
+@pytest.mark.parametrize("application", ["ResNet50", "DenseNet121"])
+def test_full_size_networks_return_logits_at_32(application):
+    model = keras_apps.build([32, 32, 3], 3, {"activation": "tanh"}, application)
+    assert keras_apps.MIN_SIZE == 32
     assert activation_counts(model).keys() == {"tanh"}
     assert tuple(model(images([32, 32, 3])).shape) == (2, 3)
 
@@ -99,18 +102,23 @@ def test_images_at_the_minimum_are_not_resized():
     assert not any(isinstance(layer, keras.layers.Resizing) for layer in all_layers(model))
 
 
-@pytest.mark.parametrize(("module", "name"), MODELS)
-def test_feature_vectors_are_refused_with_the_input_shape_named(module, name):
-    build = importlib.import_module(f"packexp.models.{module}").build
+@pytest.mark.parametrize(("config", "name"), MODELS)
+def test_feature_vectors_are_refused_with_the_input_shape_named(config, name):
+    build = builder(config)
     with pytest.raises(ValueError, match=rf"^input_shape=\[64\]: {name} needs images \[height"):
         build([64], 3, {"activation": "relu"})
 
 
-@pytest.mark.parametrize(("module", "name"), MODELS)
-def test_unknown_activation_is_refused(module, name):
-    build = importlib.import_module(f"packexp.models.{module}").build
+@pytest.mark.parametrize(("config", "name"), MODELS)
+def test_unknown_activation_is_refused(config, name):
+    build = builder(config)
     with pytest.raises(ValueError, match=rf"^activation='gelu': {name} knows \["):
         build([32, 32, 3], 3, {"activation": "gelu"})
+
+
+def test_an_unknown_application_is_refused():
+    with pytest.raises(ValueError, match=r"^application='ResNet51': not a keras.applications"):
+        keras_apps.build([32, 32, 3], 3, {}, "ResNet51")
 
 
 def test_mobilenet_config_instantiates_a_builder():

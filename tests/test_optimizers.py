@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from packexp.pack_options import OPTIMIZERS
 from packexp.packing.optimizers import apply_gradients, make_optimizer, optimizer_kind
 
 SHAPES = [(3, 4), (4,), (2, 3, 5)]
@@ -30,7 +31,7 @@ def run(optimizer: keras.optimizers.Optimizer, apply, steps: int, graph: bool) -
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "traced"])
-@pytest.mark.parametrize("name", ["adam", "sgd", "adagrad", "momentum"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_apply_gradients_is_keras_apply(name, graph):
     """Bit for bit, except Adam: its kernel rounds 1 - beta_1 in float32."""
     ours = run(make_optimizer(name, 0.01), apply_gradients, 5, graph)
@@ -44,6 +45,19 @@ def test_apply_gradients_is_keras_apply(name, graph):
             np.testing.assert_array_equal(a, b)
     assert not np.array_equal(ours[0], run(make_optimizer(name, 0.01),
                                            lambda o, g, v: None, 5, graph)[0])
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_the_table_describes_the_keras_optimizer(name):
+    """Its update rule is its name's, and its slots are the state Keras keeps per weight."""
+    optimizer = make_optimizer(name, 0.01)
+    variables = [keras.Variable(np.zeros(s, np.float32)) for s in SHAPES]
+    optimizer.build(variables)
+    assert optimizer_kind(optimizer) == name
+    slots = OPTIMIZERS[name].slots
+    assert all(len(getattr(optimizer, a)) == len(SHAPES) for a in slots.values())
+    per_weight = [v for v in optimizer.variables if v.shape in SHAPES]
+    assert len(per_weight) == len(slots) * len(SHAPES)
 
 
 def test_optimizers_with_extras_go_through_keras():

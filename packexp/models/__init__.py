@@ -1,6 +1,8 @@
 """Model builders: ``build(input_shape, num_classes, hparams, **config) -> keras.Model``.
 
-One module per model, named as its config file. A builder returns logits and reads the
+One module per model, named as its config file; a keras.applications model with no knob of
+its own needs none: its config file names the class for ``keras_apps.build``. A builder
+returns logits and reads the
 model-level hyper-parameters (``activation``) from ``hparams``; training-level ones (batch
 size, optimizer, learning rate) belong to the pack. A module whose model takes only images
 sets ``NEEDS_IMAGES = True``, so a dataset with ``images: auto`` gives it images.

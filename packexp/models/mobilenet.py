@@ -7,10 +7,8 @@ from typing import Any
 
 import keras
 
-from packexp.models._keras_apps import build_application
+from packexp.models import keras_apps
 
-# keras.applications rejects smaller inputs; build_application resizes up to it.
-MIN_SIZE = 32
 # Convolutions need [height, width, channels]; a dataset with images: auto gives them.
 NEEDS_IMAGES = True
 
@@ -34,12 +32,5 @@ def build(
     Returns:
         The model.
     """
-    return build_application(
-        keras.applications.MobileNetV2,
-        input_shape,
-        num_classes,
-        hparams.get("activation", "relu"),
-        MIN_SIZE,
-        bn_momentum=bn_momentum,
-        alpha=alpha,
-    )
+    return keras_apps.build(input_shape, num_classes, hparams, "MobileNetV2",
+                            bn_momentum=bn_momentum, alpha=alpha)

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from packexp.files import write_json
+from packexp.pack_options import XLA_MIN_STEPS
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
 from packexp.packing.fused_graph import has_convolutions, plan
 from packexp.packing.member import write_state
-from packexp.packing.pack import XLA_MIN_STEPS, Pack
+from packexp.packing.pack import Pack
 from packexp.search_space import Trial
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from packexp import telemetry
 from packexp.data import Dataset
 from packexp.search_space import derive_seed
 
@@ -134,4 +135,4 @@ def batch_indices(seed: int, n: int, batch_size: int, start: int, steps: int) ->
 
 
 def _default_device() -> str:
-    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+    return f"/{telemetry.gpu_device() or 'CPU:0'}"

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import telemetry
+from packexp.pack_options import OPTIMIZERS, check_choice
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import (
     Context,
@@ -33,23 +34,19 @@ from packexp.packing.optimizers import optimizer_kind
 
 log = logging.getLogger(__name__)
 
-KINDS = ("sgd", "momentum", "adam", "adagrad")
-MODES = ("auto", "on", "off")
-# How fused Conv2D layers of several members run: one grouped convolution (native) or one
-# convolution per member and a concatenation (split); auto: native where the device can
-# differentiate a grouped convolution (telemetry.grouped_conv_gradients).
-GROUPED_CONV = ("auto", "native", "split")
+# Optimizer types with a fused update rule, in the order their members take on the member axis.
+KINDS = tuple(name for name, spec in OPTIMIZERS.items() if spec.fused)
 SINGLE = "a pack of one member has nothing to fuse"
 
 
-def has_gpu() -> bool:
-    return bool(tf.config.list_physical_devices("GPU"))
-
-
 def grouped_conv_path(setting: str) -> str:
-    """``native`` or ``split`` for the ``pack.grouped_conv`` setting on this device."""
-    if setting not in GROUPED_CONV:
-        raise ValueError(f"grouped_conv={setting!r}: must be one of {list(GROUPED_CONV)}")
+    """``native`` or ``split`` for the ``pack.grouped_conv`` setting on this device.
+
+    ``native`` runs a fused pack's Conv2D layers as one grouped convolution, ``split`` as one
+    convolution per member and a concatenation; ``auto``, native where the device can
+    differentiate a grouped convolution (``telemetry.grouped_conv_gradients``).
+    """
+    check_choice("grouped_conv", setting)
     if setting == "auto":
         return "native" if telemetry.grouped_conv_gradients() else "split"
     if setting == "native" and not telemetry.grouped_conv_gradients():
@@ -78,11 +75,11 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
         ops = plan([m.model for m in members])
     except Unfusable as e:
         return str(e)
-    if any(optimizer_kind(m.optimizer) is None for m in members):
+    if any(optimizer_kind(m.optimizer) not in KINDS for m in members):
         return "an optimizer has no fused update rule"
     if len({m.preprocessing for m in members}) != 1 or members[0].preprocessing.augments:
         return "members' preprocessing differs or augments"
-    if fusion == "auto" and has_convolutions(ops) and not has_gpu():
+    if fusion == "auto" and has_convolutions(ops) and telemetry.gpu_device() is None:
         return ("convolutions fuse into grouped convolutions on a GPU only; on a CPU the "
                 "pack trains unfused (pack.fusion=on fuses it anyway)")
     return None
@@ -100,7 +97,7 @@ class FusedPack:
     def __init__(self, members: Sequence[Member], data: DeviceData, *,
                  jit_compile: bool = False, width: int = 1, grouped_conv: str = "auto") -> None:
         """``width``: the steps per chunk the step function is warmed up (compiled) for.
-        ``grouped_conv``: how fused Conv2D layers run (``GROUPED_CONV``)."""
+        ``grouped_conv``: how fused Conv2D layers run (``grouped_conv_path``)."""
         # Inside, members are ordered by optimizer type, so each type's update rule runs on
         # one contiguous slice of the member axis; run_chunk and evaluate translate.
         order = sorted(range(len(members)),
@@ -122,8 +119,8 @@ class FusedPack:
             log.info("fused pack of %d: %s grouped convolutions", len(members),
                      "native" if self.grouped_conv == "native" else "per-member (split)")
         kinds = [optimizer_kind(m.optimizer) for m in members]
-        self._keeps_m = any(k in ("momentum", "adam") for k in kinds)
-        self._keeps_v = any(k in ("adam", "adagrad") for k in kinds)
+        self._keeps_m = any("m" in OPTIMIZERS[k].slots for k in kinds)
+        self._keeps_v = any("v" in OPTIMIZERS[k].slots for k in kinds)
         self.spans = [(k, kinds.index(k), len(kinds) - kinds[::-1].index(k))
                       for k in KINDS if k in kinds]  # (type, first, end) on the member axis
         self.members_n = len(members)
@@ -343,14 +340,8 @@ class FusedPack:
 
 def _slots(optimizer: keras.optimizers.Optimizer) -> tuple[Any, Any]:
     """The optimizer's first and second slot lists in the fused layout (m, v)."""
-    kind = optimizer_kind(optimizer)
-    if kind == "adam":
-        return optimizer._momentums, optimizer._velocities
-    if kind == "adagrad":
-        return None, optimizer._accumulators
-    if kind == "momentum":
-        return optimizer.momentums, None
-    return None, None
+    slots = OPTIMIZERS[optimizer_kind(optimizer)].slots
+    return tuple(getattr(optimizer, slots[s]) if s in slots else None for s in ("m", "v"))
 
 
 def _slot_value(optimizer: keras.optimizers.Optimizer, slots: Any,

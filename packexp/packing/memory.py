@@ -9,12 +9,11 @@ from collections.abc import Callable, Mapping
 import keras
 
 from packexp import telemetry
+from packexp.pack_options import OPTIMIZERS
 from packexp.search_space import Trial
 
 log = logging.getLogger(__name__)
 
-# Optimizer state per trainable parameter, in parameter copies.
-SLOTS = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
 BYTES = 4  # float32
 
 
@@ -48,8 +47,10 @@ def estimate_bytes(model: keras.Model, optimizer: str, batch_size: int) -> int:
 
 
 def _estimate(trainable: int, frozen: int, acts: int, optimizer: str, batch_size: int) -> int:
-    # Activations count twice: the forward value and its gradient.
-    params = trainable * (2 + SLOTS.get(optimizer, 2)) + frozen
+    # Optimizer slots are parameter copies (an unknown optimizer counts Adam's two);
+    # activations count twice: the forward value and its gradient.
+    slots = len(OPTIMIZERS[optimizer].slots) if optimizer in OPTIMIZERS else 2
+    params = trainable * (2 + slots) + frozen
     return BYTES * (params + 2 * batch_size * acts)
 
 

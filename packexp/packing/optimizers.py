@@ -7,14 +7,8 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-# The paper's "Momentum" is SGD with momentum 0.9.
-_OPTIMIZERS = {
-    "adam": lambda lr: keras.optimizers.Adam(learning_rate=lr),
-    "sgd": lambda lr: keras.optimizers.SGD(learning_rate=lr),
-    "adagrad": lambda lr: keras.optimizers.Adagrad(learning_rate=lr),
-    "momentum": lambda lr: keras.optimizers.SGD(learning_rate=lr, momentum=0.9),
-}
-NAMES = tuple(_OPTIMIZERS)
+from packexp.pack_options import OPTIMIZERS
+
 # Classes whose update_step apply_gradients reproduces (a subclass may override it).
 _EXACT = (keras.optimizers.Adam, keras.optimizers.SGD, keras.optimizers.Adagrad)
 # Options under which an optimizer's update is more than its update rule.
@@ -23,11 +17,13 @@ _EXTRAS = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema"
 
 
 def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
-    if name not in _OPTIMIZERS:
-        raise ValueError(f"optimizer={name!r}: known optimizers are {list(NAMES)}")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer={name!r}: known optimizers are {list(OPTIMIZERS)}")
     if not learning_rate > 0:
         raise ValueError(f"learning_rate={learning_rate!r}: must be > 0")
-    return _OPTIMIZERS[name](float(learning_rate))
+    spec = OPTIMIZERS[name]
+    return getattr(keras.optimizers, spec.keras_class)(learning_rate=float(learning_rate),
+                                                        **spec.options)
 
 
 def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:

@@ -15,18 +15,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from packexp.pack_options import XLA_MIN_STEPS, check_choice
 from packexp.packing.data import DeviceData, batch_indices
-from packexp.packing.fused import GROUPED_CONV, SINGLE, FusedPack, why_not_fused
-from packexp.packing.fused import MODES as FUSION_MODES
+from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused_graph import has_convolutions, plan
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 
 log = logging.getLogger(__name__)
-
-# Under jit_compile=auto, a fused Dense pack compiles with XLA when it trains at least this
-# many steps in one go (above the measured break-even; see Pack._fused_xla).
-XLA_MIN_STEPS = 2000
 
 
 @dataclass
@@ -97,23 +93,17 @@ class Pack:
     ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
-        if misaligned not in ("mask", "switch"):
-            raise ValueError(f"misaligned={misaligned!r}: must be 'mask' or 'switch'")
-        if data_sharing not in ("gather", "slice"):
-            raise ValueError(f"data_sharing={data_sharing!r}: must be 'gather' or 'slice'")
-        if fusion not in FUSION_MODES:
-            raise ValueError(f"fusion={fusion!r}: must be one of {list(FUSION_MODES)}")
+        for setting, value in (("misaligned", misaligned), ("data_sharing", data_sharing),
+                               ("fusion", fusion), ("grouped_conv", grouped_conv),
+                               ("jit_compile", jit_compile)):
+            check_choice(setting, value)
         self.members = list(members)
         self.data = data
         self.misaligned = misaligned
         self.data_sharing = data_sharing
         self.fusion = fusion
-        if grouped_conv not in GROUPED_CONV:
-            raise ValueError(f"grouped_conv={grouped_conv!r}: must be one of {list(GROUPED_CONV)}")
         self.grouped_conv = grouped_conv
         self._stream_step = 0
-        if jit_compile not in (False, True, "auto"):
-            raise ValueError(f"jit_compile={jit_compile!r}: must be true, false or 'auto'")
         # auto: XLA for fused Dense packs with a long stretch to train (see _fused_xla);
         # plain packs only when asked outright.
         self.jit_compile = jit_compile is True

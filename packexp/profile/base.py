@@ -146,7 +146,7 @@ class Profile(abc.ABC):
         if not xla or any(not isinstance(x, bool) for x in xla):
             raise ValueError(f"xla={xla!r}: must be a non-empty list of true/false")
         self.xla = tuple(dict.fromkeys(xla))
-        from packexp.packing.optimizers import NAMES
+        from packexp.pack_options import OPTIMIZERS as NAMES
 
         if optimizer not in NAMES:
             raise ValueError(f"optimizer={optimizer!r}: must be one of {list(NAMES)}")

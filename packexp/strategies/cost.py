@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from packexp.pack_options import XLA_MIN_STEPS
 from packexp.search_space import Trial, member_key, pack_key
 from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
 
@@ -154,8 +155,8 @@ class CostModel:
         jit = self.settings.get("jit_compile", "auto")
         if fusion != "on" or self.xla is None:
             return False
-        return jit is True or (jit == "auto" and steps >= self.settings.get("xla_min_steps",
-                                                                            2000))
+        threshold = self.settings.get("xla_min_steps", XLA_MIN_STEPS)
+        return jit is True or (jit == "auto" and steps >= threshold)
 
     def step_s(self, batches: Sequence[int], fusion: str, xla: bool = False) -> float:
         """One step of a pack whose members all train, with these batch sizes."""

@@ -1,13 +1,47 @@
-"""Shared builder for keras.applications CNNs: small-image resizing and activation swapping."""
+"""keras.applications CNNs, the class named in YAML: small-image resizing and activation
+swapping."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
 
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
+# keras.applications rejects smaller inputs; build_application resizes up to it.
+MIN_SIZE = 32
+# Convolutions need [height, width, channels]; a dataset with images: auto gives them.
+NEEDS_IMAGES = True
+
+
+def build(
+    input_shape: Sequence[int],
+    num_classes: int,
+    hparams: Mapping[str, Any],
+    application: str,
+    bn_momentum: float | None = None,
+    **kwargs: Any,
+) -> keras.Model:
+    """Builds the keras.applications model ``application`` returning logits.
+
+    Args:
+        input_shape: Shape of one image, ``[height, width, channels]``.
+        num_classes: Width of the logits.
+        hparams: Uses ``activation``, which replaces every ReLU.
+        application: A ``keras.applications`` class name, such as ``ResNet50``.
+        bn_momentum: Momentum of the BatchNorm moving statistics; None keeps Keras's own.
+        **kwargs: Passed to the class (e.g. MobileNetV2's ``alpha``).
+
+    Returns:
+        The model.
+    """
+    app_fn = getattr(keras.applications, application, None)
+    if not callable(app_fn):
+        raise ValueError(f"application={application!r}: not a keras.applications model")
+    return build_application(app_fn, input_shape, num_classes,
+                             hparams.get("activation", "relu"), MIN_SIZE,
+                             bn_momentum=bn_momentum, **kwargs)
 
 
 def _is_relu(layer: keras.layers.Layer) -> bool:

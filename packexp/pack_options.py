@@ -1,0 +1,60 @@
+"""What the pack engine accepts, without TensorFlow: the pack settings' choices, the
+optimizers and the XLA threshold. The config checks a run against it; ``Pack`` its arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Each setting's values; ``pack:`` in conf/config.yaml says what they mean.
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "misaligned": ("mask", "switch"),
+    "data_sharing": ("gather", "slice"),
+    "fusion": ("auto", "on", "off"),
+    "grouped_conv": ("auto", "native", "split"),
+    "jit_compile": (True, False, "auto"),
+}
+
+# Under jit_compile=auto, a fused Dense pack compiles with XLA when it trains at least this
+# many steps in one go (above the measured break-even; see Pack._fused_xla).
+XLA_MIN_STEPS = 2000
+
+
+def check_choice(setting: str, value: Any) -> None:
+    """Raises ``ValueError("setting=value: must be ...")`` unless ``value`` is a choice."""
+    choices = CHOICES[setting]
+    # By type as well as value: YAML's true is not 1, and 1 is not true.
+    if not any(type(value) is type(c) and value == c for c in choices):
+        names = ["true" if c is True else "false" if c is False else str(c) for c in choices]
+        raise ValueError(f"{setting}={value!r}: must be {', '.join(names[:-1])} or {names[-1]}")
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """An optimizer a search space may name.
+
+    Attributes:
+        keras_class: Its ``keras.optimizers`` class.
+        slots: The state it keeps per trainable weight, in the fused pack's layout (``m``:
+            a first moment or momentum, ``v``: a second moment or sum of squares) mapped to
+            the Keras optimizer's attribute that holds it.
+        options: Its constructor arguments besides the learning rate.
+        fused: Whether a fused pack has its update rule.
+    """
+
+    keras_class: str
+    slots: Mapping[str, str]
+    options: Mapping[str, float] = field(default_factory=dict)
+    fused: bool = True
+
+
+# A fused pack lays its members out by optimizer in this order; another order changes its
+# results in the last bits.
+OPTIMIZERS: dict[str, OptimizerSpec] = {
+    "sgd": OptimizerSpec("SGD", {}),
+    # The paper's "Momentum" is SGD with momentum 0.9.
+    "momentum": OptimizerSpec("SGD", {"m": "momentums"}, {"momentum": 0.9}),
+    "adam": OptimizerSpec("Adam", {"m": "_momentums", "v": "_velocities"}),
+    "adagrad": OptimizerSpec("Adagrad", {"v": "_accumulators"}),
+}
