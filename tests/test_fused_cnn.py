@@ -25,7 +25,7 @@ from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import grouped_conv_path, why_not_fused
-from packexp.packing.fused_graph import Unfusable, plan
+from packexp.packing.fused_graph import Unfusable, fused_ops
 from tests.test_packing import CONFIGS, trial
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -285,7 +285,7 @@ def test_several_outputs_do_not_fuse(images):
         return keras.Model(x, [keras.layers.Dense(4)(h), keras.layers.Dense(4)(h)])
 
     with pytest.raises(Unfusable, match="several outputs"):
-        plan([two_heads(), two_heads()])
+        fused_ops([two_heads(), two_heads()])
 
 
 def test_under_auto_xla_fused_cnns_stay_uncompiled(images, monkeypatch):

@@ -25,9 +25,9 @@ from packexp.packing.fused_graph import (
     Context,
     FusedGraph,
     Unfusable,
+    fused_ops,
     has_convolutions,
     has_grouped_convolutions,
-    plan,
 )
 from packexp.packing.member import Member
 from packexp.packing.optimizers import optimizer_kind
@@ -72,7 +72,7 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
     if data_sharing != "gather":
         return "fusion needs gather data sharing"
     try:
-        ops = plan([m.model for m in members])
+        ops = fused_ops([m.model for m in members])
     except Unfusable as e:
         return str(e)
     if any(optimizer_kind(m.optimizer) not in KINDS for m in members):

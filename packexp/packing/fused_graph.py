@@ -11,7 +11,7 @@ member's own tensor has:
 - vectors (``[batch, features]`` per member) are *stacked* to ``[members, batch, features]``:
   N Dense layers are one batched matmul over kernels ``[members, in, out]``.
 
-``plan`` checks that the members' models are one architecture made of layers with a
+``fused_ops`` checks that the members' models are one architecture made of layers with a
 fused form and returns the fused operations; ``FusedGraph`` stacks the members'
 weights and runs the template model's graph with those operations in place of its layers.
 """
@@ -464,7 +464,7 @@ def _graph(model: keras.Model) -> keras.Model:
     return graph
 
 
-def plan(models: Sequence[keras.Model]) -> list[FusedOp]:
+def fused_ops(models: Sequence[keras.Model]) -> list[FusedOp]:
     """The fused operation of each layer of the template (first) model.
 
     Raises:
@@ -505,7 +505,7 @@ class FusedGraph:
     def __init__(self, models: Sequence[keras.Model]) -> None:
         self.models = list(models)
         self.members = len(models)
-        self.ops = plan(models)
+        self.ops = fused_ops(models)
         self.stacked: list[Stacked] = []
         for op in self.ops:
             op.build(self._stack)

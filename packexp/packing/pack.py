@@ -18,7 +18,7 @@ import tensorflow as tf
 from packexp.pack_options import XLA_MIN_STEPS, check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
-from packexp.packing.fused_graph import has_convolutions, plan
+from packexp.packing.fused_graph import fused_ops, has_convolutions
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 
@@ -184,7 +184,7 @@ class Pack:
         """
         if self.jit_compile or not self._jit_auto or steps < XLA_MIN_STEPS:
             return self.jit_compile
-        return not has_convolutions(plan([m.model for m in self.members]))
+        return not has_convolutions(fused_ops([m.model for m in self.members]))
 
     def _train_fused(self, remaining: dict[str, int]) -> PackStats:
         xla = self._fused_xla(max(remaining.values()))
