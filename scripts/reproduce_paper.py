@@ -3,11 +3,13 @@
 Usage: python scripts/reproduce_paper.py [--models mlp3 mobilenet ...] [--profiles ...]
                                          [--skip-kerastuner] [--render-only]
 
-Runs every profile that fits this machine, each as its own `python -m packexp task=profile`
-process, and scripts/compare_kerastuner.py; then writes docs/RESULTS.md (tables, figures in
-docs/results/, the machine, and the paper's numbers beside ours). ResNet-50 and DenseNet-121
-run only where a GPU is present; without one their rows are marked pending. Run directories
-go to outputs/reproduce/; MLflow runs to the local store, experiment reproduce_paper.
+Runs every profile that fits this machine for each model with an experiment file
+conf/experiment/paper_profile_<model>.yaml, each as its own `python -m packexp task=profile
+experiment=paper_profile_<model>` process, and scripts/compare_kerastuner.py; then writes
+docs/RESULTS.md (tables, figures in docs/results/, the machine, and the paper's numbers beside
+ours). Models marked gpu_only (ResNet-50, DenseNet-121) run only where a GPU is present;
+without one their rows are marked pending. Run directories go to outputs/reproduce/; MLflow
+runs to the local store, experiment reproduce_paper.
 A subset (--models, --profiles) replaces only those runs in the last run's record.
 --render-only rewrites docs/RESULTS.md from the last run's outputs without measuring.
 """
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,52 +40,45 @@ DOCS = ROOT / "docs"
 FIGURES = DOCS / "results"
 PROFILES = ("num_models", "batch_size", "ablation", "memory", "switch_overhead", "concurrency")
 COMMAND = "python scripts/reproduce_paper.py"
+# One experiment file per model, conf/experiment/paper_profile_<model>.yaml.
+EXPERIMENTS = ROOT / "conf" / "experiment"
+EXPERIMENT_PREFIX = "paper_profile_"
 
 
 @dataclass(frozen=True)
 class Setup:
-    """One model as this reproduction runs it."""
+    """One model as this reproduction runs it: the ``paper`` key of its experiment file."""
 
+    experiment: str
+    name: str
     label: str
+    table2: tuple[int, int, int]
+    gpu_only: bool
     overrides: tuple[str, ...]
-    per_profile: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    gpu_only: bool = False
+    per_profile: dict[str, tuple[str, ...]]
+
+    def profile_overrides(self, profile: str) -> tuple[str, ...]:
+        """What the command line adds to ``experiment=<experiment>`` for ``profile``."""
+        return (*self.overrides, *self.per_profile.get(profile, ()))
 
 
-# A CPU trains MobileNetV2 about 30 ms a step even at width 0.35 and 32x32 inputs, and
-# compiles each pack for seconds, so its runs are shorter. XLA stays off for it: on this
-# 2-core CPU an XLA MobileNetV2 step took 307 ms against 35 ms without (N=1, batch 32).
-CNN_CPU = ("profile.xla=[false]",)
-SETUPS = {
-    "mlp3": Setup("MLP-3 (3 x 64 units) on digits (1437 training images of 8x8)",
-                  ("model=mlp3", "dataset=digits")),
-    "mobilenet": Setup(
-        "MobileNetV2 (alpha 0.35) on synthetic 32x32x3 images (512 training)",
-        ("model=mobilenet", "model.alpha=0.35", "dataset=synthetic", "dataset.train_size=512",
-         "dataset.val_size=64"),
-        {"num_models": (*CNN_CPU, "profile.num_models=[1,2,4]", "profile.steps=10",
-                        "profile.warmup_steps=3", "profile.repeats=3"),
-         "batch_size": (*CNN_CPU, "profile.batch_sizes=[32,64,100]", "profile.steps=10",
-                        "profile.warmup_steps=3", "profile.repeats=3"),
-         # MLP-3 against MobileNet is one of the paper's "different model" pairs.
-         "ablation": (*CNN_CPU, "profile.factors=[model,data,preprocess]", "profile.steps=5",
-                      "profile.warmup_steps=2", "profile.repeats=3"),
-         "memory": (*CNN_CPU, "profile.batch_sizes=[32,64,100]", "profile.steps=5",
-                    "profile.warmup_steps=2"),
-         "switch_overhead": CNN_CPU,
-         "concurrency": (*CNN_CPU, "profile.batch_sizes=[32,100]", "profile.steps=10",
-                         "profile.warmup_steps=3", "profile.repeats=3")}),
-    "resnet50": Setup("ResNet-50 on synthetic 64x64x3 images", (
-        "model=resnet50", "dataset=synthetic", "dataset.shape=[64,64,3]"), gpu_only=True),
-    "densenet121": Setup("DenseNet-121 on synthetic 64x64x3 images", (
-        "model=densenet121", "dataset=synthetic", "dataset.shape=[64,64,3]"), gpu_only=True),
-}
+def read_setups() -> dict[str, Setup]:
+    """Every ``conf/experiment/paper_profile_<model>.yaml`` by model, in the paper's order."""
+    from omegaconf import OmegaConf
 
-# The paper's own figures (GPU: NVIDIA Quadro P5000; 10,000 ImageNet images at 224x224).
-PAPER_TABLE2 = {"mlp3": (133, 61, 11), "mobilenet": (227, 107, 13), "resnet50": (274, 130, 14),
-                "densenet121": (305, 144, 17)}
-PAPER_NAMES = {"mlp3": "MLP-3", "mobilenet": "MobileNet", "resnet50": "ResNet-50",
-               "densenet121": "DenseNet-121"}
+    found = []
+    for path in EXPERIMENTS.glob(f"{EXPERIMENT_PREFIX}*.yaml"):
+        paper = OmegaConf.to_container(OmegaConf.load(path).paper)
+        setup = Setup(
+            experiment=path.stem, name=paper["name"], label=paper["label"],
+            table2=tuple(paper["table2"]), gpu_only=paper["gpu_only"],
+            overrides=tuple(paper.get("overrides", ())),
+            per_profile={k: tuple(v) for k, v in paper.get("profile_overrides", {}).items()})
+        found.append((paper["order"], path.stem.removeprefix(EXPERIMENT_PREFIX), setup))
+    return {model: setup for _, model, setup in sorted(found, key=lambda f: f[:2])}
+
+
+SETUPS = read_setups()
 
 
 def machine() -> dict[str, Any]:
@@ -132,37 +127,47 @@ def commit() -> str:
     return head + (" with uncommitted changes" if git("status", "--porcelain") else "")
 
 
+def run_timed(who: str, what: str, cmd: list[str],
+              env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs ``cmd`` from the repository root and prints how long it took and how it ended."""
+    start = time.perf_counter()
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    print(f"{who:>12} {what:<16} {wall:7.1f} s  {'ok' if out.returncode == 0 else 'FAILED'}",
+          file=sys.stderr, flush=True)
+    return out, wall
+
+
+def last_lines(text: str) -> str:
+    """A failed process's output, cut to where its error is."""
+    return "\n".join(text.strip().splitlines()[-8:])
+
+
 def run_profile(model: str, profile: str, setup: Setup) -> dict[str, Any]:
     """Runs one profile in its own process; the manifest record of how it went."""
     run_dir = OUT / model / profile
     shutil.rmtree(run_dir, ignore_errors=True)
-    overrides = ["task=profile", f"profile={profile}", *setup.overrides,
-                 *setup.per_profile.get(profile, ()), "tracking.experiment=reproduce_paper"]
+    overrides = ["task=profile", f"profile={profile}", f"experiment={setup.experiment}",
+                 *setup.profile_overrides(profile), "tracking.experiment=reproduce_paper"]
     cmd = [sys.executable, "-m", "packexp", *overrides, f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     load = os.getloadavg()[0]
-    start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    out, wall = run_timed(model, profile, cmd, env)
     record = {"model": model, "profile": profile, "overrides": overrides,
-              "wall_s": time.perf_counter() - start, "load_before": load,
+              "wall_s": wall, "load_before": load,
               "load_after": os.getloadavg()[0], "returncode": out.returncode,
               "run_dir": str(run_dir.relative_to(ROOT))}
     if out.returncode != 0:
-        record["error"] = "\n".join(out.stderr.strip().splitlines()[-8:])
-    print(f"{model:>12} {profile:<16} {record['wall_s']:7.1f} s  "
-          f"{'ok' if out.returncode == 0 else 'FAILED'}", file=sys.stderr, flush=True)
+        record["error"] = last_lines(out.stderr)
     return record
 
 
 def run_kerastuner() -> dict[str, Any]:
     path = OUT / "kerastuner.json"
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_kerastuner.py"),
-                          "--json", str(path)], cwd=ROOT, capture_output=True, text=True)
-    print(f"{'kerastuner':>12} {'comparison':<16} {time.perf_counter() - start:7.1f} s  "
-          f"{'ok' if out.returncode == 0 else 'FAILED'}", file=sys.stderr, flush=True)
+    out, _ = run_timed("kerastuner", "comparison", [
+        sys.executable, str(ROOT / "scripts" / "compare_kerastuner.py"), "--json", str(path)])
     if out.returncode != 0:
-        return {"error": "\n".join((out.stderr or out.stdout).strip().splitlines()[-8:])}
+        return {"error": last_lines(out.stderr or out.stdout)}
     return json.loads(path.read_text())
 
 
@@ -215,6 +220,20 @@ class Results:
                 for r in self.manifest["runs"]
                 if r["profile"] == profile and r["returncode"] != 0]
 
+    def section_end(self, out: list[str], profile: str, headers: Sequence[str],
+              body: list[list[Any]], readings: list[str]) -> list[str]:
+        """A section's table, figures and readings (if anything ran), then its failed runs."""
+        if body:
+            out += [table(headers, body), ""]
+            out += [self.figure(m, profile) for m in self.models(profile)] + [""] + readings
+        return [*out, *self.failed(profile), ""]
+
+    def sweeps(self, model: str) -> list[dict[tuple[int, int], float]]:
+        """IMPV by (N, batch size) in the Figure 4a and 4b runs that went well."""
+        return [{(r["num_models"], r["batch_size"]): r["impv"] for r in ok(rows)}
+                for rows in (self.get(model, "num_models"), self.get(model, "batch_size"))
+                if rows]
+
 
 def ok(rows: list[dict[str, Any]], key: str = "status") -> list[dict[str, Any]]:
     return [r for r in rows if r.get(key) == "ok"]
@@ -222,8 +241,7 @@ def ok(rows: list[dict[str, Any]], key: str = "status") -> list[dict[str, Any]]:
 
 def noise_level(res: Results, model: str) -> float:
     """The larger of |IMPV| at N=1 and the gap between two runs' measurements of one point."""
-    sweeps = [{(r["num_models"], r["batch_size"]): r["impv"] for r in ok(rows)}
-              for rows in (res.get(model, "num_models"), res.get(model, "batch_size")) if rows]
+    sweeps = res.sweeps(model)
     gaps = [abs(v) for sweep in sweeps for (n, _), v in sweep.items() if n == 1]
     if len(sweeps) == 2:
         gaps += [abs(sweeps[0][k] - sweeps[1][k]) for k in set(sweeps[0]) & set(sweeps[1])]
@@ -283,25 +301,20 @@ def section_sweep(res: Results, profile: str, x: str, heading: str, paper: str) 
                          f"{r.get('seq_xla') or '-'} / {r.get('pack_xla') or '-'}",
                          r.get("fused") if r.get("fused") is not None else "-",
                          num(r.get("predicted_memory_mb")), r["status"]])
-    if body:
-        out += [table(["model", "N", "batch", "Ts(Seq) ms", "Ts(Pack) ms", "IMPV",
-                       "XLA seq / pack", "fused", "predicted MB", "status"], body), ""]
-        out += [res.figure(m, profile) for m in res.models(profile)] + [""]
-        out += [read_sweep(m, res.get(m, profile), x, noise_level(res, m))
-                for m in res.models(profile)]
-        if profile == "batch_size":
-            out += ["", noise(res)]
-    out += [*res.failed(profile), ""]
-    return out
+    readings = [read_sweep(m, res.get(m, profile), x, noise_level(res, m))
+                for m in res.models(profile)] if body else []
+    if body and profile == "batch_size":
+        readings += ["", noise(res)]
+    return res.section_end(out, profile, ["model", "N", "batch", "Ts(Seq) ms", "Ts(Pack) ms",
+                                          "IMPV", "XLA seq / pack", "fused", "predicted MB",
+                                          "status"], body, readings)
 
 
 def noise(res: Results) -> str:
     """How far apart two measurements of one point are: the readings' error bar."""
     parts = []
     for model in SETUPS:
-        sweeps = [{(r["num_models"], r["batch_size"]): r["impv"] for r in ok(rows)}
-                  for rows in (res.get(model, "num_models"), res.get(model, "batch_size"))
-                  if rows]
+        sweeps = res.sweeps(model)
         single = next((v for (n, _), v in sweeps[0].items() if n == 1), None) if sweeps else None
         text = []
         if single is not None:
@@ -365,12 +378,9 @@ def section_ablation(res: Results) -> list[str]:
             f"{len(slower)} of {len(rows)} combinations pack slower than sequential "
             f"(worst {pct(worst['impv'])}: {worst['members']}, "
             f"{'same' if worst['same_data'] else 'different'} data).")
-    if summary:
-        out += [table(["model", "factor", "mean IMPV, alike", "mean IMPV, different"], summary),
-                ""]
-        out += [res.figure(m, "ablation") for m in res.models("ablation")] + [""] + readings
-    out += [*res.failed("ablation"), ""]
-    return out
+    return res.section_end(out, "ablation",
+                           ["model", "factor", "mean IMPV, alike", "mean IMPV, different"],
+                           summary, readings)
 
 
 def section_memory(res: Results) -> list[str]:
@@ -411,13 +421,10 @@ def section_memory(res: Results) -> list[str]:
                 f"**{model}:** {'agrees' if flat == expect_flat else 'differs'} on the trend: "
                 f"{trend}; the paper saw {'MLP-3 stay flat' if expect_flat else 'CNNs grow'}; "
                 f"two models take {min(ratios):.2f}x to {max(ratios):.2f}x one: {pair}.")
-    if body:
-        out += [table(["model", "batch", "1 model peak MB", "2 models peak MB", "2 / 1",
-                       "1 model estimate MB", "2 models estimate MB", "1 model process MB",
-                       "status"], body), ""]
-        out += [res.figure(m, "memory") for m in res.models("memory")] + [""] + readings
-    out += [*res.failed("memory"), ""]
-    return out
+    return res.section_end(out, "memory",
+                           ["model", "batch", "1 model peak MB", "2 models peak MB", "2 / 1",
+                            "1 model estimate MB", "2 models estimate MB", "1 model process MB",
+                            "status"], body, readings)
 
 
 def section_switch(res: Results) -> list[str]:
@@ -429,8 +436,8 @@ def section_switch(res: Results) -> list[str]:
            "Single plus its Switch OH.", ""]
     body = []
     readings = []
-    for model in SETUPS:
-        paper = PAPER_TABLE2[model]
+    for model, setup in SETUPS.items():
+        paper = setup.table2
         rows = res.get(model, "switch_overhead") or []
         for r in rows:
             body.append([model, r["num_models"], r["xla"], f"{r['steps_per_epoch']} steps",
@@ -452,12 +459,11 @@ def section_switch(res: Results) -> list[str]:
             "over longer training it amortizes, as the paper argues. Packed, the epoch took "
             f"{num(r['te_pack_s'])} s against {num(r['te_seq_s'])} s one after the other "
             f"({num(r['pack_build_s'])} s of it building the joint step).")
-    out += [table(["model", "N", "XLA", "epoch", "Te(Seq) s", "Te(single) s", "SwOH s",
-                   "Te(Pack) s", "SwOH per switch", "paper Seq / Single / SwOH s (GPU)"],
-                  body), ""]
-    out += [res.figure(m, "switch_overhead") for m in res.models("switch_overhead")]
-    out += ["", *readings, *res.failed("switch_overhead"), ""]
-    return out
+    # body has a row for every model, measured or not, so the table always shows.
+    return res.section_end(out, "switch_overhead",
+                           ["model", "N", "XLA", "epoch", "Te(Seq) s", "Te(single) s",
+                            "SwOH s", "Te(Pack) s", "SwOH per switch",
+                            "paper Seq / Single / SwOH s (GPU)"], body, readings)
 
 
 def section_concurrency(res: Results) -> list[str]:
@@ -493,14 +499,10 @@ def section_concurrency(res: Results) -> list[str]:
                 f"{'as in the paper' if faster == 'the pack' else 'unlike the paper'}; the "
                 f"processes take {memory:.1f}x the pack's memory, which agrees with the "
                 "paper's reason for their out-of-memory errors.")
-    if body:
-        out += [table(["model", "N", "batch", "Ts(concurrent) ms", "Ts(Pack) ms",
-                       "concurrent / pack", "processes MB", "pack MB",
-                       "status processes / pack"], body), ""]
-        out += [res.figure(m, "concurrency") for m in res.models("concurrency")] + [""]
-        out += readings
-    out += [*res.failed("concurrency"), ""]
-    return out
+    return res.section_end(out, "concurrency",
+                           ["model", "N", "batch", "Ts(concurrent) ms", "Ts(Pack) ms",
+                            "concurrent / pack", "processes MB", "pack MB",
+                            "status processes / pack"], body, readings)
 
 
 def section_kerastuner(kt: dict[str, Any] | None) -> list[str]:
@@ -564,7 +566,7 @@ def render(manifest: dict[str, Any]) -> str:
     ]
     if pending:
         lines += [f"**GPU rows are pending: no GPU was present on this machine.** "
-                  f"{', '.join(PAPER_NAMES[m] for m in pending)} (and the GPU figures of every "
+                  f"{', '.join(SETUPS[m].name for m in pending)} (and the GPU figures of every "
                   "model: the paper measured on an NVIDIA Quadro P5000) need a GPU; "
                   f"`{COMMAND}` runs them where NVML finds one.", ""]
     lines += ["## What ran", "",
@@ -608,7 +610,7 @@ def render(manifest: dict[str, Any]) -> str:
     if pending:
         lines += ["## GPU rows: pending", "",
                   "No GPU was present, so these were not measured: "
-                  + "; ".join(f"{PAPER_NAMES[m]} in every profile" for m in pending)
+                  + "; ".join(f"{SETUPS[m].name} in every profile" for m in pending)
                   + "; and every profile of MLP-3 and MobileNet on a GPU, which is where the "
                   "paper's own numbers come from.", ""]
     return "\n".join(lines).rstrip() + "\n"
