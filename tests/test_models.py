@@ -14,6 +14,8 @@ from packexp.models import needs_images
 from packexp.models.mobilenet import build as build_mobilenet
 from tests.conftest import compose_config
 
+pytestmark = pytest.mark.tf
+
 SMALL = {"alpha": 0.35}
 # Module (config) name and the keras.applications name that errors use.
 MODELS = [("mobilenet", "mobilenetv2"), ("resnet50", "resnet50"), ("densenet121", "densenet121")]
