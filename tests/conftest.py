@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import random
 
@@ -29,8 +31,15 @@ def seed_everything() -> None:
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """The composed config under ``overrides``: a test's own copy, free to change."""
+    return copy.deepcopy(_composed(tuple(overrides or ())))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
+    # A composition takes ~0.2 s and tests repeat override lists; callers get copies.
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides or [])
+        return compose(config_name="config", overrides=list(overrides))
 
 
 @pytest.fixture

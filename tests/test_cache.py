@@ -16,6 +16,8 @@ from packexp.packing.trainer import train_group
 from tests.test_fused_cnn import every_layer_cnn
 from tests.test_packing import trial
 
+pytestmark = pytest.mark.tf
+
 # Two packs of one structure: the same optimizers and activations, in another order, with
 # other batch sizes and learning rates.
 FIRST = [(20, "adam", 1e-3, "relu"), (45, "momentum", 1e-2, "tanh"),

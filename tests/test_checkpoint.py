@@ -14,6 +14,8 @@ from packexp.models import mlp3
 from packexp.packing import DeviceData, Member, Pack
 from packexp.search_space import Trial, derive_seed
 
+pytestmark = pytest.mark.tf
+
 TRAIN_SIZE = 300
 
 

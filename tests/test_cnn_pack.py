@@ -12,6 +12,8 @@ from packexp.models import mobilenet
 from packexp.packing import DeviceData, Evaluation, Member, Pack
 from packexp.search_space import Trial, derive_seed
 
+pytestmark = pytest.mark.tf
+
 BUILD = functools.partial(mobilenet.build, alpha=0.35)
 TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 images
     Trial("t0", {"batch_size": 8, "optimizer": "adam", "learning_rate": 1e-3,

@@ -62,10 +62,13 @@ def test_readme_example_overrides_compose():
         (["search_space.params.optimizer=[]"], r"search_space\.params\.optimizer=\[\]"),
         (["search_space.params.optimizer=[adam,rmsprop]"], r"'rmsprop' is not one of"),
         (["search_space.params.batch_size=[0]"], r"batch_size: 0 is not a positive"),
-        (["search_space.params.activation=[relu,swish]"], r"model: .*activation='swish'"),
+        pytest.param(["search_space.params.activation=[relu,swish]"],
+                     r"model: .*activation='swish'", marks=pytest.mark.tf),
         (["pack.max_members=0"], r"pack\.max_members=0"),
-        (["pack.fusion=always"], r"^pack\.fusion='always': must be auto, on or off$"),
-        (["pack.jit_compile=sometimes"], r"^pack\.jit_compile='sometimes': must be true"),
+        pytest.param(["pack.fusion=always"], r"^pack\.fusion='always': must be auto, on or off$",
+                     marks=pytest.mark.tf),
+        pytest.param(["pack.jit_compile=sometimes"],
+                     r"^pack\.jit_compile='sometimes': must be true", marks=pytest.mark.tf),
         (["strategy.threshold=-1"], r"^strategy\.threshold=-1"),
         (["model.width=0"], r"^model: .*width=0"),
         (["dataset.val_fraction=2"], r"^dataset\.val_fraction=2"),
@@ -74,7 +77,8 @@ def test_readme_example_overrides_compose():
          r"and dataset digits gives feature vectors \[64\]; use dataset\.images=auto"),
         (["model=resnet50", "dataset=synthetic", "dataset.shape=[64]"],
          r"^dataset\.shape=\[64\]: model resnet50 needs images .*give dataset\.shape="),
-        (["model=mobilenet", "model.bn_momentum=1.5"], r"^model: .*bn_momentum=1\.5: must be"),
+        pytest.param(["model=mobilenet", "model.bn_momentum=1.5"],
+                     r"^model: .*bn_momentum=1\.5: must be", marks=pytest.mark.tf),
     ],
 )
 def test_bad_values_raise_one_line_naming_the_key(tmp_path, overrides, match):
@@ -96,6 +100,7 @@ def test_digits_gives_images_to_a_model_that_needs_them(model, images):
     assert shape == ((8, 8, 1) if images else (64,))
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("dataset", ["digits", "synthetic"])
 @pytest.mark.parametrize("model", ["mobilenet", "resnet50", "densenet121"])
 def test_every_cnn_runs_on_the_embedded_datasets_without_extra_keys(tmp_path, dataset, model):

@@ -17,6 +17,8 @@ from packexp.run import run
 from tests.conftest import compose_config
 from tests.test_packing import CONFIGS, trial
 
+pytestmark = pytest.mark.tf
+
 RTOL, ATOL = 1e-4, 1e-5
 
 

@@ -28,6 +28,8 @@ from packexp.packing.fused import grouped_conv_path, why_not_fused
 from packexp.packing.fused_graph import Unfusable, fused_ops
 from tests.test_packing import CONFIGS, trial
 
+pytestmark = pytest.mark.tf
+
 RTOL, ATOL = 1e-4, 1e-5
 
 

@@ -81,6 +81,7 @@ def oom_above_two(monkeypatch):
 # The analytic estimate.
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize(("optimizer", "slots"),
                          [("sgd", 0), ("adam", 2), ("momentum", 1), ("adagrad", 1)])
 @pytest.mark.parametrize("batch_size", [1, 32])
@@ -91,6 +92,7 @@ def test_estimate_of_a_tiny_mlp_is_the_hand_count(optimizer, slots, batch_size):
     assert estimate_bytes(tiny_mlp(), optimizer, batch_size) == expected
 
 
+@pytest.mark.tf
 def test_estimate_grows_with_batch_size():
     model = tiny_mlp()
     sizes = [estimate_bytes(model, "adam", b) for b in (1, 20, 45, 70)]
@@ -103,6 +105,7 @@ def cnn():
     return mobilenet.build([32, 32, 3], 10, {"activation": "relu"}, alpha=0.35)
 
 
+@pytest.mark.tf
 def test_cnn_estimate_is_positive_and_grows_with_batch_size(cnn):
     small, large = estimate_bytes(cnn, "momentum", 16), estimate_bytes(cnn, "momentum", 64)
     assert 0 < small < large
@@ -110,6 +113,7 @@ def test_cnn_estimate_is_positive_and_grows_with_batch_size(cnn):
     assert large > 2 * small
 
 
+@pytest.mark.tf
 def test_cnn_estimate_counts_the_model_nested_behind_the_resize(cnn):
     small_images = mobilenet.build([16, 16, 3], 10, {"activation": "relu"}, alpha=0.35)
     assert activation_elements(small_images) >= activation_elements(cnn) + 32 * 32 * 3
@@ -132,6 +136,7 @@ class FakeProbe:
         return self.measured[batch]
 
 
+@pytest.mark.tf
 def test_probe_above_the_estimate_scales_costs_up():
     probe = FakeProbe({20: 10 * MB})
     memory = MemoryModel(tiny_mlp, probe)
@@ -144,6 +149,7 @@ def test_probe_above_the_estimate_scales_costs_up():
     assert memory.probes == {20: (memory.estimate(adam), 10 * MB)}
 
 
+@pytest.mark.tf
 def test_probes_kept_by_one_run_are_not_run_again_by_its_resume():
     kept = []
     first = MemoryModel(tiny_mlp, FakeProbe({20: 10 * MB}), on_probe=lambda p: kept.append(
@@ -158,12 +164,14 @@ def test_probes_kept_by_one_run_are_not_run_again_by_its_resume():
     assert probe.calls == Counter()
 
 
+@pytest.mark.tf
 def test_probe_below_the_estimate_never_scales_costs_down():
     memory = MemoryModel(tiny_mlp, FakeProbe({45: 1}))
     t = trial(0, 45, "adam")
     assert memory.cost(t) == memory.estimate(t)
 
 
+@pytest.mark.tf
 def test_without_a_probe_the_cost_is_the_estimate():
     memory = MemoryModel(tiny_mlp)
     t = trial(0, 45, "momentum")
@@ -171,6 +179,7 @@ def test_without_a_probe_the_cost_is_the_estimate():
     assert memory.probes == {}
 
 
+@pytest.mark.tf
 def test_the_architecture_is_probed_once_and_its_factor_applies_to_every_batch_size():
     probe = FakeProbe({20: 10 * MB, 45: 1})
     builds = Counter()
@@ -194,6 +203,7 @@ def test_the_architecture_is_probed_once_and_its_factor_applies_to_every_batch_s
 # Strategies under a byte capacity.
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_strategies_never_exceed_a_byte_capacity(name):
     trials = instantiate(compose_config().search_space).sample(40, seed=3, bracket=3)
@@ -220,6 +230,7 @@ def test_strategies_never_exceed_a_byte_capacity(name):
 # The runner's budget checks.
 
 
+@pytest.mark.tf
 def test_a_budget_below_one_member_is_a_config_error(tmp_path):
     cfg = compose_config(["experiment=quick", "device.memory_budget_mb=0.01"])
     with pytest.raises(ConfigError, match=r"device\.memory_budget_mb=") as info:
@@ -229,12 +240,14 @@ def test_a_budget_below_one_member_is_a_config_error(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.tf
 def test_a_budget_below_one_member_names_the_budget_given(tmp_path):
     cfg = compose_config(["experiment=quick", "device.memory_budget_mb=0.01"])
     with pytest.raises(ConfigError, match=r"device\.memory_budget_mb=0\.01\b"):
         run(cfg, run_dir=tmp_path)
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("budget", ["-1", "0", "null"])
 def test_a_missing_or_negative_budget_is_a_config_error(tmp_path, budget):
     cfg = compose_config(["experiment=quick", f"device.memory_budget_mb={budget}"])
@@ -243,6 +256,7 @@ def test_a_missing_or_negative_budget_is_a_config_error(tmp_path, budget):
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.tf
 def test_a_non_numeric_budget_is_a_config_error(tmp_path):
     cfg = compose_config(["experiment=quick", "device.memory_budget_mb=abc"])
     with pytest.raises(ConfigError, match=r"device\.memory_budget_mb"):
@@ -267,6 +281,7 @@ def test_an_impossible_gpu_fraction_is_rejected(monkeypatch, fraction):
         device_capacity_bytes(None, gpu_fraction=fraction)
 
 
+@pytest.mark.tf
 def test_on_a_gpu_a_member_too_large_is_blamed_on_gpu_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (2**30, 2**10))
     cfg = compose_config(["experiment=quick", "device.probe=false"])
@@ -298,6 +313,7 @@ def run_group(data: DeviceData, trials: list[Trial], keep: int = 0):
     return train_group(trials, cache, epochs=1.5, states={})
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("keep", [0, 32])
 def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
                                                                           oom_above_two, keep):
@@ -324,6 +340,7 @@ def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
             assert r.evaluation[m.trial_id] == whole.evaluation[m.trial_id]
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("n", [1, 2])
 def test_a_single_member_out_of_memory_reraises(data, monkeypatch, n):
     def train(self: Pack, steps):
@@ -340,6 +357,7 @@ def scores(results: dict) -> dict:
             for t in results["trials"]}
 
 
+@pytest.mark.tf
 def test_splitting_in_a_run_changes_no_score(tmp_path, oom_above_two):
     def tune(out: Path) -> dict:
         # Plain packs: exact; fused packs would agree only to rounding.

@@ -13,6 +13,8 @@ from packexp.models import keras_apps, needs_images
 from packexp.models.mobilenet import build as build_mobilenet
 from tests.conftest import compose_config
 
+pytestmark = pytest.mark.tf
+
 SMALL = {"alpha": 0.35}
 # Config name and the keras.applications name that errors use.
 MODELS = [("mobilenet", "mobilenetv2"), ("resnet50", "resnet50"), ("densenet121", "densenet121")]

@@ -10,6 +10,8 @@ import tensorflow as tf
 from packexp.pack_options import OPTIMIZERS
 from packexp.packing.optimizers import apply_gradients, make_optimizer, optimizer_kind
 
+pytestmark = pytest.mark.tf
+
 SHAPES = [(3, 4), (4,), (2, 3, 5)]
 
 

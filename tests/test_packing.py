@@ -14,6 +14,8 @@ from packexp.packing import DeviceData, Member, Pack, batch_indices
 from packexp.packing.data import Preprocessing
 from packexp.search_space import Trial, derive_seed
 
+pytestmark = pytest.mark.tf
+
 CONFIGS = [  # (batch_size, optimizer, learning_rate, activation)
     (20, "adam", 1e-3, "relu"),
     (45, "momentum", 1e-2, "tanh"),

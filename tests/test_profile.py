@@ -78,6 +78,7 @@ def test_bad_knobs_name_the_key(tmp_path, override, match):
     assert not (tmp_path / "profile.csv").exists()
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("images", [False, True])
 def test_png_encoding_in_the_step_decodes_to_the_same_values(images):
     import numpy as np

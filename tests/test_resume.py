@@ -1,4 +1,4 @@
-"""Continuation on promotion, the journal, and resuming a killed search."""
+"""Continuation on promotion and resuming a killed search from its journal."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from packexp.errors import ConfigError
 from packexp.journal import Journal
 from packexp.run import run
 from tests.conftest import compose_config
+
+pytestmark = pytest.mark.tf
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
 
@@ -157,29 +159,6 @@ def test_a_fresh_run_refuses_a_directory_with_a_journal(tmp_path):
         tune(tmp_path)
     with pytest.raises(ConfigError, match="has finished already"):
         tune(tmp_path, "resume=true")
-
-
-def test_a_torn_final_line_is_ignored_and_logged(tmp_path, caplog):
-    journal = Journal(tmp_path)
-    journal.append("start", config={})
-    journal.append("result", trial_id="a")
-    with open(journal.path, "a") as f:
-        f.write('{"event": "result", "trial_')
-    records = journal.read()
-    assert [r["event"] for r in records] == ["start", "result"]
-    assert "half-written final line" in caplog.text
-
-
-def test_a_torn_line_in_the_middle_is_an_error(tmp_path):
-    from packexp.journal import JournalError
-
-    journal = Journal(tmp_path)
-    journal.append("start", config={})
-    with open(journal.path, "a") as f:
-        f.write('{"broken\n')
-    journal.append("result", trial_id="a")
-    with pytest.raises(JournalError, match=":2: not a JSON record"):
-        journal.read()
 
 
 def test_plan_task_trains_nothing_and_writes_the_bracket_table(tmp_path, capsys):

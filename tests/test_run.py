@@ -12,6 +12,8 @@ from packexp.run import run
 from packexp.tracking import TrackingError
 from tests.conftest import compose_config
 
+pytestmark = pytest.mark.tf
+
 
 def tune(tmp_path, *overrides: str, tracking: str = "none"):
     cfg = compose_config(["experiment=quick", f"tracking={tracking}", *overrides])

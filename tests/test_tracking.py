@@ -60,6 +60,7 @@ def test_null_tracker_takes_every_call_the_mlflow_tracker_takes():
             assert inspect.signature(member) == inspect.signature(getattr(NullTracker, name))
 
 
+@pytest.mark.tf
 def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
     best, results, out = tune(tmp_path, "tracking.sample_interval_s=0.2")
     client, [parent], children = store(tmp_path)
@@ -128,6 +129,7 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
         assert (out / name).read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.tf
 def test_the_experiment_opens_on_training_runs_with_dataset_and_source(tmp_path):
     """MLflow 3's UI: the experiment kind, the Dataset column and the Source column."""
     _, results, _ = tune(tmp_path, "experiment=quick")
@@ -180,6 +182,7 @@ def test_a_file_dataset_names_its_path_as_the_source(tmp_path):
     assert json.loads(train.dataset.source)["uri"] == str(tmp_path / "cifar-10-python.tar.gz")
 
 
+@pytest.mark.tf
 def test_an_experiment_made_without_a_kind_gets_it(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -192,6 +195,7 @@ def test_an_experiment_made_without_a_kind_gets_it(tmp_path):
     assert (tags["mlflow.experimentKind"], tags["team"]) == ("custom_model_development", "x")
 
 
+@pytest.mark.tf
 def test_a_diverged_trial_ends_failed_never_finished_without_a_score(tmp_path):
     _, results, _ = tune(tmp_path, "experiment=quick", "search_space.params.learning_rate=[1e12]",
                          "search_space.params.optimizer=[sgd]",
@@ -205,6 +209,7 @@ def test_a_diverged_trial_ends_failed_never_finished_without_a_score(tmp_path):
         assert "val_accuracy" not in child.data.metrics
 
 
+@pytest.mark.tf
 def test_tracking_none_still_draws_the_plots(tmp_path):
     _, results, out = tune(tmp_path, "experiment=quick", tracking="none")
     assert not (tmp_path / "store").exists()
@@ -213,6 +218,7 @@ def test_tracking_none_still_draws_the_plots(tmp_path):
     assert results["packs"][0]["started_s"] <= results["packs"][0]["elapsed_s"]
 
 
+@pytest.mark.tf
 def test_a_deleted_experiment_of_the_same_name_is_restored(tmp_path, caplog):
     tune(tmp_path / "a", "experiment=quick")
     client, _, _ = store(tmp_path / "a")
@@ -225,6 +231,7 @@ def test_a_deleted_experiment_of_the_same_name_is_restored(tmp_path, caplog):
     assert "was a deleted MLflow experiment; restored it" in caplog.text
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize(("value", "match"), [
     ("''", r"^tracking\.experiment='': must be a name"),
     ("null", r"^tracking\.experiment=None: must be a name"),
@@ -251,6 +258,7 @@ def test_a_name_the_store_refuses_is_a_tracking_error_naming_the_key(tmp_path, m
         tracker.start("r", {}, {})
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("value", ["-1", "abc", "true"])
 def test_a_bad_sample_interval_is_a_config_error(tmp_path, value):
     cfg = compose_config(["experiment=quick", "tracking=mlflow",
@@ -279,6 +287,7 @@ def not_mlflow():
     server.server_close()
 
 
+@pytest.mark.tf
 def test_a_server_that_is_not_mlflow_fails_at_start_up_in_seconds(tmp_path, not_mlflow):
     cfg = compose_config(["experiment=quick", "tracking=mlflow", f"tracking.uri={not_mlflow}"])
     started = time.monotonic()
@@ -289,6 +298,7 @@ def test_a_server_that_is_not_mlflow_fails_at_start_up_in_seconds(tmp_path, not_
     assert not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.tf
 def test_an_artifact_store_failing_at_start_up_leaves_no_run_open(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
@@ -305,6 +315,7 @@ def test_an_artifact_store_failing_at_start_up_leaves_no_run_open(tmp_path, monk
     assert parent.info.status == "FAILED" and not children
 
 
+@pytest.mark.tf
 def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeypatch, caplog):
     def broken(self, *args, **kwargs):
         raise ConnectionError("server went away")
@@ -318,6 +329,7 @@ def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeyp
     assert parent.info.status == "FINISHED" and not children
 
 
+@pytest.mark.tf
 def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
     import packexp.tuner as tuner
 
