@@ -30,9 +30,18 @@ def seed_everything() -> None:
         keras.utils.set_random_seed(0)
 
 
-def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    """The composed config under ``overrides``: a test's own copy, free to change."""
-    return copy.deepcopy(_composed(tuple(overrides or ())))
+def compose_config(overrides: list[str] | None = None, *,
+                   strategy: str | None = "knn") -> DictConfig:
+    """The composed config under ``overrides``: a test's own copy, free to change.
+
+    Unless ``overrides`` choose a strategy, tests run ``strategy`` (knn): it packs on every
+    device, so the pack engine is exercised wherever the suite runs, where the default
+    (cost) may plan only singles and first measures a calibration. ``strategy=None``
+    composes the true default."""
+    overrides = list(overrides or ())
+    if strategy and not any(o.startswith("strategy=") for o in overrides):
+        overrides.append(f"strategy={strategy}")
+    return copy.deepcopy(_composed(tuple(overrides)))
 
 
 @functools.cache

@@ -33,10 +33,11 @@ def test_every_file_composes_and_instantiates(group, option):
 
 
 def test_the_default_is_the_embedded_quick_search():
-    cfg = compose_config()
+    cfg = compose_config(strategy=None)
     assert cfg.dataset._target_ == "packexp.data.digits.load"
     assert cfg.model._target_ == "packexp.models.mlp3.build"
-    assert cfg.strategy._target_ == "packexp.strategies.knn.KnnStrategy"
+    assert cfg.strategy._target_ == "packexp.strategies.cost.CostStrategy"
+    assert compose_config().strategy._target_ == "packexp.strategies.knn.KnnStrategy"
     assert cfg.search_space.params.batch_size[0] == 20
     assert cfg.scheduler.R <= 27
 
