@@ -107,7 +107,7 @@ def test_kill_9_mid_run_then_resume(tmp_path):
     import signal
     import time
 
-    args = ["experiment=quick", "scheduler.R=9", "seed=5"]
+    args = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
     whole = packexp(*args, f"hydra.run.dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-2000:]
     run_dir = tmp_path / "killed"
@@ -154,7 +154,7 @@ def test_a_cnn_search_on_the_embedded_default_learns(tmp_path):
     best is far above chance (0.10) unless BatchNorm's evaluation statistics lag behind
     training (Keras's momentum 0.999 scored 0.10 in every trial).
     """
-    out = packexp("model=mobilenet", "experiment=quick", "scheduler.R=3",
+    out = packexp("model=mobilenet", "strategy=knn", "experiment=quick", "scheduler.R=3",
                   "search_space.params.learning_rate=[0.001,0.01]",
                   "search_space.params.optimizer=[momentum,adam]",
                   f"hydra.run.dir={tmp_path}")

@@ -200,7 +200,8 @@ def test_the_served_ui_shows_four_parent_runs_with_nested_trials(server, sweep):
 
 def test_one_failed_job_neither_stops_the_sweep_nor_leaves_a_run_open(tmp_path):
     """Job 0's budget fits no member: it fails after its MLflow run opened."""
-    packexp("-m", "device.memory_budget_mb=0.001,4096", "experiment=quick", "tracking=mlflow",
+    packexp("-m", "device.memory_budget_mb=0.001,4096", "experiment=quick", "strategy=knn",
+            "tracking=mlflow",
             f"tracking.store_dir={tmp_path / 'store'}", f"hydra.sweep.dir={tmp_path / 'm'}")
     from mlflow.tracking import MlflowClient
 
