@@ -35,10 +35,18 @@ class Journal:
         return self.path.exists()
 
     def append(self, event: str, **record: Any) -> None:
-        line = json.dumps({"event": event, **record}, sort_keys=True) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        """Appends one record. A torn final line (a killed append) is cut off first, so the
+        new record starts a line of its own."""
+        data = (json.dumps({"event": event, **record}, sort_keys=True) + "\n").encode()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode())
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                tail = os.pread(fd, size, 0)
+                os.ftruncate(fd, tail.rfind(b"\n") + 1)
+                log.warning("%s: cut off a half-written final line", self.path)
+            while data:  # a short write would otherwise tear the line
+                data = data[os.write(fd, data):]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -100,23 +100,24 @@ class PackedSearch:
         if todo:
             check_fits(todo, self.capacity, self.capacity_source)
             context = self._context(todo, epochs, bracket, rung)
-            planned = self._planned(bracket.s, rung, todo)
-            if planned is None:
+            numbered = self._planned(bracket.s, rung, todo)
+            if numbered is None:
                 planned = self.strategy.plan(todo, self.capacity, context)
                 check_partition(todo, [g for g, _ in planned], self.capacity)
                 self.journal.append("plan", bracket=bracket.s, rung=rung,
                                     packs=[[t.trial_id for t in g] for g, _ in planned],
                                     fusion=[f for _, f in planned])
-            groups = [g for g, _ in planned]
+                numbered = [(j, g, f) for j, (g, f) in enumerate(planned)]
+            groups = [g for _, g, _ in numbered]
             self.tracker.log_rung_plan(bracket.s, rung, epochs, groups, sorted(done))
             log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs%s",
                      bracket.s, rung, len(todo), epochs, len(groups),
                      f" ({len(done)} done before the resume)" if done else "")
             if self.progress:
                 self.progress.rung(bracket.s, rung, len(groups), epochs)
-            for j, (group, fusion) in enumerate(planned):
+            for k, (j, group, fusion) in enumerate(numbered):
                 if self.progress:
-                    self.progress.pack(j, len(group))
+                    self.progress.pack(k, len(group))
                 if self.first_pack_at is None:
                     self.first_pack_at = time.time()
                 predicted = None
@@ -159,8 +160,9 @@ class PackedSearch:
                            replayed=self.cache.replayed)
 
     def _planned(self, bracket: int, rung: int,
-                 todo: list[Trial]) -> list[tuple[list[Trial], str | None]] | None:
-        """The journaled packs of an interrupted rung, for the trials still to train.
+                 todo: list[Trial]) -> list[tuple[int, list[Trial], str | None]] | None:
+        """The journaled packs of an interrupted rung still to train, each with its number in
+        the rung's plan (so its ``pack_id`` is the one an unbroken run gives it).
 
         A pack's results are journaled together, so its members are all done or all to do;
         rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
@@ -171,10 +173,10 @@ class PackedSearch:
             return None
         plan, fusion = journaled
         by_id = {t.trial_id: t for t in todo}
-        groups = [([by_id[i] for i in pack if i in by_id], f)
-                  for pack, f in zip(plan, fusion, strict=True)]
-        groups = [(g, f) for g, f in groups if g]
-        if sorted(t.trial_id for g, _ in groups for t in g) != sorted(by_id):
+        groups = [(j, [by_id[i] for i in pack if i in by_id], f)
+                  for j, (pack, f) in enumerate(zip(plan, fusion, strict=True))]
+        groups = [(j, g, f) for j, g, f in groups if g]
+        if sorted(t.trial_id for _, g, _ in groups for t in g) != sorted(by_id):
             return None
         return groups
 

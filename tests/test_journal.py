@@ -94,9 +94,6 @@ def test_a_torn_line_in_the_middle_is_an_error(journal):
         journal.read()
 
 
-@pytest.mark.xfail(strict=True, raises=JournalError,
-                   reason="append writes after a torn final line without ending it first: the "
-                          "next record joins the torn one and a later read refuses the journal")
 def test_a_run_resumed_after_a_torn_final_line_can_be_resumed_again(journal):
     journal.append("result", trial_id="a")
     with open(journal.path, "a") as f:

@@ -268,9 +268,6 @@ def test_a_resumed_search_trains_only_what_the_journal_lacks_and_ends_the_same(
     assert len(plans) == len(set(plans)) == 6  # an interrupted rung is not planned again
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="train_rung numbers an interrupted rung's packs from p00 again, so a "
-                          "resumed run repeats the pack ids its first session used")
 @pytest.mark.parametrize("die_at_call", [2, 9])  # inside bracket 2's rung 0, bracket 1's
 def test_a_resumed_run_names_its_packs_as_an_unbroken_one_does(tmp_path, trainer, die_at_call):
     whole = search_to_the_end(new_search(tmp_path / "whole", trainer))
