@@ -407,8 +407,16 @@ def test_peak_memory_on_a_cpu_sees_an_allocation():
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK),
                     reason="needs Linux's resettable peak RSS")
 def test_peak_memory_sees_an_allocation_freed_within_the_span():
+    """The span's peak covers the resident set at its highest, after the memory is freed.
+
+    Late in a long test session the allocator may hand out pages that are resident already,
+    and then the resident set does not grow at all; the test says so rather than guess."""
     with telemetry.PeakMemory() as span:
+        before = telemetry.host_rss()
         block = np.empty(50 * MB, np.uint8)
         block.fill(1)
+        grew = telemetry.host_rss() - before
         del block
-    assert span.growth_bytes >= 45 * MB
+    if grew < 45 * MB:
+        pytest.skip(f"the allocation grew the resident set by {grew / MB:.0f} MB only")
+    assert span.growth_bytes >= grew - MB
