@@ -57,4 +57,14 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
     "momentum": OptimizerSpec("SGD", {"m": "momentums"}, {"momentum": 0.9}),
     "adam": OptimizerSpec("Adam", {"m": "_momentums", "v": "_velocities"}),
     "adagrad": OptimizerSpec("Adagrad", {"v": "_accumulators"}),
+    # Keras's own update, in plain packs only (a fused pack has no rule for them; a member
+    # with one of these makes its pack plain). Defaults are Keras's.
+    "adamw": OptimizerSpec("AdamW", {"m": "_momentums", "v": "_velocities"}, fused=False),
+    "nadam": OptimizerSpec("Nadam", {"m": "_momentums", "v": "_velocities"}, fused=False),
+    "adamax": OptimizerSpec("Adamax", {"m": "_m", "v": "_u"}, fused=False),
+    "rmsprop": OptimizerSpec("RMSprop", {"v": "_velocities"}, fused=False),
+    "adadelta": OptimizerSpec("Adadelta", {"m": "_accumulated_delta_vars",
+                                           "v": "_accumulated_grads"}, fused=False),
+    "lion": OptimizerSpec("Lion", {"m": "_momentums"}, fused=False),
+    "ftrl": OptimizerSpec("Ftrl", {"m": "_linears", "v": "_accumulators"}, fused=False),
 }

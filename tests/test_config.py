@@ -61,7 +61,7 @@ def test_readme_example_overrides_compose():
         (["seed=abc"], r"^seed='abc': must be an integer$"),
         (["task=train"], r"^task='train'"),
         (["search_space.params.optimizer=[]"], r"search_space\.params\.optimizer=\[\]"),
-        (["search_space.params.optimizer=[adam,rmsprop]"], r"'rmsprop' is not one of"),
+        (["search_space.params.optimizer=[adam,rmsprops]"], r"'rmsprops' is not one of"),
         (["search_space.params.batch_size=[0]"], r"batch_size: 0 is not a positive"),
         pytest.param(["search_space.params.activation=[relu,swish]"],
                      r"model: .*activation='swish'", marks=pytest.mark.tf),

@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from packexp.data import digits
 from packexp.pack_options import OPTIMIZERS
+from packexp.packing import DeviceData, Pack
+from packexp.packing.fused import why_not_fused
 from packexp.packing.optimizers import apply_gradients, make_optimizer, optimizer_kind
+from tests.test_fused import members
 
 pytestmark = pytest.mark.tf
 
@@ -55,7 +59,7 @@ def test_the_table_describes_the_keras_optimizer(name):
     optimizer = make_optimizer(name, 0.01)
     variables = [keras.Variable(np.zeros(s, np.float32)) for s in SHAPES]
     optimizer.build(variables)
-    assert optimizer_kind(optimizer) == name
+    assert optimizer_kind(optimizer) == (name if OPTIMIZERS[name].fused else None)
     slots = OPTIMIZERS[name].slots
     assert all(len(getattr(optimizer, a)) == len(SHAPES) for a in slots.values())
     per_weight = [v for v in optimizer.variables if v.shape in SHAPES]
@@ -70,3 +74,33 @@ def test_optimizers_with_extras_go_through_keras():
                     lambda o, g, v: o.apply(g, v), 3, graph=True)
     for a, b in zip(ours, keras_own, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+KERAS_ONLY = [n for n, spec in OPTIMIZERS.items() if not spec.fused]
+
+
+def test_every_optimizer_trains_in_a_plain_pack_as_it_does_alone():
+    """Keras's own optimizers, mixed with packexp's fused-rule ones in one plain pack: each
+    member ends bit for bit as it does trained alone, weights and optimizer state."""
+    data = DeviceData(digits.load())
+    configs = [(i, (20 + 7 * i, name, 0.01, "relu"))
+               for i, name in enumerate(["adam", *KERAS_ONLY])]
+    packed = members(data, configs)
+    pack = Pack(packed, data, fusion="auto", chunk_steps=50)
+    assert not pack.fused  # no fused rule for most of them: the pack is plain
+    pack.train({m.trial_id: m.steps_for(1.0) for m in packed})
+    for m, config in zip(packed, configs, strict=True):
+        [alone] = members(data, [config])
+        Pack([alone], data, fusion="off", chunk_steps=50).train({alone.trial_id:
+                                                                  alone.steps_for(1.0)})
+        assert m.step == alone.step > 0
+        for a, b in zip(m.model.get_weights(), alone.model.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(m.optimizer.variables, alone.optimizer.variables, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_pack_with_an_optimizer_without_a_fused_rule_trains_plain():
+    data = DeviceData(digits.load())
+    ms = members(data, [(0, (20, "adam", 0.01, "relu")), (1, (20, "rmsprop", 0.01, "relu"))])
+    assert why_not_fused(ms, "gather", "auto") == "an optimizer has no fused update rule"

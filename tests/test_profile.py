@@ -69,7 +69,7 @@ def test_the_default_profile_is_the_papers_figure_4a():
     ("profile.steps=0", r"^profile\.steps=0: must be an integer >= 1$"),
     ("profile.num_models=[]", r"^profile\.num_models=\[\]"),
     ("profile.xla=[maybe]", r"^profile\.xla="),
-    ("profile.optimizer=rmsprop", r"^profile\.optimizer='rmsprop'"),
+    ("profile.optimizer=rmsprops", r"^profile\.optimizer='rmsprops'"),
 ])
 def test_bad_knobs_name_the_key(tmp_path, override, match):
     cfg = profile_config("num_models", override)

@@ -60,6 +60,19 @@ def test_promoted_trials_are_the_best_of_their_rung(tmp_path):
                                                        first[: len(promoted)]}
 
 
+def test_a_search_over_keras_optimizers_packs_them_plainly_and_exactly(tmp_path):
+    """Optimizers without a fused rule pack plain under fusion=auto: the same scores, bit
+    for bit, as each trial trained alone, through promotion and checkpoints."""
+    space = ("search_space.params.optimizer=[adamw,rmsprop,nadam,lion]", "scheduler.R=9",
+             "seed=2")
+    _, none, _ = tune(tmp_path / "none", "strategy=none", *space)
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *space)
+    assert max(len(p["members"]) for p in knn["packs"]) > 1
+    assert not any(p["fused"] for p in knn["packs"])
+    assert {t["hparams"]["optimizer"] for t in knn["trials"]} > {"adamw"}
+    assert scores(none) == scores(knn)
+
+
 def test_packing_changes_time_never_scores(tmp_path, capsys):
     """Plain packs: bit-identical scores whatever the strategy."""
     exact = ("scheduler.R=9", "seed=4", "pack.fusion=off")
