@@ -13,7 +13,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.errors import ConfigError
-from packexp.pack_options import CHOICES, OPTIMIZERS, check_choice
+from packexp.pack_options import CHOICES, LR_SCHEDULES, OPTIMIZERS, check_choice
 from packexp.search_space import SearchSpace, Trial
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
@@ -104,11 +104,39 @@ def check_space(space: SearchSpace) -> None:
     for lr in space.params["learning_rate"]:
         if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
             raise ConfigError(f"search_space.params.learning_rate: {lr!r} is not a positive number")
+    for schedule in space.params.get("lr_schedule", ()):
+        if schedule not in LR_SCHEDULES:
+            raise ConfigError(f"search_space.params.lr_schedule: {schedule!r} is not one of "
+                              f"{list(LR_SCHEDULES)}")
 
+
+
+def probe_optimizers(space: SearchSpace) -> None:
+    """Builds each optimizer with each value of each of its arguments the space sets (weight
+    decay, momentum, beta values, ...), so a bad value fails before any training."""
+    import keras
+
+    from packexp.packing.optimizers import make_optimizer, optimizer_args
+
+    for name in space.params["optimizer"]:
+        for arg in sorted(optimizer_args(name) & set(space.params)):
+            for value in space.params[arg]:
+                if value is not None and not isinstance(value, int | float):
+                    raise ConfigError(f"search_space.params.{arg}: {value!r} is not a number "
+                                      f"(an argument of optimizer {name})")
+                try:  # Keras checks few arguments when built: one step on one weight
+                    weight = keras.Variable([1.0])
+                    make_optimizer(name, 0.01, {arg: value}).apply([keras.ops.ones([1])],
+                                                                   [weight])
+                except (ValueError, TypeError) as e:
+                    raise ConfigError(f"search_space.params.{arg}: {value!r} does not suit "
+                                      f"optimizer {name}: {e}") from None
 
 
 def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None:
-    """Builds the model once per activation so a bad value fails before any training."""
+    """Builds the model once per activation, and each optimizer with the space's arguments,
+    so a bad value fails before any training."""
+    probe_optimizers(space)
     first = next(iter(space))
     for activation in space.params.get("activation", (None,)):
         hparams = {**first, "activation": activation} if activation else first

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from packexp.pack_options import LR_HORIZONS
 from packexp.search_space import Trial
 
 
@@ -38,16 +39,25 @@ class Hyperband:
 
     With ``continue_on_promotion`` a promoted configuration trains only the epochs its new
     rung adds; without, it retrains from scratch (the paper's prototype).
+
+    ``lr_horizon`` says where a trial's learning-rate schedule (``lr_schedule``) ends:
+    ``trial``, at ``R`` epochs, the most it can train, so a promoted trial goes on down
+    one decay; ``rung``, at the budget of the rung it trains for, so each rung decays to
+    its end and a promoted trial's rate rises again to where the longer horizon puts it.
     """
 
-    def __init__(self, R: int, eta: int = 3, continue_on_promotion: bool = True) -> None:
+    def __init__(self, R: int, eta: int = 3, continue_on_promotion: bool = True,
+                 lr_horizon: str = "trial") -> None:
         for name, value, low in (("R", R, 1), ("eta", eta, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
         if not isinstance(continue_on_promotion, bool):
             raise ValueError(f"continue_on_promotion={continue_on_promotion!r}: must be true "
                              "or false")
+        if lr_horizon not in LR_HORIZONS:
+            raise ValueError(f"lr_horizon={lr_horizon!r}: must be {' or '.join(LR_HORIZONS)}")
         self.R = R
+        self.lr_horizon = lr_horizon
         self.eta = eta
         self.continue_on_promotion = continue_on_promotion
 
@@ -64,6 +74,11 @@ class Hyperband:
         r = self.R / self.eta**s
         rungs = tuple(Rung(n=n // self.eta**i, r=r * self.eta**i) for i in range(s + 1))
         return Bracket(s=s, rungs=rungs)
+
+    @property
+    def horizon_epochs(self) -> float | None:
+        """Epochs at which schedules end: ``R``, or None for each rung's own budget."""
+        return float(self.R) if self.lr_horizon == "trial" else None
 
     def brackets(self) -> list[Bracket]:
         """Brackets from the most exploratory (s = s_max) to plain training (s = 0)."""

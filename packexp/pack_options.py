@@ -1,5 +1,6 @@
 """What the pack engine accepts, without TensorFlow: the pack settings' choices, the
-optimizers and the XLA threshold. The config checks a run against it; ``Pack`` its arguments."""
+optimizers, the learning-rate schedules and the XLA threshold. The config checks a run
+against it; ``Pack`` its arguments; the cost model asks it which trials can fuse."""
 
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "grouped_conv": ("auto", "native", "split"),
     "jit_compile": (True, False, "auto"),
 }
+
+# Learning-rate profiles over a member's budget (``packing/schedules.py`` defines them), and
+# what a schedule's horizon is: the trial's largest budget (Hyperband's R) or its rung's.
+LR_SCHEDULES = ("constant", "step", "linear", "cosine", "exponential", "rex")
+LR_HORIZONS = ("trial", "rung")
+
+# Optimizer arguments under which an update is more than its optimizer's rule (Keras applies
+# them around it): a member with any of them set trains in a plain pack, through Keras.
+EXTRAS = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
+          "gradient_accumulation_steps", "loss_scale_factor")
+# Variants of an update rule that the fused rules do not have.
+VARIANTS = ("nesterov", "amsgrad")
 
 # Under jit_compile=auto, a fused Dense pack compiles with XLA when it trains at least this
 # many steps in one go (above the measured break-even; see Pack._fused_xla).
@@ -68,3 +81,19 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
     "lion": OptimizerSpec("Lion", {"m": "_momentums"}, fused=False),
     "ftrl": OptimizerSpec("Ftrl", {"m": "_linears", "v": "_accumulators"}, fused=False),
 }
+
+
+def why_not_fusable(hparams: Mapping[str, Any]) -> str | None:
+    """None when a fused pack has the update rule of a trial with ``hparams``; else why not.
+
+    Decided from the names alone, as ``packing.optimizers.optimizer_kind`` decides it from the
+    built optimizer, so the cost model plans with what the pack engine will do.
+    """
+    name = hparams.get("optimizer")
+    spec = OPTIMIZERS.get(name)
+    if spec is None or not spec.fused:
+        return f"optimizer={name} has no fused update rule"
+    for arg in (*EXTRAS, *VARIANTS):
+        if hparams.get(arg):
+            return f"{arg}={hparams[arg]!r} has no fused update rule ({name} applies it)"
+    return None

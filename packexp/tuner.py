@@ -44,6 +44,7 @@ class PackedSearch:
     seed: int
     tags: Mapping[str, str]
     continue_on_promotion: bool = True
+    lr_horizon: float | None = None  # epochs where schedules end; None: each rung's budget
     capacity_source: str = "capacity"
     progress: Any = None
     probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
@@ -127,7 +128,7 @@ class PackedSearch:
                         context, kept=kept, members=members, replayed=self.cache.replayed))
                 runs = train_group(group, self.cache, epochs,
                                    {t.trial_id: self._state_for(t) for t in group},
-                                   fusion=fusion)
+                                   fusion=fusion, lr_horizon=self.lr_horizon)
                 for k, pack_run in enumerate(runs):
                     pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (
                         f"-{k}" if len(runs) > 1 else "")

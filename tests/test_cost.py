@@ -153,6 +153,28 @@ def test_fusion_off_is_never_overruled():
     assert {f for _, f in s.plan(ts, Capacity.members(8), context(ts, steps=1000))} == {"off"}
 
 
+def test_a_member_without_a_fused_rule_makes_its_pack_plain_in_the_plan():
+    """Fused packs are much faster on this device, but weight decay and adamw have no fused
+    rule: the plan fuses only packs of members that have one, as the pack engine would."""
+    s = strategy(device(plain=(5e-2, 1e-4, 0.0), fused=(5e-2, 1e-5, 0.0),
+                        plain_setup=(0.1, 0.01), fused_setup=(0.1, 0.001)))
+    space = SearchSpace({"batch_size": [16, 32], "optimizer": ["sgd", "adamw"],
+                         "learning_rate": [0.1, 0.01], "weight_decay": [None, 0.01]},
+                        categorical=["optimizer"])
+    ts = space.sample(16, 1, bracket=0)
+    planned = s.plan(ts, Capacity.members(4), context(ts, steps=1000))
+    for group, fusion in planned:
+        fusable = all(t.hparams["optimizer"] == "sgd" and not t.hparams["weight_decay"]
+                      for t in group)
+        assert fusion == "off" or fusable
+    plain_sgd = [t for t in ts if t.hparams["optimizer"] == "sgd" and not t.hparams["weight_decay"]]
+    decayed = [t for t in ts if t.hparams["optimizer"] == "sgd" and t.hparams["weight_decay"]]
+    for group, expected in ((plain_sgd, "on"), (decayed, "off")):
+        planned = s.plan(group, Capacity.members(4), context(group, steps=1000))
+        assert [len(g) for g, _ in planned] == [4]
+        assert planned[0][1] == expected
+
+
 def test_an_unreadable_calibration_is_one_line(tmp_path):
     from packexp.errors import ConfigError
     from packexp.tasks.calibration import fit_costs

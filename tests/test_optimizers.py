@@ -103,4 +103,5 @@ def test_every_optimizer_trains_in_a_plain_pack_as_it_does_alone():
 def test_a_pack_with_an_optimizer_without_a_fused_rule_trains_plain():
     data = DeviceData(digits.load())
     ms = members(data, [(0, (20, "adam", 0.01, "relu")), (1, (20, "rmsprop", 0.01, "relu"))])
-    assert why_not_fused(ms, "gather", "auto") == "an optimizer has no fused update rule"
+    assert why_not_fused(ms, "gather", "auto") == (
+        "member t1: optimizer=rmsprop has no fused update rule")

@@ -26,6 +26,7 @@ from packexp.packing.data import DeviceData
 from packexp.packing.initial import InitialWeights
 from packexp.packing.member import Member, MemberState
 from packexp.packing.pack import Pack
+from packexp.packing.schedules import base_learning_rate
 from packexp.search_space import RUNTIME_HPARAMS, Trial, member_key, pack_key
 
 __all__ = ["RUNTIME_HPARAMS", "PackCache", "member_key"]
@@ -181,7 +182,7 @@ class PackCache:
         if key in self._replay:
             return
         variables = member.optimizer.variables
-        lr = getattr(member.optimizer, "_learning_rate", None)
+        lr = base_learning_rate(member.optimizer)
         lr_index = next((i for i, v in enumerate(variables) if v is lr), None)
         try:
             if lr_index is None:

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import telemetry
-from packexp.pack_options import OPTIMIZERS, check_choice
+from packexp.pack_options import OPTIMIZERS, check_choice, why_not_fusable
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import (
     Context,
@@ -31,6 +31,7 @@ from packexp.packing.fused_graph import (
 )
 from packexp.packing.member import Member
 from packexp.packing.optimizers import optimizer_kind
+from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,10 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
         ops = fused_ops([m.model for m in members])
     except Unfusable as e:
         return str(e)
-    if any(optimizer_kind(m.optimizer) not in KINDS for m in members):
-        return "an optimizer has no fused update rule"
+    for m in members:
+        if optimizer_kind(m.optimizer) not in KINDS:
+            reason = why_not_fusable(m.trial.hparams) or "its optimizer has no fused update rule"
+            return f"member {m.trial_id}: {reason}"
     if len({m.preprocessing for m in members}) != 1 or members[0].preprocessing.augments:
         return "members' preprocessing differs or augments"
     if fusion == "auto" and has_convolutions(ops) and telemetry.gpu_device() is None:
@@ -129,6 +132,12 @@ class FusedPack:
         self.lr, self.momentum, self.beta_1, self.beta_2, self.epsilon = (
             tf.Variable(tf.zeros([self.members_n])) for _ in range(5))
         self.iterations = tf.Variable(tf.zeros([self.members_n], tf.int64))
+        # Learning-rate schedules: each member's profile is structure (traced), its horizon
+        # a variable; None when every member's rate is constant.
+        schedules = [schedule_of(m.optimizer) for m in members]
+        self.profiles = (tuple(s.name if s else "constant" for s in schedules)
+                         if any(schedules) else None)
+        self.horizon = tf.Variable(tf.ones([self.members_n]))
         # The optimizer works on every trainable weight at once, flattened and joined per
         # member ([members, parameters]): a few operations per step however many weights
         # the model has, so the step traces and optimizes far faster.
@@ -172,12 +181,19 @@ class FusedPack:
                                     for s in trainable])
                     for i, (m, slot) in enumerate(zip(members, slots, strict=True))]))
         self.sizes.assign([m.batch_size for m in members])
-        self.lr.assign([float(o.learning_rate.numpy()) for o in opts])
+        self.lr.assign([float(base_learning_rate(o).numpy()) for o in opts])
         self.momentum.assign([float(getattr(o, "momentum", 0.0) or 0.0) for o in opts])
         self.beta_1.assign([float(getattr(o, "beta_1", 0.9)) for o in opts])
         self.beta_2.assign([float(getattr(o, "beta_2", 0.999)) for o in opts])
         self.epsilon.assign([float(getattr(o, "epsilon", 1e-7) or 0.0) for o in opts])
         self.iterations.assign([int(o.iterations.numpy()) for o in opts])
+        self.read_horizons()
+
+    def read_horizons(self) -> None:
+        """Reads the members' schedule horizons in (``Member.set_lr_horizon`` sets them)."""
+        if self.profiles is not None:
+            self.horizon.assign([float(s.horizon.numpy()) if s else 1.0
+                                 for s in map(schedule_of, (m.optimizer for m in self.members))])
 
     def write_back(self) -> None:
         """Copies the stacked state back into each member's Keras model and optimizer."""
@@ -283,10 +299,18 @@ class FusedPack:
         state. Returns the new weights and slots.
         """
         step = tf.cast(iterations + 1, tf.float32)
-        vectors = {"lr": self.lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
+        lr = self.lr
+        if self.profiles is not None:  # each member's schedule at its own step, as Keras's
+            z = fraction(iterations, self.horizon)
+            factor = tf.ones_like(z)
+            for name in sorted(set(self.profiles) - {"constant"}):
+                mask = tf.constant([p == name for p in self.profiles])
+                factor = tf.where(mask, profile(name, z), factor)
+            lr = lr * factor
+        vectors = {"lr": lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
                    "eps": self.epsilon}
         if any(k == "adam" for k, _, _ in self.spans):
-            vectors["alpha"] = (self.lr * tf.sqrt(1 - self.beta_2**step)
+            vectors["alpha"] = (lr * tf.sqrt(1 - self.beta_2**step)
                                 / (1 - self.beta_1**step))
         whole = len(self.spans) == 1
         parts = []  # per span: (new w, new m, new v), None where a slot is unchanged

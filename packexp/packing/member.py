@@ -18,6 +18,7 @@ from keras.src.utils import rng_utils
 from packexp.hyperband import steps_for
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.optimizers import make_optimizer
+from packexp.packing.schedules import set_horizon
 from packexp.search_space import Trial
 
 ModelBuilder = Callable[[Sequence[int], int, Mapping[str, Any]], keras.Model]
@@ -83,7 +84,8 @@ class Member:
             )
         seed_keras(trial.seed)
         model = build_model(input_shape, num_classes, trial.hparams)
-        optimizer = make_optimizer(trial.hparams["optimizer"], trial.hparams["learning_rate"])
+        optimizer = make_optimizer(trial.hparams["optimizer"], trial.hparams["learning_rate"],
+                                   trial.hparams)
         optimizer.build(model.trainable_variables)
         return cls(trial, model, optimizer, batch_size, train_size,
                    preprocessing=preprocessing or Preprocessing())
@@ -99,6 +101,13 @@ class Member:
     def steps_for(self, epochs: float) -> int:
         """Total steps that ``epochs`` epochs amount to (at least one)."""
         return steps_for(epochs, self.batch_size, self.train_size)
+
+    def set_lr_horizon(self, epochs: float) -> None:
+        """Ends the member's learning-rate schedule, if it has one, at ``epochs`` epochs.
+
+        A schedule's horizon is a variable of the member's optimizer, set before each
+        training stretch; until then it is one step."""
+        set_horizon(self.optimizer, self.steps_for(epochs))
 
     def state(self) -> MemberState:
         """A copy of the member's weights, optimizer state and step counter."""

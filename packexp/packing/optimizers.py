@@ -2,33 +2,67 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
 
-from packexp.pack_options import OPTIMIZERS
+from packexp.pack_options import EXTRAS, OPTIMIZERS
+from packexp.packing.schedules import BudgetSchedule
 
 # Classes whose update_step apply_gradients reproduces (a subclass may override it).
 _EXACT = (keras.optimizers.Adam, keras.optimizers.SGD, keras.optimizers.Adagrad)
-# Options under which an optimizer's update is more than its update rule.
-_EXTRAS = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
-           "gradient_accumulation_steps", "loss_scale_factor")
 
 
-def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+@functools.cache
+def optimizer_args(name: str) -> frozenset[str]:
+    """The constructor arguments of optimizer ``name`` a search space may set (weight decay,
+    momentum, beta values, ...): all of its Keras class's but the learning rate and name."""
+    init = getattr(keras.optimizers, OPTIMIZERS[name].keras_class).__init__
+    return frozenset(p for p in inspect.signature(init).parameters
+                     if p not in ("self", "learning_rate", "name", "kwargs"))
+
+
+def make_optimizer(name: str, learning_rate: float, hparams: Mapping[str, Any] | None = None,
+                   horizon: int = 1) -> keras.optimizers.Optimizer:
+    """Optimizer ``name`` at ``learning_rate``, with the trial's own arguments.
+
+    Args:
+        name: A key of ``OPTIMIZERS``.
+        learning_rate: The (base) learning rate, > 0.
+        hparams: The trial's hyper-parameters. Those named as arguments of this optimizer
+            (``optimizer_args``) are passed to it, over ``OPTIMIZERS``' defaults; others
+            are not its business. ``lr_schedule`` (default ``constant``) makes the learning
+            rate a ``BudgetSchedule``.
+        horizon: The schedule's horizon in steps until ``schedules.set_horizon`` sets it.
+    """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer={name!r}: known optimizers are {list(OPTIMIZERS)}")
-    if not learning_rate > 0:
+    if isinstance(learning_rate, bool) or not learning_rate > 0:
         raise ValueError(f"learning_rate={learning_rate!r}: must be > 0")
+    hparams = hparams or {}
     spec = OPTIMIZERS[name]
-    return getattr(keras.optimizers, spec.keras_class)(learning_rate=float(learning_rate),
-                                                        **spec.options)
+    options = {**spec.options,
+               **{k: v for k, v in hparams.items() if k in optimizer_args(name)}}
+    schedule = hparams.get("lr_schedule", "constant")
+    rate = (float(learning_rate) if schedule == "constant"
+            else BudgetSchedule(schedule, learning_rate, horizon))
+    try:
+        optimizer = getattr(keras.optimizers, spec.keras_class)(learning_rate=rate, **options)
+    except (TypeError, ValueError) as e:
+        given = ", ".join(f"{k}={v!r}" for k, v in options.items())
+        raise ValueError(f"optimizer={name} ({given}): {e}") from None
+    if not isinstance(rate, float):
+        rate.track(optimizer)
+    return optimizer
 
 
 def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
     """Which of packexp's update rules reproduces ``optimizer``, or None when none does."""
-    if any(getattr(optimizer, a, None) for a in _EXTRAS):
+    if any(getattr(optimizer, a, None) for a in EXTRAS):
         return None
     if isinstance(optimizer, keras.optimizers.Adam) and not optimizer.amsgrad:
         return "adam"

@@ -197,6 +197,7 @@ class Pack:
         else:
             trace_s = 0.0
         fused = self._fused
+        fused.read_horizons()
         stats = PackStats(members=len(self.members), fused=True, xla=fused.jit_compile,
                           grouped_conv=fused.grouped_conv, trace_s=trace_s)
         batch = max(m.batch_size for m in self.members)

@@ -62,6 +62,7 @@ def train_group(
     states: Mapping[str, MemberState | None],
     splits: int = 0,
     fusion: str | None = None,
+    lr_horizon: float | None = None,
 ) -> list[PackRun]:
     """Trains ``group`` as one pack until each member has ``epochs`` epochs in all.
 
@@ -78,6 +79,8 @@ def train_group(
         states: Each trial's starting state; None (or absent) for a fresh trial.
         splits: How many times this group's ancestors were split (for the record).
         fusion: The pack's ``fusion`` setting; None for the cache's.
+        lr_horizon: Epochs at which members' learning-rate schedules end; None for
+            ``epochs`` (the rung's budget).
 
     Returns:
         The packs that ran: one, or more after splits.
@@ -88,6 +91,8 @@ def train_group(
         with PeakMemory() as peak:
             taken = cache.members_reused
             pack, reused = cache.checkout(group, states, fusion)
+            for m in pack.members:
+                m.set_lr_horizon(epochs if lr_horizon is None else lr_horizon)
             built = time.perf_counter()
             stats = pack.train({m.trial_id: m.steps_for(epochs) - m.step for m in pack.members})
             t0 = time.perf_counter()
@@ -111,7 +116,7 @@ def train_group(
     half = len(group) // 2
     return [run
             for part in (group[:half], group[half:])
-            for run in train_group(part, cache, epochs, states, splits + 1, fusion)]
+            for run in train_group(part, cache, epochs, states, splits + 1, fusion, lr_horizon)]
 
 
 def probe_member(trial: Trial, make_member: Callable[[Trial], Member], data: DeviceData,

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from packexp.pack_options import XLA_MIN_STEPS
+from packexp.pack_options import XLA_MIN_STEPS, why_not_fusable
 from packexp.search_space import Trial, member_key, pack_key
 from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
 
@@ -142,14 +142,19 @@ class CostModel:
     def sliced(self) -> bool:
         return self.settings.get("data_sharing") == "slice"
 
-    def modes(self, members: int) -> tuple[str, ...]:
-        """Fusion settings a pack of ``members`` may take under the run's ``pack.fusion``."""
+    def modes(self, group: Sequence[Trial]) -> tuple[str, ...]:
+        """Fusion settings a pack of ``group`` may take under the run's ``pack.fusion``.
+
+        A member without a fused update rule (``why_not_fusable``: an optimizer such as
+        adamw, or weight decay, clipping, ...) makes the pack plain, as the pack engine does.
+        """
         fusion = self.settings.get("fusion", "auto")
-        if fusion == "off" or self.fused is None:
+        if (fusion == "off" or self.fused is None
+                or any(why_not_fusable(t.hparams) for t in group)):
             return ("off",)
         if fusion == "on":
             return ("on",)
-        return ("off", "on") if members > 1 else ("off",)
+        return ("off", "on") if len(group) > 1 else ("off",)
 
     def uses_xla(self, fusion: str, steps: int) -> bool:
         jit = self.settings.get("jit_compile", "auto")
@@ -261,7 +266,7 @@ class CostStrategy(Strategy):
                 rung: RungContext) -> float | None:
         if self.costs is None:
             return None
-        fusion = fusion or self.costs.modes(len(trials))[0]
+        fusion = fusion or self.costs.modes(trials)[0]
         self._memo.clear()
         return self._cost(list(trials), fusion, rung, rung.kept, rung.members, amortize=False)
 
@@ -272,7 +277,7 @@ class CostStrategy(Strategy):
         total, modes = 0.0, []
         for group in groups:
             cost, mode = min((self._cost(group, m, rung, kept, built), m)
-                             for m in self.costs.modes(len(group)))
+                             for m in self.costs.modes(group))
             total += cost
             modes.append(mode)
             kept.add(self._parts(group, mode, rung)[0])
@@ -321,7 +326,7 @@ class CostStrategy(Strategy):
     def _best(self, group: Sequence[Trial], rung: RungContext,
               kept: set[tuple] | frozenset[tuple] | Mapping[tuple, int]) -> float:
         return min(self._cost(group, m, rung, kept, rung.members)
-                   for m in self.costs.modes(len(group)))
+                   for m in self.costs.modes(group))
 
     def _sorted_runs(self, trials: Sequence[Trial], capacity: Capacity,
                      rung: RungContext) -> list[list[Trial]]:

@@ -94,7 +94,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 tracker=tracker, journal=journal,
                 checkpoints=run_dir / "checkpoints", seed=cfg.seed, tags=names,
                 continue_on_promotion=scheduler.continue_on_promotion,
-                capacity_source=capacity_source, progress=progress,
+                lr_horizon=scheduler.horizon_epochs, capacity_source=capacity_source,
+                progress=progress,
                 probe_seconds=probe_seconds, train_size=data.train_size,
                 brackets=scheduler.brackets(),
             )
@@ -117,6 +118,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                    "prediction_error": prediction_error(search.packs),
                    "R": scheduler.R, "eta": scheduler.eta,
                    "continue_on_promotion": scheduler.continue_on_promotion,
+                   "lr_horizon": scheduler.lr_horizon,
                    "resumed": bool(records),
                    "capacity": {"bytes": capacity.limit, "max_members": max_members},
                    "trials": list(search.trials.values()), "packs": search.packs,
