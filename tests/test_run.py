@@ -62,14 +62,17 @@ def test_promoted_trials_are_the_best_of_their_rung(tmp_path):
 
 def test_a_search_over_keras_optimizers_packs_them_plainly_and_exactly(tmp_path):
     """Optimizers without a fused rule pack plain under fusion=auto: the same scores, bit
-    for bit, as each trial trained alone, through promotion and checkpoints."""
+    for bit, as each trial trained alone, through promotion and checkpoints; with their own
+    arguments and learning-rate schedules whose horizon moves with each rung."""
     space = ("search_space.params.optimizer=[adamw,rmsprop,nadam,lion]", "scheduler.R=9",
-             "seed=2")
+             "seed=2", "+search_space.params.lr_schedule=[rex,cosine]",
+             "+search_space.params.beta_2=[0.99,0.999]", "scheduler.lr_horizon=rung")
     _, none, _ = tune(tmp_path / "none", "strategy=none", *space)
     _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *space)
     assert max(len(p["members"]) for p in knn["packs"]) > 1
     assert not any(p["fused"] for p in knn["packs"])
     assert {t["hparams"]["optimizer"] for t in knn["trials"]} > {"adamw"}
+    assert {t["hparams"]["lr_schedule"] for t in knn["trials"]} == {"rex", "cosine"}
     assert scores(none) == scores(knn)
 
 
