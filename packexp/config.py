@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from packexp.errors import ConfigError
 from packexp.pack_options import CHOICES, LR_SCHEDULES, OPTIMIZERS, check_choice
-from packexp.search_space import SearchSpace, Trial
+from packexp.search_space import Choice, IntRange, SearchSpace, Trial
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
 
@@ -90,20 +90,41 @@ def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
 
 
 def check_space(space: SearchSpace) -> None:
-    missing = [k for k in REQUIRED_HPARAMS if k not in space.params]
+    """The hyper-parameters training reads, each of a kind and with values it can use.
+
+    ``batch_size`` is discrete (a value list or an int range: calibration and the
+    ``batch_size`` strategy need its values), ``optimizer``, ``activation`` and the
+    preprocessing keys are value lists, and ``learning_rate`` may be any kind above 0.
+    """
+    missing = [k for k in REQUIRED_HPARAMS if k not in space.dims]
     if missing:
         raise ConfigError(f"search_space.params: missing {missing}; training needs each of "
                           f"{list(REQUIRED_HPARAMS)}")
-    for b in space.params["batch_size"]:
+    for name, kinds in [("batch_size", (Choice, IntRange)), ("optimizer", (Choice,)),
+                        ("activation", (Choice,)), ("lr_schedule", (Choice,)),
+                        *((k, (Choice,)) for k in PREPROCESS_KEYS)]:
+        dim = space.dims.get(name)
+        if dim is not None and not isinstance(dim, kinds):
+            allowed = " or ".join(f"kind={k.kind}" for k in kinds)
+            raise ConfigError(f"search_space.params.{name}: kind={dim.kind} is not allowed; "
+                              f"it must be {allowed} (a plain list is kind=choice)")
+    batch_size = space.dims["batch_size"]
+    for b in batch_size.values if isinstance(batch_size, Choice) else [batch_size.low]:
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise ConfigError(f"search_space.params.batch_size: {b!r} is not a positive integer")
     for o in space.params["optimizer"]:
         if o not in OPTIMIZERS:
             raise ConfigError(f"search_space.params.optimizer: {o!r} is not one of "
                               f"{list(OPTIMIZERS)}")
-    for lr in space.params["learning_rate"]:
-        if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
-            raise ConfigError(f"search_space.params.learning_rate: {lr!r} is not a positive number")
+    learning_rate = space.dims["learning_rate"]
+    if isinstance(learning_rate, Choice):
+        for lr in learning_rate.values:
+            if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
+                raise ConfigError(f"search_space.params.learning_rate: {lr!r} is not a "
+                                  "positive number")
+    elif not learning_rate.low > 0:
+        raise ConfigError(f"search_space.params.learning_rate: low={learning_rate.low} is not "
+                          "a positive number")
     for schedule in space.params.get("lr_schedule", ()):
         if schedule not in LR_SCHEDULES:
             raise ConfigError(f"search_space.params.lr_schedule: {schedule!r} is not one of "
@@ -119,8 +140,9 @@ def probe_optimizers(space: SearchSpace) -> None:
     from packexp.packing.optimizers import make_optimizer, optimizer_args
 
     for name in space.params["optimizer"]:
-        for arg in sorted(optimizer_args(name) & set(space.params)):
-            for value in space.params[arg]:
+        for arg in sorted(optimizer_args(name) & set(space.dims)):
+            dim = space.dims[arg]  # a list's values, a range's bounds
+            for value in dim.values if isinstance(dim, Choice) else (dim.low, dim.high):
                 if value is not None and not isinstance(value, int | float):
                     raise ConfigError(f"search_space.params.{arg}: {value!r} is not a number "
                                       f"(an argument of optimizer {name})")
@@ -137,7 +159,7 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
     """Builds the model once per activation, and each optimizer with the space's arguments,
     so a bad value fails before any training."""
     probe_optimizers(space)
-    first = next(iter(space))
+    first = space.first
     for activation in space.params.get("activation", (None,)):
         hparams = {**first, "activation": activation} if activation else first
         try:

@@ -19,7 +19,7 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
     for column in ["trial", *names, "epochs", "val_accuracy"]:
         table.add_column(column, justify="right" if column != "trial" else "left")
     for acc, epochs, trial in rows:
-        table.add_row(trial["trial_id"], *(str(trial["hparams"][n]) for n in names),
+        table.add_row(trial["trial_id"], *(_cell(trial["hparams"][n]) for n in names),
                       f"{epochs:g}", f"{acc:.4f}")
     console = _console(160)
     console.print(table)
@@ -87,6 +87,11 @@ def print_plan(payload: dict, path: Path) -> None:
         console.print(f"  bracket {record['s']}: {len(sizes)} packs of {sizes}; batch sizes "
                       f"{record['first_rung_pack_batch_sizes']}")
     console.print(f"plan written to {path.resolve()}")
+
+
+def _cell(value: Any) -> str:
+    # A float range's draws have 17 digits; four tell them apart in a table.
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _console(width: int) -> Any:

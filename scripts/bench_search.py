@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -213,7 +214,7 @@ def main() -> None:
             where[BASELINE] = export_tree(args.baseline, Path(tmp) / "baseline-tree")
         for r, plan in enumerate(schedule(args.strategies, args.repeats, trees)):
             for tree, strategy in plan:
-                name = f"{tree}-{strategy.replace(':', '_').replace('=', '-')}-{r}"
+                name = f"{tree}-{re.sub(r'[^A-Za-z0-9_.-]', '_', strategy)}-{r}"
                 res, process_s = search(strategy, args.overrides, Path(tmp) / name,
                                         where[tree])
                 runs[tree, strategy].append((res, process_s))

@@ -71,6 +71,7 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
 
     from packexp.config import fit_dataset_to_model
     from packexp.packing.optimizers import make_optimizer
+    from packexp.search_space import FloatRange, IntRange
 
     cfg = compose(overrides)
     fit_dataset_to_model(cfg)  # dataset.images: auto, as packexp resolves it
@@ -81,10 +82,18 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
     def features(x: np.ndarray) -> np.ndarray:  # packexp's on-device scaling, done up front
         return x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x.astype(np.float32)
 
+    def hyperparameter(hp: kt.HyperParameters, dim: Any) -> Any:
+        """The KerasTuner hyper-parameter of one of packexp's dimensions."""
+        if isinstance(dim, IntRange):
+            return hp.Int(dim.name, dim.low, dim.high, step=dim.step)
+        if isinstance(dim, FloatRange):
+            return hp.Float(dim.name, dim.low, dim.high,
+                            sampling="log" if dim.log else "linear")
+        return hp.Choice(dim.name, list(dim.values))
+
     class PackexpHyperModel(kt.HyperModel):
         def build(self, hp: kt.HyperParameters) -> keras.Model:
-            hparams = {name: hp.Choice(name, list(values)) for name, values in
-                       space.params.items()}
+            hparams = {name: hyperparameter(hp, dim) for name, dim in space.dims.items()}
             model = build_model(dataset.input_shape, dataset.num_classes, hparams)
             model.compile(optimizer=make_optimizer(hparams["optimizer"],
                                                    hparams["learning_rate"]),

@@ -165,3 +165,19 @@ def test_a_cnn_search_on_the_embedded_default_learns(tmp_path):
     assert len(scores) == 3 + 1 + 2
     assert results["best"]["val_accuracy"] >= 0.6
     assert sum(s > 0.3 for s in scores) >= 3  # not one lucky trial
+
+
+@pytest.mark.slow
+def test_a_search_over_ranges_end_to_end(tmp_path):
+    """conf/search_space/ranges.yaml: an int range, choices and a log-uniform float range."""
+    out = packexp("experiment=quick", "search_space=ranges", "strategy=knn", "tracking=none",
+                  f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    trials = [t["hparams"] for t in results["trials"]]
+    assert len(trials) == 3 + 2
+    rates = [h["learning_rate"] for h in trials]
+    assert all(isinstance(lr, float) and 1e-4 <= lr <= 1e-1 for lr in rates)
+    assert len(set(rates)) == len(rates)  # drawn from a continuum, not a list
+    assert all(h["batch_size"] in range(20, 71, 5) for h in trials)
+    assert results["best"]["val_accuracy"] is not None

@@ -8,9 +8,10 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
-from packexp.config import fit_dataset_to_model
+from packexp.config import check_space, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.run import run
+from packexp.search_space import FloatRange, IntRange, SearchSpace
 from tests.conftest import CONF_DIR, compose_config
 
 GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "experiment"]
@@ -40,6 +41,66 @@ def test_the_default_is_the_embedded_quick_search():
     assert compose_config().strategy._target_ == "packexp.strategies.knn.KnnStrategy"
     assert cfg.search_space.params.batch_size[0] == 20
     assert cfg.scheduler.R <= 27
+
+
+def test_the_ranges_space_composes_and_instantiates():
+    cfg = compose_config(["search_space=ranges"])
+    assert cfg.search_space.params.learning_rate == {"kind": "float", "low": 1e-4,
+                                                      "high": 1e-1, "log": True}
+    space = instantiate(cfg.search_space)
+    check_space(space)
+    assert space.dims["batch_size"] == IntRange("batch_size", 20, 70, 5)
+    assert space.dims["learning_rate"] == FloatRange("learning_rate", 1e-4, 1e-1, log=True)
+    assert space.dims["activation"].values == ("sigmoid", "leaky_relu", "tanh", "relu")
+
+
+def test_a_list_becomes_a_range_from_the_command_line():
+    """Hydra merges an override into a list only as a list: delete the list, then add."""
+    cfg = compose_config(["~search_space.params.learning_rate",
+                          "+search_space.params.learning_rate={kind:float,low:1e-4,high:0.1}"])
+    check_space(instantiate(cfg.search_space))
+
+
+LR_LOG = {"kind": "float", "low": 1e-4, "high": 1e-1, "log": True}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"batch_size": {"kind": "float", "low": 16, "high": 64}},
+         "search_space.params.batch_size: kind=float is not allowed; it must be kind=choice or "
+         "kind=int (a plain list is kind=choice)"),
+        ({"batch_size": {"kind": "int", "low": 0, "high": 64, "step": 16}},
+         "search_space.params.batch_size: 0 is not a positive integer"),
+        ({"optimizer": {"kind": "int", "low": 0, "high": 3}},
+         "search_space.params.optimizer: kind=int is not allowed; it must be kind=choice "
+         "(a plain list is kind=choice)"),
+        ({"activation": {"kind": "float", "low": 0, "high": 1}},
+         "search_space.params.activation: kind=float is not allowed; it must be kind=choice "
+         "(a plain list is kind=choice)"),
+        ({"crop_padding": {"kind": "int", "low": 0, "high": 4}},
+         "search_space.params.crop_padding: kind=int is not allowed; it must be kind=choice "
+         "(a plain list is kind=choice)"),
+        ({"learning_rate": {"kind": "float", "low": 0, "high": 0.1}},
+         "search_space.params.learning_rate: low=0.0 is not a positive number"),
+        ({"learning_rate": {"kind": "int", "low": 0, "high": 1}},
+         "search_space.params.learning_rate: low=0 is not a positive number"),
+    ],
+)
+def test_check_space_rules_on_kinds(params, message):
+    space = SearchSpace({"batch_size": {"kind": "int", "low": 16, "high": 64, "step": 16},
+                         "optimizer": ["adam"], "learning_rate": LR_LOG, **params})
+    with pytest.raises(ConfigError) as info:
+        check_space(space)
+    assert str(info.value) == message
+
+
+def test_check_space_takes_every_allowed_kind():
+    check_space(SearchSpace({"batch_size": {"kind": "int", "low": 16, "high": 64},
+                             "optimizer": {"kind": "choice", "values": ["adam", "sgd"]},
+                             "learning_rate": LR_LOG, "activation": ["relu"],
+                             "flip": [True, False],
+                             "dropout": {"kind": "float", "low": 0.0, "high": 0.5}}))
 
 
 def test_seed_is_wired_by_interpolation():
@@ -79,6 +140,15 @@ def test_readme_example_overrides_compose():
                      marks=pytest.mark.tf),
         pytest.param(["pack.jit_compile=sometimes"],
                      r"^pack\.jit_compile='sometimes': must be true", marks=pytest.mark.tf),
+        (["search_space=ranges", "search_space.params.batch_size.high=72"],
+         r"^search_space\.params\.batch_size: high=72 is not low=20 plus a multiple of step=5"),
+        (["search_space=ranges", "search_space.params.learning_rate.log=false",
+          "search_space.params.learning_rate.low=0"],
+         r"^search_space\.params\.learning_rate: low=0\.0 is not a positive number$"),
+        (["search_space=ranges", "search_space.params.batch_size.kind=float",
+          "~search_space.params.batch_size.step"],
+         r"^search_space\.params\.batch_size: kind=float is not allowed; it must be "
+         r"kind=choice or kind=int \(a plain list is kind=choice\)$"),
         (["strategy.threshold=-1"], r"^strategy\.threshold=-1"),
         (["model.width=0"], r"^model: .*width=0"),
         (["dataset.val_fraction=2"], r"^dataset\.val_fraction=2"),

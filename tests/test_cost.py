@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import pytest
 
@@ -181,3 +182,16 @@ def test_an_unreadable_calibration_is_one_line(tmp_path):
 
     with pytest.raises(ConfigError, match=r"calibration\.json: not a calibration"):
         fit_costs(CostStrategy(), {"packs": []}, tmp_path / "calibration.json")
+
+
+def test_a_single_amortises_its_set_up_over_the_structures_only_when_finite():
+    """The kept single serves the later trials of its structure: future_trials over the
+    space's structures of them. Over endless structures it serves none."""
+    s = strategy(device(plain=(1e-3, 1e-3, 0.0), plain_setup=(0.5, 0.0), fusion="off"))
+    [t] = trials(1)
+    alone = s.plan_cost([[t]], context([t], future_trials=0))[0]
+    shared = s.plan_cost([[t]], context([t], future_trials=12, structures=4))[0]
+    endless = s.plan_cost([[t]], context([t], future_trials=12, structures=math.inf))[0]
+    assert endless == alone
+    # Set-up 0.5 s shared by 1 + 12 / 4 singles.
+    assert alone - shared == pytest.approx(0.5 * (1 - 1 / 4), abs=1e-9)

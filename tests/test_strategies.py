@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
 
-from packexp.search_space import Trial
-from packexp.strategies import Capacity
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity, RungContext
 from tests.conftest import CONF_DIR, compose_config
 
 STRATEGIES = sorted(p.stem for p in Path(CONF_DIR, "strategy").glob("*.yaml"))
@@ -138,3 +139,33 @@ def test_knn_rejects_negative_threshold():
 
     with pytest.raises(ValueError, match="threshold=-1"):
         KnnStrategy(threshold=-1)
+
+
+MIXED = {"batch_size": {"kind": "int", "low": 20, "high": 70, "step": 5},
+         "optimizer": ["adam", "sgd", "adagrad", "momentum"],
+         "learning_rate": {"kind": "float", "low": 1e-4, "high": 1e-1, "log": True},
+         "activation": {"kind": "choice", "values": ["relu", "tanh"]},
+         "dropout": {"kind": "float", "low": 0.0, "high": 0.5}}
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("shaping", [False, True], ids=["finite_structures", "endless"])
+def test_every_strategy_plans_a_rung_of_every_kind(name, shaping):
+    """Int, float (log and linear) ranges and choices; with ``dropout``, a float range that
+    shapes the model, so the space holds endless member structures."""
+    params = MIXED if shaping else {k: v for k, v in MIXED.items() if k != "dropout"}
+    space = SearchSpace(params, categorical=["optimizer", "activation"])
+    assert space.structures == (math.inf if shaping else 8)
+    trials = space.sample(30, seed=1, bracket=2)
+    rung = RungContext(steps={t.trial_id: 50 for t in trials}, future_trials=60,
+                       structures=space.structures)
+    capacity = Capacity(limit=200.0, cost=lambda t: float(t.hparams["batch_size"]),
+                        max_members=4)
+    planned = make_strategy(name).plan(trials, capacity, rung)
+    assert sorted(t.trial_id for g, _ in planned for t in g) == sorted(
+        t.trial_id for t in trials)
+    assert all(capacity.fits(g) for g, _ in planned)
+    if name == "batch_size":
+        assert all(len({t.hparams["batch_size"] for t in g}) == 1 for g, _ in planned)
+    if name in ("random", "knn", "batch_size"):
+        assert max(len(g) for g, _ in planned) > 1

@@ -45,7 +45,8 @@ class RungContext:
             of each are kept.
         checkpoint: Whether members write a checkpoint after the rung.
         future_trials: Trial trainings the search holds after this rung (all brackets).
-        structures: How many member structures the search space holds.
+        structures: How many member structures the search space holds; ``math.inf`` when
+            a float range shapes the model or optimizer.
         replayed: Member structures whose fresh initial weights are replayed, not built.
     """
 
@@ -54,7 +55,7 @@ class RungContext:
     members: Mapping[tuple, int] = field(default_factory=dict)
     checkpoint: bool = True
     future_trials: int = 0
-    structures: int = 1
+    structures: int | float = 1
     replayed: frozenset[tuple] = frozenset()
 
 

@@ -311,7 +311,8 @@ class CostStrategy(Strategy):
 
         With ``amortize``, a single's set-up counts shared with the later singles of its
         structure the search is expected to run (the rest of the search's trials over the
-        space's member structures): the kept single serves them all.
+        space's member structures): the kept single serves them all. A space of endless
+        structures amortises nothing.
         """
         key, ready, setup, structures = self._parts(group, fusion, rung)
         confirm = sum(k not in rung.replayed for k in structures) * self.costs.build_s

@@ -14,9 +14,14 @@ from packexp.strategies.base import Capacity, Strategy
 class KnnStrategy(Strategy):
     """Packs each random centroid with its nearest trials.
 
-    Distance is L1 over ``Trial.features``: index gaps for numeric hyper-parameters, 0 or 1
-    for categorical ones. A trial joins a centroid's pack while the pack still fits and the
-    trial is within ``threshold`` of the centroid.
+    Distance is L1 over ``Trial.features``, as in the paper's worked example (Table 3: batch
+    sizes 20 and 40 are 4 list steps apart, sgd and adagrad differ, so distance 4 + 1 = 5).
+    Per hyper-parameter it adds the index gap of a numeric value list, 0 or 1 for a
+    categorical one, and for an int or float range the gap normalised to the range,
+    ``|x - y| / (high - low)`` (of the logs with ``log: true``), at most 1
+    (``SearchSpace``). Pack-mates are first-fit in distance order: from the nearest out, a
+    trial joins while it is within ``threshold`` of the centroid and the pack still fits
+    with it; one that does not fit is skipped and a farther one may still join.
     """
 
     def __init__(self, threshold: float | None = None, seed: int = 0) -> None:

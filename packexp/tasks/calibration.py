@@ -27,7 +27,7 @@ def calibration_facts(cfg: DictConfig, scheduler: Hyperband, space: SearchSpace,
     """What a calibration depends on: device, model, data shape, structure, pack settings."""
     import tensorflow as tf
 
-    first = next(iter(space))
+    first = space.first
     train_size = len(dataset.x_train)
     return {
         "device": device_facts().tags(), "tensorflow": tf.__version__,
@@ -86,5 +86,5 @@ def calibrate_device(scheduler: Hyperband, cache: Any, space: SearchSpace, capac
 
     batch_sizes = space.params["batch_size"]
     log.info("cost model: calibrating on this device")
-    return calibrate(cache, next(iter(space)), batch_sizes, max_members, capacity.fits,
+    return calibrate(cache, space.first, batch_sizes, max_members, capacity.fits,
                      steps_for(scheduler.R, min(batch_sizes), train_size))
