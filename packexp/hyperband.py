@@ -41,13 +41,13 @@ class Hyperband:
     rung adds; without, it retrains from scratch (the paper's prototype).
 
     ``lr_horizon`` says where a trial's learning-rate schedule (``lr_schedule``) ends:
-    ``trial``, at ``R`` epochs, the most it can train, so a promoted trial goes on down
-    one decay; ``rung``, at the budget of the rung it trains for, so each rung decays to
-    its end and a promoted trial's rate rises again to where the longer horizon puts it.
+    ``rung``, at the budget of the rung it trains for, so each rung decays to its end and a
+    promoted trial's rate rises again to where the longer horizon puts it; ``trial``, at
+    ``R`` epochs, the most it can train, so a promoted trial goes on down one decay.
     """
 
     def __init__(self, R: int, eta: int = 3, continue_on_promotion: bool = True,
-                 lr_horizon: str = "trial") -> None:
+                 lr_horizon: str = "rung") -> None:
         for name, value, low in (("R", R, 1), ("eta", eta, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r}: must be an integer >= {low}")

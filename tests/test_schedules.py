@@ -162,8 +162,8 @@ def test_weight_decay_makes_a_pack_plain_and_the_log_names_the_member(data):
 
 
 def test_hyperband_validates_the_horizon():
-    assert Hyperband(9).horizon_epochs == 9.0
-    assert Hyperband(9, lr_horizon="rung").horizon_epochs is None
+    assert Hyperband(9).horizon_epochs is None  # each rung's own budget
+    assert Hyperband(9, lr_horizon="trial").horizon_epochs == 9.0
     with pytest.raises(ValueError, match="lr_horizon='budget'"):
         Hyperband(9, lr_horizon="budget")
 
