@@ -17,6 +17,21 @@ from packexp.pack_options import CHOICES, LR_SCHEDULES, OPTIMIZERS, check_choice
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
+PREPROCESS_KEYS = ("mean", "std", "crop_padding", "flip")
+# Hyper-parameters the pack engine consumes, with the optimizers' own arguments
+# (``optimizer_args``). Every other one a search space lists belongs to the model: its builder
+# reads it from ``hparams``, and it is part of a member's structure.
+TRAINING_HPARAMS = (*REQUIRED_HPARAMS, *PREPROCESS_KEYS, "lr_schedule")
+
+
+def model_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's own hyper-parameters among ``hparams``: not ``TRAINING_HPARAMS`` and not
+    an argument of any optimizer (imports Keras)."""
+    from packexp.packing.optimizers import optimizer_args
+
+    optimizer = set().union(*map(optimizer_args, OPTIMIZERS))
+    return {k: v for k, v in hparams.items()
+            if k not in TRAINING_HPARAMS and k not in optimizer}
 
 
 
@@ -82,10 +97,25 @@ def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
         cause = e.__cause__ or e
         if isinstance(cause, ConfigError):
             raise cause from None
+        if str(e).startswith("Error locating target"):
+            raise ConfigError(unimportable(node._target_, group, cause.__cause__ or cause)
+                              ) from None
         message = str(cause)
         if isinstance(cause, ValueError) and "=" in message.split(":")[0]:
             raise ConfigError(f"{group}.{message}") from None
         raise ConfigError(f"{group}: {type(cause).__name__}: {message}") from None
+
+
+
+def unimportable(target: Any, group: str, cause: BaseException) -> str:
+    """The one line for a ``_target_`` that cannot be imported: the key, the value, why."""
+    reason = " ".join(f"{type(cause).__name__}: {cause}".split())
+    top = str(target).split(".")[0]
+    hint = ""
+    if isinstance(cause, ModuleNotFoundError) and cause.name == top:
+        hint = (f"; run python -m packexp where {top} is importable (from the folder that "
+                "holds it, or with that folder on PYTHONPATH)")
+    return f"{group}._target_={target!r}: cannot be imported ({reason}){hint}"
 
 
 
@@ -156,17 +186,47 @@ def probe_optimizers(space: SearchSpace) -> None:
 
 
 def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None:
-    """Builds the model once per activation, and each optimizer with the space's arguments,
-    so a bad value fails before any training."""
+    """Builds the model for every value of each of its hyper-parameters (a range's bounds;
+    the others at the space's first configuration), and each optimizer with the space's
+    arguments, so a bad value fails before any training; the first build must map one input
+    to logits ``[batch, num_classes]``."""
     probe_optimizers(space)
     first = space.first
-    for activation in space.params.get("activation", (None,)):
-        hparams = {**first, "activation": activation} if activation else first
+    values = {k: dim.values if isinstance(dim, Choice) else (dim.low, dim.high)
+              for k, dim in space.dims.items()}
+    variants = [first] + [{**first, k: v} for k, vs in model_hparams(values).items()
+                          for v in vs if v != first[k]]
+    where = f"model: cannot build for {dataset.name} {list(dataset.input_shape)}"
+    for i, hparams in enumerate(variants):
         try:
-            build_model(dataset.input_shape, dataset.num_classes, hparams)
+            model = build_model(dataset.input_shape, dataset.num_classes, hparams)
         except ValueError as e:
-            raise ConfigError(f"model: cannot build for {dataset.name} "
-                              f"{list(dataset.input_shape)}: {e}") from None
+            raise ConfigError(f"{where}: {' '.join(str(e).split())}") from None
+        except Exception as e:  # a user's builder may fail in any way
+            raise ConfigError(f"{where} with {model_hparams(hparams)}: "
+                              f"{' '.join(f'{type(e).__name__}: {e}'.split())}") from None
+        if i == 0:
+            check_logits(model, dataset)
+
+
+
+def check_logits(model: Any, dataset: Any) -> None:
+    """A model must take one batch of the data's examples and return one tensor of logits."""
+    import numpy as np
+
+    where = f"model: on {dataset.name} {list(dataset.input_shape)}"
+    try:
+        out = model(np.zeros((2, *dataset.input_shape), np.float32), training=False)
+    except Exception as e:
+        raise ConfigError(f"{where}: cannot call the model on one input "
+                          f"({' '.join(f'{type(e).__name__}: {e}'.split())}); packexp trains "
+                          "classifiers of one input") from None
+    shape = tuple(getattr(out, "shape", ()))
+    if shape != (2, dataset.num_classes):
+        got = f"{type(out).__name__} of {len(out)}" if isinstance(out, list | tuple | dict) \
+            else f"shape {list(shape)}"
+        raise ConfigError(f"{where}: the model returns {got} for a batch of 2; it must return "
+                          f"logits [batch, {dataset.num_classes}]")
 
 
 
@@ -199,10 +259,6 @@ def pack_settings(pack: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
     return {**{key: pack[key] for key in CHOICES},
             "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
-
-
-
-PREPROCESS_KEYS = ("mean", "std", "crop_padding", "flip")
 
 
 

@@ -11,13 +11,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from packexp.config import check_pairing, instantiate, member_cap, probe_model
+from packexp.config import check_pairing, instantiate, member_cap, model_hparams, probe_model
 from packexp.errors import ConfigError
 from packexp.files import write_json
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity
 
 PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models
+
+
+def architecture(trial: Trial) -> str:
+    """The model hyper-parameters that may size a trial's model (a width, a depth), for
+    ``MemoryModel``: an activation function changes no count, and a MobileNetV2 build costs
+    2 s on a CPU."""
+    sizes = {k: v for k, v in model_hparams(trial.hparams).items() if k != "activation"}
+    return repr(sorted(sizes.items()))
 
 
 
@@ -69,7 +77,7 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
             write_json(probes_file, {str(b): list(v) for b, v in probes.items()})
 
     memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
-                         worth_probing, known, keep)
+                         worth_probing, known, keep, architecture=architecture)
     return (Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source,
             lambda: spent[0])
 
@@ -97,5 +105,5 @@ def planning_capacity(cfg: DictConfig, space: SearchSpace,
     probe_model(build_model, dataset, space)
     limit, source = device_limit(cfg.device)
     memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
-                                               t.hparams))
+                                               t.hparams), architecture=architecture)
     return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source

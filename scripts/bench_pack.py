@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from packexp.data import digits, synthetic
+from packexp.models import needs_images
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import why_not_fused
 from packexp.search_space import Trial, derive_seed
@@ -128,7 +129,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"model={args.model}", *args.override])
     build = instantiate(cfg.model)
-    if args.model == "mlp3":
+    if not needs_images(build):
         data = DeviceData(digits.load())
     else:
         s = args.image_size

@@ -14,7 +14,7 @@ from packexp.packing.cache import PackCache, member_key
 from packexp.packing.data import Preprocessing
 from packexp.packing.trainer import train_group
 from tests.test_fused_cnn import every_layer_cnn
-from tests.test_packing import trial
+from tests.test_packing import mlp_with_dropout, trial
 
 pytestmark = pytest.mark.tf
 
@@ -89,6 +89,15 @@ def test_a_reused_plain_pack_ends_bit_for_bit_where_a_fresh_one_does(data, misal
     assert [r for _, _, r, _ in a.values()] == [False] * 3 + [True] * 9
     assert not any(r for _, _, r, _ in b.values())
     assert reused.hits == 3 and reused.misses == 1
+    assert_same(a, b, exact=True)
+
+
+def test_reused_packs_of_dropout_members_end_bit_for_bit_where_fresh_ones_do(data):
+    """A new trial loaded into a kept model takes its seed generator's state too, so its
+    Dropout masks are its own, as in a fresh build."""
+    a = search(make_cache(data, keep=8, build=mlp_with_dropout, fusion="auto"))
+    b = search(make_cache(data, keep=0, build=mlp_with_dropout, fusion="auto"))
+    assert a[("t10", 0)][2] and not any(fused for _, _, _, fused in a.values())
     assert_same(a, b, exact=True)
 
 
@@ -182,13 +191,15 @@ def test_keep_bounds_the_packs_kept(data):
     assert (cache.hits, cache.misses) == (0, 3)  # the adam pack was dropped for the momentum one
 
 
-@pytest.mark.parametrize("model", ["mlp3", "cnn", "mobilenet"])
+@pytest.mark.parametrize("model", ["mlp3", "dropout", "cnn", "mobilenet"])
 def test_replayed_initial_weights_are_those_of_a_fresh_build(model):
+    """Weights, and the seed generators' states (Dropout's)."""
     from packexp.models import mobilenet
     from packexp.packing.initial import InitialWeights
 
     shape, build = {
         "mlp3": ([12], functools.partial(mlp3.build, width=16)),
+        "dropout": ([12], mlp_with_dropout),
         "cnn": ([12, 12, 3], every_layer_cnn),
         "mobilenet": ([8, 8, 1], functools.partial(mobilenet.build, alpha=0.35)),
     }[model]

@@ -159,6 +159,22 @@ def test_readme_example_overrides_compose():
          r"^dataset\.shape=\[64\]: model resnet50 needs images .*give dataset\.shape="),
         pytest.param(["model=mobilenet", "model.bn_momentum=1.5"],
                      r"^model: .*bn_momentum=1\.5: must be", marks=pytest.mark.tf),
+        (["model._target_=your_models.cnn.build"],
+         r"^model\._target_='your_models\.cnn\.build': cannot be imported \("
+         r"ModuleNotFoundError: No module named 'your_models'\); run python -m packexp where "
+         r"your_models is importable"),
+        (["model._target_=packexp.models.mlp3.buidl"],
+         r"^model\._target_='packexp\.models\.mlp3\.buidl': cannot be imported"),
+        pytest.param(["+search_space.params.width=[16,0]"],
+                     r"^model: cannot build for digits \[64\]: width=0: must be an integer",
+                     marks=pytest.mark.tf),
+        pytest.param(["model._target_=tests.test_config.two_heads"],
+                     r"^model: on digits \[64\]: the model returns list of 2 for a batch of 2; "
+                     r"it must return logits \[batch, 10\]$", marks=pytest.mark.tf),
+        pytest.param(["model._target_=tests.test_config.failing"],
+                     r"^model: cannot build for digits \[64\] with \{'activation': 'sigmoid'\}: "
+                     r"KeyError: 'units'$",
+                     marks=pytest.mark.tf),
     ],
 )
 def test_bad_values_raise_one_line_naming_the_key(tmp_path, overrides, match):
@@ -203,3 +219,16 @@ def test_missing_target_is_reported(tmp_path):
         del cfg.strategy._target_
     with pytest.raises(ConfigError, match="strategy: no _target_"):
         run(cfg, run_dir=tmp_path)
+
+
+def two_heads(input_shape, num_classes, hparams, **settings):
+    """A model of two outputs, which packexp cannot train."""
+    import keras
+
+    x = keras.Input(tuple(input_shape))
+    return keras.Model(x, [keras.layers.Dense(num_classes)(x), keras.layers.Dense(2)(x)])
+
+
+def failing(input_shape, num_classes, hparams, **settings):
+    """A user's builder failing with something other than a ValueError."""
+    return hparams["units"]

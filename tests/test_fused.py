@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 
+import keras
 import numpy as np
 import pytest
 
@@ -14,8 +16,9 @@ from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.data import Preprocessing
 from packexp.packing.fused import why_not_fused
 from packexp.run import run
+from packexp.search_space import Trial, member_key
 from tests.conftest import compose_config
-from tests.test_packing import CONFIGS, trial
+from tests.test_packing import CONFIGS, assert_same_weights, trial
 
 pytestmark = pytest.mark.tf
 
@@ -213,3 +216,66 @@ def test_hyperband_scores_agree_fused_and_plain(tmp_path):
     assert np.median(loss_gap) < 1e-4
     assert max(acc_gap) <= 0.05, max(acc_gap)
     assert fused_results["best"]["trial_id"] == plain_results["best"]["trial_id"]
+
+
+class Scale(keras.layers.Layer):
+    """A user's own layer: a learned scale per feature, with no fused form."""
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+
+    def call(self, x):
+        return x * self.scale
+
+
+def with_custom_layer(input_shape, num_classes, hparams) -> keras.Model:
+    return keras.Sequential([keras.Input(tuple(input_shape)),
+                             keras.layers.Dense(16, activation=hparams["activation"]),
+                             Scale(name="my_scale"), keras.layers.Dense(num_classes)])
+
+
+def plain_and_alone(data, pack_members, make) -> None:
+    """Each member of the plain pack ends bit for bit as its twin ``make(member)`` trained
+    alone for as many steps."""
+    for m in pack_members:
+        alone = make(m)
+        Pack([alone], data, fusion="off").train({alone.trial_id: m.step})
+        assert alone.step == m.step > 0
+        assert_same_weights(m, alone)
+
+
+@pytest.mark.parametrize("fusion", ["auto", "on"])
+def test_a_custom_layer_keeps_the_pack_plain_exact_and_named_in_the_log(data, fusion, caplog):
+    ds = data.dataset
+
+    def make(t: Trial) -> Member:
+        return Member.create(t, with_custom_layer, ds.input_shape, ds.num_classes,
+                             data.train_size)
+
+    ms = [make(trial(i, *c)) for i, c in enumerate(CONFIGS[:2])]
+    with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
+        stats = Pack(ms, data, fusion=fusion, chunk_steps=50).train(
+            {m.trial_id: m.steps_for(1) for m in ms})
+    assert not stats.fused
+    assert "pack of 2 trains unfused: layer my_scale (Scale) has no fused form" in caplog.text
+    plain_and_alone(data, ms, lambda m: make(m.trial))
+
+
+def test_members_of_different_widths_pack_plainly_and_each_as_alone(data, caplog):
+    """A model hyper-parameter (mlp3's width from the search space) is part of a member's
+    structure; fusion takes members of one shape only, so the pack trains plain."""
+    ds = data.dataset
+
+    def make(i: int, width: int) -> Member:
+        t = trial(i, *CONFIGS[i])
+        t = Trial(t.trial_id, {**t.hparams, "width": width}, (), seed=t.seed)
+        return Member.create(t, mlp3.build, ds.input_shape, ds.num_classes, data.train_size)
+
+    ms = [make(0, 16), make(1, 32)]
+    assert [m.model.layers[0].units for m in ms] == [16, 32]
+    assert member_key(ms[0].trial) != member_key(ms[1].trial)
+    with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
+        stats = Pack(ms, data, fusion="auto", chunk_steps=50).train(
+            {m.trial_id: m.steps_for(1) for m in ms})
+    assert not stats.fused and "shapes differ" in caplog.text
+    plain_and_alone(data, ms, lambda m: make(int(m.trial_id[1:]), m.trial.hparams["width"]))

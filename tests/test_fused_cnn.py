@@ -260,24 +260,66 @@ def _frozen(h, k):
     return out
 
 
+class ScaledDense(keras.layers.Dense):
+    """A subclass of a layer with a fused form: its own call is not the parent's."""
+
+    def call(self, inputs, training=None):
+        return 2.0 * super().call(inputs)
+
+
+class Block(keras.Model):
+    """A subclassed model nested in a functional one."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def _custom_activation(x):
+    return x / (1.0 + keras.ops.abs(x))
+
+
 @pytest.mark.parametrize(("body", "reason"), [
     (lambda h, k: keras.layers.Dense(k)(h + 1.0), "is not a layer"),
+    (lambda h, k: keras.layers.Dense(k)(keras.layers.Lambda(lambda t: 2.0 * t,
+                                                            name="double")(h)),
+     "layer double (Lambda) has no fused form"),
+    (lambda h, k: ScaledDense(k, name="scaled")(h), "layer scaled (ScaledDense) has no fused"),
+    (lambda h, k: Block(k, name="block")(h), "model block (Block) is not a single-input"),
+    (lambda h, k: keras.layers.Dense(k, activation=_custom_activation, name="mine")(h),
+     "layer mine (Dense): activation _custom_activation is not one of Keras's elementwise"),
+    (lambda h, k: keras.layers.Dense(k, name="l2", kernel_regularizer="l2")(h),
+     "layer l2 (Dense) has kernel_regularizer; the fused step adds no regularization loss"),
+    (lambda h, k: keras.layers.Dense(k, name="act", activity_regularizer="l1")(h),
+     "layer act (Dense) has activity_regularizer"),
+    (lambda h, k: keras.layers.Dense(k, name="pos", kernel_constraint="non_neg")(h),
+     "layer pos (Dense) constrains kernel; the fused update applies no constraint"),
+    (lambda h, k: keras.layers.Dense(k, name="wide", dtype="float64")(h),
+     "layer wide (Dense) computes in float64"),
+    (lambda h, k: keras.layers.Dense(k)(keras.layers.GaussianNoise(0.1, name="noise")(h)),
+     "layer noise (GaussianNoise) has no fused form"),
     (_shared, "called more than once"),
     (lambda h, k: keras.layers.Dense(k, activation="softmax")(h), "not elementwise"),
     (lambda h, k: keras.layers.Dense(k)(keras.layers.Activation("softmax")(h)),
      "not elementwise"),
     (_frozen, "frozen"),
-    (lambda h, k: keras.layers.Dense(k)(keras.layers.Dropout(0.5)(h)), "Dropout"),
+    (lambda h, k: keras.layers.Dense(k)(keras.layers.Dropout(0.5, name="drop")(h)),
+     "layer drop (Dropout) draws random masks (rate 0.5), which fused packs do not"),
     (lambda h, k: keras.layers.Dense(k)(keras.layers.LayerNormalization()(h)),
-     "LayerNormalization layers have no fused form"),
+     "(LayerNormalization) has no fused form"),
 ])
 @pytest.mark.filterwarnings("ignore:.*produced by a Softmax activation")
 def test_what_has_no_fused_form_is_reported_before_tracing(images, body, reason):
+    """Each reason names the layer; the pack falls back to plain and trains."""
     ms = cnn_members(images, MIXED[1:3], _functional(body))
     assert reason in why_not_fused(ms, "gather", "on")
     pack = Pack(ms, images, fusion="on")
     assert not pack.fused
     assert not pack.train({m.trial_id: 2 for m in ms}).fused
+    assert all(m.step == 2 and np.isfinite(m.train_loss) for m in ms)
 
 
 def test_several_outputs_do_not_fuse(images):

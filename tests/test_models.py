@@ -1,4 +1,5 @@
-"""The keras.applications CNN builders: logits, activation swapping, resizing, seeding, config."""
+"""The model builders: logits, activation swapping, resizing, seeding, config, and mlp3's
+hyper-parameters."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from packexp.models import keras_apps, needs_images
+from packexp.models import keras_apps, mlp3, needs_images
 from packexp.models.mobilenet import build as build_mobilenet
 from tests.conftest import compose_config
 
@@ -175,3 +176,36 @@ def test_cnn_configs_set_a_momentum_for_short_rungs(name):
 
 def test_mlp3_takes_feature_vectors():
     assert not needs_images(instantiate(compose_config(["model=mlp3"]).model))
+
+
+def test_mlp3_takes_width_and_depth_from_hparams_over_its_settings():
+    model = mlp3.build([64], 10, {"width": 8, "depth": 2}, width=64, depth=3)
+    assert [layer.units for layer in model.layers] == [8, 8, 10]
+    assert [layer.units for layer in mlp3.build([64], 10, {}, width=5).layers] == [5, 5, 5, 10]
+
+
+@pytest.mark.parametrize("hparams", [{"width": 0}, {"depth": 1.5}, {"width": True}])
+def test_mlp3_refuses_a_bad_width_or_depth_naming_it(hparams):
+    [(key, value)] = hparams.items()
+    with pytest.raises(ValueError, match=f"^{key}={value!r}: must be an integer >= 1"):
+        mlp3.build([64], 10, hparams)
+
+
+class Opaque(keras.layers.Layer):
+    """A custom layer whose config cannot hold its argument (a function)."""
+
+    def __init__(self, fn, **kwargs):
+        super().__init__(**kwargs)
+        self.fn = fn
+
+    def call(self, x):
+        return self.fn(x)
+
+
+def test_a_layer_that_cannot_be_cloned_for_an_activation_is_named():
+    inputs = keras.Input((4,))
+    x = keras.layers.ReLU()(keras.layers.Dense(4)(inputs))
+    model = keras.Model(inputs, Opaque(lambda t: 2.0 * t, name="opaque")(x))
+    with pytest.raises(ValueError, match=r"^activation='tanh': layer opaque \(Opaque\) cannot "
+                                         r"be cloned from its config"):
+        keras_apps.replace_activation(model, "tanh")

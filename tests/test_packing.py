@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,6 +53,13 @@ def train(data, configs, epochs: float, **pack_kw) -> tuple[list[Member], dict]:
     pack = Pack(ms, data, **pack_kw)
     pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate()
+
+
+def mlp_with_dropout(input_shape, num_classes, hparams) -> keras.Model:
+    """A user's kind of model: its Dropout layer draws random masks in training."""
+    return keras.Sequential([keras.Input(tuple(input_shape)),
+                             keras.layers.Dense(16, activation=hparams["activation"]),
+                             keras.layers.Dropout(0.3), keras.layers.Dense(num_classes)])
 
 
 def assert_same_weights(a: Member, b: Member) -> None:
@@ -224,3 +232,64 @@ def test_slice_mode_runs_each_distinct_preprocessing_once(image_data, monkeypatc
         calls.clear()
         Pack(ms, image_data, data_sharing=sharing).train({m.trial_id: 2 for m in ms})
         assert len(calls) == expected, sharing  # traced once: one call per op in the graph
+
+
+def built(data, configs, build) -> list[Member]:
+    ds = data.dataset
+    return [Member.create(trial(i, *c), build, ds.input_shape, ds.num_classes, data.train_size)
+            for i, c in configs]
+
+
+def test_dropout_members_pack_as_alone_and_continue_their_draws(data, tmp_path):
+    """Each member's Dropout draws from its own seed generator, seeded by the trial, and the
+    generator's state is in the checkpoint: packed equals alone, and a member continued
+    from its checkpoint ends as trained straight through."""
+    configs = list(enumerate(CONFIGS[:2]))
+    packed = built(data, configs, mlp_with_dropout)
+    Pack(packed, data, fusion="auto", chunk_steps=7).train({m.trial_id: 20 for m in packed})
+    for m, config in zip(packed, configs, strict=True):
+        [alone] = built(data, [config], mlp_with_dropout)
+        pack = Pack([alone], data)
+        pack.train({alone.trial_id: 8})
+        path = pack.free(alone.trial_id, tmp_path)
+        [continued] = built(data, [config], mlp_with_dropout)
+        continued.restore(path)
+        Pack([continued], data).train({continued.trial_id: 12})
+        assert continued.step == m.step == 20
+        assert_same_weights(continued, m)
+
+
+def test_regularization_losses_are_part_of_each_members_loss(data):
+    """A kernel regularizer's loss is in the step, as in Keras's fit: one SGD step matches
+    the gradient of the cross-entropy plus the penalty."""
+    def regularized(input_shape, num_classes, hparams):
+        return keras.Sequential([keras.Input(tuple(input_shape)), keras.layers.Dense(
+            num_classes, kernel_regularizer=keras.regularizers.L2(0.5))])
+
+    config = (0, (32, "sgd", 0.1, "relu"))
+    [m] = built(data, [config], regularized)
+    [reference] = built(data, [config], regularized)
+    batch = m.next_batches(1)[0]
+    x, y = tf.gather(data.x_train, batch), tf.gather(data.y_train, batch)
+    kernel = reference.model.trainable_variables
+    with tf.GradientTape() as tape:
+        ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+            y, reference.model(x, training=True))
+        loss = ce + tf.add_n(reference.model.losses)
+    expected = [v.numpy() - 0.1 * g.numpy() for v, g in zip(kernel, tape.gradient(loss, kernel),
+                                                            strict=True)]
+    Pack([m], data).train({m.trial_id: 1})
+    for got, want in zip(m.model.get_weights(), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert m.train_loss == pytest.approx(float(loss), rel=1e-5)
+
+
+def test_weight_constraints_are_applied_after_each_update(data):
+    def constrained(input_shape, num_classes, hparams):
+        return keras.Sequential([keras.Input(tuple(input_shape)), keras.layers.Dense(
+            num_classes, kernel_constraint=keras.constraints.NonNeg())])
+
+    ms = built(data, list(enumerate(CONFIGS[:2])), constrained)
+    Pack(ms, data, fusion="auto").train({m.trial_id: 10 for m in ms})
+    for m in ms:
+        assert m.model.layers[0].kernel.numpy().min() >= 0

@@ -1,11 +1,17 @@
-"""Model builders: ``build(input_shape, num_classes, hparams, **config) -> keras.Model``.
+"""Model builders: ``build(input_shape, num_classes, hparams, **settings) -> keras.Model``.
 
 One module per model, named as its config file; a keras.applications model with no knob of
-its own needs none: its config file names the class for ``keras_apps.build``. A builder
-returns logits and reads the
-model-level hyper-parameters (``activation``) from ``hparams``; training-level ones (batch
-size, optimizer, learning rate) belong to the pack. A module whose model takes only images
-sets ``NEEDS_IMAGES = True``, so a dataset with ``images: auto`` gives it images.
+its own needs none: its config file names the class for ``keras_apps.build``. A user's model
+is the same contract in the user's own package, named by a config file in the user's own
+config directory (README, "Your own model").
+
+A builder returns logits ``[batch, num_classes]`` of one input. ``hparams`` holds the trial's
+every hyper-parameter: the training ones (``config.TRAINING_HPARAMS``: batch size, optimizer,
+learning rate, preprocessing) belong to the pack, and the builder reads the rest (an
+``activation``, a ``width``), falling back to its settings where a key is absent (the
+profiles pass only ``activation``). Builds are seeded: the same seed must give the same
+weights. A module whose model takes only images sets ``NEEDS_IMAGES = True``, so a dataset
+with ``images: auto`` gives it images.
 """
 
 from __future__ import annotations

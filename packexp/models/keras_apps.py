@@ -63,6 +63,10 @@ def replace_activation(model: keras.Model, activation: str) -> keras.Model:
 
     Returns:
         The model with ``Activation(activation)`` layers in place of its ReLUs, same names.
+
+    Raises:
+        ValueError: a layer cannot be cloned from its config (a custom layer without a
+            complete ``get_config``); the message names it.
     """
     if activation == "relu":
         return model
@@ -70,7 +74,13 @@ def replace_activation(model: keras.Model, activation: str) -> keras.Model:
     def swap(layer: keras.layers.Layer) -> keras.layers.Layer:
         if _is_relu(layer):
             return keras.layers.Activation(activation, name=layer.name)
-        return layer.__class__.from_config(layer.get_config())
+        try:
+            return layer.__class__.from_config(layer.get_config())
+        except Exception as e:  # whatever a custom layer's config methods raise
+            raise ValueError(f"activation={activation!r}: layer {layer.name} "
+                             f"({type(layer).__name__}) cannot be cloned from its config to "
+                             f"replace the activation ({type(e).__name__}: {e}); give it a "
+                             "get_config that from_config accepts") from None
 
     return keras.models.clone_model(model, clone_function=swap, recursive=True)
 

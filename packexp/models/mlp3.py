@@ -1,4 +1,5 @@
-"""A multi-layer perceptron with three hidden layers of configurable width."""
+"""A multi-layer perceptron: ``depth`` hidden Dense layers of ``width`` units (three of 64,
+the paper's MLP-3, by default)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,18 @@ def build(
     Args:
         input_shape: Shape of one example.
         num_classes: Width of the logits.
-        hparams: Uses ``activation``, one of ``ACTIVATIONS``.
+        hparams: Uses ``activation``, one of ``ACTIVATIONS``; ``width`` and ``depth``, where
+            the search space lists them, override the arguments of the same names.
         width: Units per hidden layer.
         depth: Hidden layers; the paper's MLP-3 has three.
     """
     activation = hparams.get("activation", "relu")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: mlp3 knows {list(ACTIVATIONS)}")
-    if width < 1 or depth < 1:
-        raise ValueError(f"width={width}, depth={depth}: must both be >= 1")
+    width, depth = hparams.get("width", width), hparams.get("depth", depth)
+    for key, value in (("width", width), ("depth", depth)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key}={value!r}: must be an integer >= 1")
     layers: list[keras.layers.Layer] = [keras.Input(tuple(input_shape))]
     if len(input_shape) > 1:
         layers.append(keras.layers.Flatten())

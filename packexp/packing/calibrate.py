@@ -27,7 +27,7 @@ from packexp.files import write_json
 from packexp.pack_options import XLA_MIN_STEPS
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
-from packexp.packing.fused_graph import fused_ops, has_convolutions
+from packexp.packing.fused_graph import convolutional
 from packexp.packing.member import write_state
 from packexp.packing.pack import Pack
 from packexp.search_space import Trial
@@ -105,7 +105,7 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
                       seed=i + 1) for i in range(n)]
 
     probe = cache.make_member(trials(1, low)[0])
-    cnn = has_convolutions(fused_ops([probe.model]))
+    cnn = convolutional(probe.model)
     fusable = not why_not_fused([probe, cache.make_member(trials(1, low)[0])],
                                 cache.pack_options["data_sharing"], "on")
     counts = sorted({n for n in (2, 4, max_members) if 1 < n <= min(max_members, 4 if cnn

@@ -14,6 +14,10 @@ member's own tensor has:
 ``fused_ops`` checks that the members' models are one architecture made of layers with a
 fused form and returns the fused operations; ``FusedGraph`` stacks the members'
 weights and runs the template model's graph with those operations in place of its layers.
+A layer has a fused form only if it is one of ``OPS``'s Keras classes itself (a subclass may
+compute something else), float32, and free of what the fused step leaves out: random draws,
+regularization losses and weight constraints. Anything else raises ``Unfusable`` naming the
+layer, and the pack trains plain.
 """
 
 from __future__ import annotations
@@ -87,15 +91,48 @@ def _input_rank(layer: keras.layers.Layer) -> int:
     return _rank(layer.input)  # layers are called once (``_flat_layers`` checks)
 
 
-# Activations that mix elements, so a member's slice would see its pack-mates'.
-NOT_ELEMENTWISE = ("softmax", "log_softmax")
+def named(layer: keras.layers.Layer) -> str:
+    """``name (Class)``: how reasons name a layer."""
+    return f"{layer.name} ({type(layer).__name__})"
+
+
+# Keras activations that mix elements, so a member's slice would see its pack-mates'.
+NOT_ELEMENTWISE = ("softmax", "log_softmax", "glu", "sparsemax")
 
 
 def _check_activations(layers: Sequence[keras.layers.Layer]) -> None:
+    """Fused activations act on all members' tensors at once: only Keras's own elementwise
+    functions are known to leave each member's slice to itself."""
     for layer in layers:
-        name = getattr(getattr(layer, "activation", None), "__name__", "")
+        fn = getattr(layer, "activation", None)
+        if fn is None:
+            continue
+        name = getattr(fn, "__name__", "")
         if name in NOT_ELEMENTWISE:
-            raise Unfusable(f"{layer.name}: activation {name} is not elementwise")
+            raise Unfusable(f"layer {named(layer)}: activation {name} is not elementwise")
+        if getattr(keras.activations, name, None) is not fn:
+            raise Unfusable(f"layer {named(layer)}: activation {name or repr(fn)} is not one of "
+                            "Keras's elementwise activations")
+
+
+def _check_extras(layer: keras.layers.Layer) -> None:
+    """What no fused operation reproduces: other dtypes, regularization losses (the fused
+    loss is the cross-entropy alone) and weight constraints (the fused update leaves them
+    out)."""
+    dtype = layer.dtype_policy.compute_dtype
+    weights = {str(w.dtype) for w in layer.weights}
+    if dtype != "float32" or weights - {"float32"}:
+        raise Unfusable(f"layer {named(layer)} computes in {dtype} with "
+                        f"{sorted(weights) or 'no'} weights; fused packs are float32")
+    regularizers = sorted(k for k, v in vars(layer).items()
+                          if k.endswith("_regularizer") and v is not None)
+    if regularizers:
+        raise Unfusable(f"layer {named(layer)} has {', '.join(regularizers)}; the fused step "
+                        "adds no regularization loss")
+    constrained = [w.name for w in layer.weights if w.constraint is not None]
+    if constrained:
+        raise Unfusable(f"layer {named(layer)} constrains {', '.join(constrained)}; the fused "
+                        "update applies no constraint")
 
 
 class FusedOp:
@@ -110,20 +147,22 @@ class FusedOp:
         if not isinstance(self.layer, keras.layers.Add | keras.layers.Concatenate):
             rank = _input_rank(self.layer)
             if rank not in self.ranks:
-                raise Unfusable(f"{type(self.layer).__name__} {self.layer.name} on a rank-"
-                                f"{rank} input has no fused form")
+                raise Unfusable(f"layer {named(self.layer)} on a rank-{rank} input has no "
+                                "fused form")
+        for layer in self.layers:
+            _check_extras(layer)
         self.check()
 
     def check(self) -> None:
         """Raises Unfusable when the members' layers differ beyond what fusion allows."""
         shapes = {tuple(tuple(w.shape) for w in layer.weights) for layer in self.layers}
         if len(shapes) != 1:
-            raise Unfusable(f"members' layer shapes differ ({self.layer.name})")
+            raise Unfusable(f"members' layer shapes differ ({named(self.layer)})")
         if any(layer.weights and not layer.trainable for layer in self.layers):
-            raise Unfusable(f"{self.layer.name} is frozen")
+            raise Unfusable(f"layer {named(self.layer)} is frozen")
         configs = [_config(layer) for layer in self.layers]
         if any(c != configs[0] for c in configs[1:]):
-            raise Unfusable(f"members' {self.layer.name} layers are configured differently")
+            raise Unfusable(f"members' {named(self.layer)} layers are configured differently")
 
     def build(self, stack: Callable[..., int]) -> None:
         """Stacks the members' weights through ``stack(weights, shape=None)``, which returns
@@ -165,7 +204,7 @@ class _Weighted(FusedOp):
         _check_activations(self.layers)
         if any(getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None)
                for layer in self.layers):
-            raise Unfusable(f"{self.layer.name} is LoRA-adapted or quantized")
+            raise Unfusable(f"layer {named(self.layer)} is LoRA-adapted or quantized")
 
     def build(self, stack):
         self.kernel = stack([layer.kernel for layer in self.layers])
@@ -205,8 +244,7 @@ class _Convolution(_Weighted):
     def check(self):
         super().check()
         if self.layer.data_format != "channels_last" or getattr(self.layer, "groups", 1) != 1:
-            raise Unfusable(f"{type(self.layer).__name__} {self.layer.name} is grouped or "
-                            "channels-first")
+            raise Unfusable(f"layer {named(self.layer)} is grouped or channels-first")
 
     def bias_view(self, bias):
         return tf.reshape(bias, [-1])  # [members, c] -> member-major, like folded channels
@@ -255,7 +293,7 @@ class BatchNormalization(FusedOp):
         super().check()
         layer = self.layer
         if layer.axis not in (-1, _input_rank(layer) - 1) or layer.renorm or layer.synchronized:
-            raise Unfusable(f"BatchNormalization {layer.name} is not over the last axis")
+            raise Unfusable(f"layer {named(layer)} is not over the last axis")
 
     def build(self, stack):
         def weights(name):
@@ -303,14 +341,14 @@ class Channelwise(FusedOp):
     def check(self):
         super().check()
         if getattr(self.layer, "data_format", "channels_last") != "channels_last":
-            raise Unfusable(f"{self.layer.name} is channels-first")
+            raise Unfusable(f"layer {named(self.layer)} is channels-first")
 
 
 class Rescaling(FusedOp):
     def check(self):
         super().check()
         if np.size(self.layer.scale) != 1 or np.size(self.layer.offset) != 1:
-            raise Unfusable(f"Rescaling {self.layer.name} has per-channel factors")
+            raise Unfusable(f"layer {named(self.layer)} has per-channel factors")
 
 
 class GlobalPooling2D(Channelwise):
@@ -323,7 +361,7 @@ class Flatten(FusedOp):
     def check(self):
         super().check()
         if self.layer.data_format != "channels_last":
-            raise Unfusable(f"Flatten {self.layer.name} is channels-first")
+            raise Unfusable(f"layer {named(self.layer)} is channels-first")
 
     def __call__(self, ctx, x):
         if x.shape.rank == IMAGE_RANK:
@@ -344,7 +382,7 @@ class Concatenate(FusedOp):
         super().check()
         ranks = {_rank(t) for t in self.layer.input}
         if len(ranks) != 1 or self.layer.axis not in (-1, ranks.pop() - 1):
-            raise Unfusable(f"Concatenate {self.layer.name} is not over the last axis")
+            raise Unfusable(f"layer {named(self.layer)} is not over the last axis")
 
     def __call__(self, ctx, xs):
         if xs[0].shape.rank != IMAGE_RANK:
@@ -359,8 +397,12 @@ class Concatenate(FusedOp):
 class Identity(FusedOp):
     def check(self):
         super().check()
-        if getattr(self.layer, "rate", 0):
-            raise Unfusable(f"Dropout {self.layer.name} draws per-member random masks")
+        rate = getattr(self.layer, "rate", 0)
+        if rate:
+            # Each member's mask is Keras's draw at its own batch size; padded to the
+            # largest, the fused draw would differ.
+            raise Unfusable(f"layer {named(self.layer)} draws random masks (rate {rate}), "
+                            "which fused packs do not")
 
     def __call__(self, ctx, x):
         return x
@@ -369,8 +411,9 @@ class Identity(FusedOp):
 ACTIVATION_LAYERS = (keras.layers.Activation, keras.layers.ReLU, keras.layers.LeakyReLU,
                      keras.layers.ELU)
 
-#: Keras layer type -> its fused operation. The first match wins.
-OPS: tuple[tuple[type, type[FusedOp]], ...] = (
+#: Keras layer classes -> their fused operation. A layer's own class must be listed: a
+#: subclass may compute something else.
+OPS: tuple[tuple[type | tuple[type, ...], type[FusedOp]], ...] = (
     (keras.layers.Dense, Dense),
     (keras.layers.DepthwiseConv2D, DepthwiseConv2D),
     (keras.layers.Conv2D, Conv2D),
@@ -404,13 +447,13 @@ def _flat_layers(model: keras.Model) -> list[keras.layers.Layer]:
         if isinstance(op, keras.layers.InputLayer):
             continue
         if calls[id(op)] > 1:
-            raise Unfusable(f"layer {op.name} is called more than once")
+            raise Unfusable(f"layer {named(op)} is called more than once")
         if isinstance(op, keras.Model):
             out += _flat_layers(op)
         elif isinstance(op, keras.layers.Layer):
             out.append(op)
         else:
-            raise Unfusable(f"operation {op.name} is not a layer")
+            raise Unfusable(f"operation {op.name} ({type(op).__name__}) is not a layer")
     return out
 
 
@@ -418,7 +461,7 @@ def _graph(model: keras.Model) -> keras.Model:
     """The functional graph of a model (a Sequential model's built one)."""
     graph = getattr(model, "_functional", None) or model
     if not hasattr(graph, "_run_through_graph") or len(graph.inputs) != 1:
-        raise Unfusable(f"model {model.name} is not a single-input functional model")
+        raise Unfusable(f"model {named(model)} is not a single-input functional model")
     return graph
 
 
@@ -430,26 +473,34 @@ def fused_ops(models: Sequence[keras.Model]) -> list[FusedOp]:
     """
     per_model = [_flat_layers(m) for m in models]
     if len({len(layers) for layers in per_model}) != 1:
-        raise Unfusable("members' models have different layers")
+        raise Unfusable("members' models have different numbers of layers")
     for m in models:
         if _rank(m.inputs[0]) not in (IMAGE_RANK, VECTOR_RANK) or _rank(m.outputs[0]) != 2:
             raise Unfusable("only classifiers of vectors or images fuse")
     ops = []
     for layers in zip(*per_model, strict=True):
         template = layers[0]
-        activation = isinstance(template, ACTIVATION_LAYERS)
-        if any(isinstance(x, ACTIVATION_LAYERS) != activation or
+        activation = type(template) in ACTIVATION_LAYERS
+        if any((type(x) in ACTIVATION_LAYERS) != activation or
                (not activation and type(x) is not type(template)) for x in layers):
-            raise Unfusable("members' models have different layers")
-        op = next((cls for types, cls in OPS if isinstance(template, types)), None)
+            raise Unfusable(f"members' models have different layers ({named(template)})")
+        op = next((cls for types, cls in OPS
+                   if type(template) in (types if isinstance(types, tuple) else (types,))),
+                  None)
         if op is None:
-            raise Unfusable(f"{type(template).__name__} layers have no fused form")
+            raise Unfusable(f"layer {named(template)} has no fused form")
         ops.append(op(layers))
     return ops
 
 
 def has_convolutions(ops: Sequence[FusedOp]) -> bool:
     return any(isinstance(op, Conv2D | DepthwiseConv2D) for op in ops)
+
+
+def convolutional(model: keras.Model) -> bool:
+    """Whether ``model`` holds convolutions, fusable or not."""
+    return any(isinstance(layer, keras.layers.Conv2D | keras.layers.DepthwiseConv2D)
+               for layer in model._flatten_layers(include_self=False))
 
 
 def has_grouped_convolutions(ops: Sequence[FusedOp]) -> bool:

@@ -9,6 +9,10 @@ position of each initializer's seed in the template's stream gives the seed it t
 other trial. The pack cache uses a replayer only once it has reproduced a second, independent
 build bit for bit; anything it cannot follow (a weight whose initializer it cannot find, an
 initializer drawing from a SeedGenerator) raises ValueError, and the structure is built.
+
+A layer that draws at random in training (Dropout) holds a ``SeedGenerator``: its state, a
+seed from the same stream and a counter each draw advances, is part of a member's state
+(``state_variables``), so a checkpoint continues the draws where they stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +41,21 @@ def _draws(seed: int, count: int) -> list[int]:
     return list(islice(_stream(seed), count))
 
 
+def seed_generators(model: keras.Model) -> list[keras.random.SeedGenerator]:
+    """The seed generators of ``model``'s layers (Dropout's), nested models' included."""
+    found: dict[int, keras.random.SeedGenerator] = {}
+    for layer in model._flatten_layers(include_self=True):
+        for generator in getattr(layer, "_seed_generators", ()):
+            found.setdefault(id(generator), generator)
+    return list(found.values())
+
+
+def state_variables(model: keras.Model) -> list[keras.Variable]:
+    """The variables a member's state holds of its model: its weights, then its seed
+    generators' states, which training advances."""
+    return [*model.weights, *(g.state for g in seed_generators(model))]
+
+
 class InitialWeights:
     """Draws the initial weights a fresh build of a structure would have, for any seed.
 
@@ -60,7 +79,11 @@ class InitialWeights:
                 raise ValueError(f"weight {w.path}: no {' or '.join(attributes)} on its layer")
             initializers.append(initializer)
         seeds = [getattr(i, "seed", None) for i in initializers]
-        wanted = {s for s in seeds if s is not None}
+        # A generator seeded in its config keeps that seed; one without drew it from the stream.
+        generators = [(g.state.numpy(), g.get_config()["seed"] is None)
+                      for g in seed_generators(model)]
+        drawn = [int(state[0]) if unseeded else None for state, unseeded in generators]
+        wanted = {s for s in seeds + drawn if s is not None}
         if any(not isinstance(s, int) for s in wanted):
             raise ValueError("an initializer draws from a SeedGenerator")
         # Follow the trial's stream only as far as the last seed wanted (a few dozen draws;
@@ -79,15 +102,21 @@ class InitialWeights:
             config = initializer.get_config()
             self._recipes.append((type(initializer).from_config, config,
                                   None if s is None else where[s], tuple(w.shape), w.dtype))
+        self._generators = [(state, None if s is None else where[s])
+                            for (state, _), s in zip(generators, drawn, strict=True)]
 
     def replay(self, seed: int) -> tuple[np.ndarray, ...]:
-        """The model's weights as a fresh build after ``set_random_seed(seed)`` has them."""
+        """The model's ``state_variables`` as a fresh build after ``set_random_seed(seed)``
+        has them."""
         stream = _draws(seed, self._count)
         out = []
         for make, config, index, shape, dtype in self._recipes:
             if index is not None:
                 config = {**config, "seed": stream[index]}
             out.append(np.asarray(make(config)(shape, dtype=dtype)))
+        for state, index in self._generators:  # fresh: the seed, no draws yet
+            out.append(state.copy() if index is None
+                       else np.array([stream[index], 0], dtype=state.dtype))
         return tuple(out)
 
 

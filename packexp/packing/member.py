@@ -17,6 +17,7 @@ from keras.src.utils import rng_utils
 
 from packexp.hyperband import steps_for
 from packexp.packing.data import Preprocessing, batch_indices
+from packexp.packing.initial import state_variables
 from packexp.packing.optimizers import make_optimizer
 from packexp.packing.schedules import set_horizon
 from packexp.search_space import Trial
@@ -43,8 +44,9 @@ def seed_keras(seed: int) -> None:
 class MemberState:
     """A member's training state in host memory: what a checkpoint holds.
 
-    ``slots`` are the optimizer's variables (its step counter and learning rate included),
-    in ``optimizer.variables`` order.
+    ``weights`` are the model's ``state_variables`` (its weights, then its seed generators'
+    states); ``slots`` are the optimizer's variables (its step counter and learning rate
+    included), in ``optimizer.variables`` order.
     """
 
     weights: tuple[np.ndarray, ...]
@@ -111,7 +113,7 @@ class Member:
 
     def state(self) -> MemberState:
         """A copy of the member's weights, optimizer state and step counter."""
-        return MemberState(tuple(v.numpy() for v in self.model.weights),
+        return MemberState(tuple(v.numpy() for v in state_variables(self.model)),
                            tuple(v.numpy() for v in self.optimizer.variables), self.step)
 
     def load(self, trial: Trial, state: MemberState, preprocessing: Preprocessing) -> Member:
@@ -121,7 +123,7 @@ class Member:
         architecture and optimizer type); the learning rate is one of the optimizer's
         variables, so it comes with the state.
         """
-        for variables, values in ((self.model.weights, state.weights),
+        for variables, values in ((state_variables(self.model), state.weights),
                                   (self.optimizer.variables, state.slots)):
             if len(variables) != len(values):
                 raise ValueError(f"state of {trial.trial_id} does not fit member "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 import keras
 
@@ -73,28 +73,34 @@ class MemoryModel:
         known: Probes measured before (``probes`` of an earlier model of this run, read back
             on resume): they are not run again.
         on_probe: Called with ``probes`` after each new probe, to keep them.
+        architecture: A trial's architecture (its model hyper-parameters, such as a width):
+            each is built once for its estimate. None: every trial has one architecture.
     """
 
     def __init__(self, build_model: Callable[[Trial], keras.Model],
                  probe: Callable[[Trial], int] | None = None,
                  worth_probing: Callable[[int], bool] | None = None,
                  known: Mapping[int, tuple[int, int]] | None = None,
-                 on_probe: Callable[[dict[int, tuple[int, int]]], None] | None = None) -> None:
+                 on_probe: Callable[[dict[int, tuple[int, int]]], None] | None = None,
+                 architecture: Callable[[Trial], Hashable] | None = None) -> None:
         self._build = build_model
+        self._architecture = architecture or (lambda trial: None)
         self._probe = probe
         self._worth_probing = worth_probing
         self._on_probe = on_probe
-        self._shape: tuple[int, int, int] | None = None  # trainable, frozen, activations
+        # Per architecture: trainable and frozen parameters, activations.
+        self._shapes: dict[Hashable, tuple[int, int, int]] = {}
         self.probes: dict[int, tuple[int, int]] = dict(known or {})  # batch -> (est, measured)
         self._scale: float | None = next((max(1.0, m / e) for e, m in self.probes.values()),
                                          None)
         self._not_worth: set[int] = set()  # batch sizes where no probe could change a plan
 
     def estimate(self, trial: Trial) -> int:
-        if self._shape is None:
+        key = self._architecture(trial)
+        if key not in self._shapes:
             model = self._build(trial)
-            self._shape = (*parameter_elements(model), activation_elements(model))
-        return _estimate(*self._shape, trial.hparams["optimizer"],
+            self._shapes[key] = (*parameter_elements(model), activation_elements(model))
+        return _estimate(*self._shapes[key], trial.hparams["optimizer"],
                          int(trial.hparams["batch_size"]))
 
     def cost(self, trial: Trial) -> float:

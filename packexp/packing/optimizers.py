@@ -88,11 +88,13 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
     square root as Keras does, keeps Keras's arithmetic with the scalars hoisted (bit for bit).
     Every member of every plain pack, and every member trained alone, takes this path, so
     packing changes nothing. Optimizers of other types or with extras (weight decay,
-    clipping, EMA, accumulation, loss scaling) go through Keras.
+    clipping, EMA, accumulation, loss scaling), and variables with constraints, go through
+    Keras.
     """
     kind = optimizer_kind(optimizer)
     if (kind is None or type(optimizer) not in _EXACT
-            or any(v.dtype != "float32" for v in variables) or any(g is None for g in grads)):
+            or any(v.dtype != "float32" for v in variables) or any(g is None for g in grads)
+            or any(v.constraint is not None for v in variables)):  # Keras applies them
         optimizer.apply(grads, variables)
         return
     with tf.name_scope(optimizer.name):

@@ -384,7 +384,10 @@ class Pack:
 
         def member_loss(m: Member, batch) -> tf.Tensor:
             inputs, labels = batch()
-            return loss_fn(labels, m.model(inputs, training=True))
+            loss = loss_fn(labels, m.model(inputs, training=True))
+            # Regularizers' and add_loss terms of this call, which Keras's fit adds too.
+            extra = [tf.reduce_sum(tf.cast(t, loss.dtype)) for t in m.model.losses]
+            return tf.add_n([loss, *extra]) if extra else loss
 
         def member_step(i: int, batch) -> tf.Tensor:
             with tf.GradientTape() as tape:

@@ -1,0 +1,1 @@
+"""A user's own models for packexp: a builder per module, named in conf/model/."""

@@ -1,0 +1,33 @@
+"""strategy=cost's calibration on a real device: what it measures for a model."""
+
+from __future__ import annotations
+
+import pytest
+
+from packexp.data import synthetic
+from packexp.packing import DeviceData, Member
+from packexp.packing.cache import PackCache
+from packexp.packing.calibrate import calibrate
+from tests.test_packing import mlp_with_dropout
+
+pytestmark = pytest.mark.tf
+
+
+def test_a_model_that_cannot_fuse_is_calibrated_as_plain_packs():
+    """A user's model with a layer of no fused form (Dropout) is measured plain only."""
+    data = DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=300, val_size=64))
+    ds = data.dataset
+
+    def make_member(t):
+        return Member.create(t, mlp_with_dropout, ds.input_shape, ds.num_classes,
+                             data.train_size)
+
+    options = {"fusion": "auto", "misaligned": "mask", "data_sharing": "gather",
+               "grouped_conv": "auto", "jit_compile": "auto", "chunk_steps": 50,
+               "eval_batch_size": 1024}
+    record = calibrate(PackCache(make_member, data, options, keep=8),
+                       {"batch_size": 20, "optimizer": "sgd", "learning_rate": 0.1,
+                        "activation": "relu"}, [20, 40], 2, lambda group: True, 100)
+    assert record["settings"]["fusable"] is False
+    assert {p["fusion"] for p in record["packs"]} == {"off"}
+    assert max(len(p["batches"]) for p in record["packs"]) == 2
