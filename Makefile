@@ -1,4 +1,6 @@
 VENV ?= .venv
+# pytest-xdist workers: one per CPU; PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
@@ -19,7 +21,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -77,7 +77,8 @@ class FakeTrainer:
 
     def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
                     states: Mapping[str, State | None], splits: int = 0,
-                    fusion: str | None = None) -> list[SimpleNamespace]:
+                    fusion: str | None = None,
+                    lr_horizon: float | None = None) -> list[SimpleNamespace]:
         if len(self.calls) == self.die_at_call:
             raise KeyboardInterrupt
         members, evaluation = [], {}
@@ -88,7 +89,7 @@ class FakeTrainer:
             evaluation[t.trial_id] = SimpleNamespace(
                 val_accuracy=None if failed else t.hparams["x"] / 100, val_loss=0.5)
         self.calls.append({"ids": [t.trial_id for t in group], "epochs": epochs,
-                           "states": dict(states), "fusion": fusion,
+                           "states": dict(states), "fusion": fusion, "lr_horizon": lr_horizon,
                            "returned": {m.trial_id: m.state for m in members if not m.failed},
                            "journal": self.journal.read()})
         stats = SimpleNamespace(fused=False, xla=False, grouped_conv=None, steps=1, trace_s=0.0,
@@ -378,3 +379,13 @@ def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, trainer):
     assert (best["val_accuracy"], best["epochs"]) == top[:2]
     assert (best["val_accuracy"], best["epochs"], best["trial_id"]) in scored
     assert best["epochs"] == search.trials[best["trial_id"]]["rungs"][-1]["epochs"]
+
+
+@pytest.mark.parametrize("horizon", [None, 9.0])
+def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, trainer, horizon):
+    """None (lr_horizon=rung): each pack's schedules end at its rung's epochs; 9.0
+    (lr_horizon=trial): at R, whatever the rung."""
+    search = new_search(tmp_path, trainer)
+    search.lr_horizon = horizon
+    search_to_the_end(search)
+    assert trainer.calls and all(c["lr_horizon"] == horizon for c in trainer.calls)
