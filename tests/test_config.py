@@ -43,6 +43,27 @@ def test_the_default_is_the_embedded_quick_search():
     assert cfg.scheduler.R <= 27
 
 
+PAPER_PACK = {"fusion": "off", "data_sharing": "slice", "misaligned": "switch"}
+
+
+@pytest.mark.parametrize("experiment", ["paper_method", "paper_table4"])
+def test_the_papers_experiments_run_the_papers_own_pack(experiment):
+    cfg = compose_config([f"experiment={experiment}"])
+    assert {k: cfg.pack[k] for k in PAPER_PACK} == PAPER_PACK
+    assert cfg.scheduler.continue_on_promotion is False
+    default = compose_config()
+    assert {k: default.pack[k] for k in PAPER_PACK} == {
+        "fusion": "auto", "data_sharing": "gather", "misaligned": "mask"}
+    assert default.scheduler.continue_on_promotion is True
+
+
+def test_paper_table4_keeps_its_own_settings_over_the_papers_pack():
+    cfg = compose_config(["experiment=paper_table4", "pack.fusion=auto"])
+    assert (cfg.scheduler.R, cfg.scheduler.eta) == (81, 3)
+    assert cfg.dataset._target_ == "packexp.data.cifar10.load"
+    assert cfg.pack.fusion == "auto"  # the command line still wins
+
+
 def test_the_ranges_space_composes_and_instantiates():
     cfg = compose_config(["search_space=ranges"])
     assert cfg.search_space.params.learning_rate == {"kind": "float", "low": 1e-4,
