@@ -29,6 +29,7 @@ from packexp.packing.data import Preprocessing
 from packexp.profile.base import OK, OUT_OF_MEMORY, Profile, ProfileContext
 from packexp.profile.checks import check_batch_sizes, int_list
 from packexp.profile.figures import figure, save, title
+from packexp.profile.peak import peak_note, shares
 from packexp.profile.timing import PackTimer, compare
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,9 @@ class AblationProfile(Profile):
     name = "ablation"
     columns = ("same_model", "same_data", "preprocess_in_step", "same_optimizer",
                "same_batch_size", "members", "data_sharing", "ts_seq_ms", "ts_pack_ms",
-               "impv", "pack_faster", "seq_xla", "pack_xla", "fused", "status", "note")
+               "impv", "impv_low", "impv_high", "repeats", "pack_faster", "seq_xla",
+               "pack_xla", "fused", "seq_peak_share", "pack_peak_share",
+               "matmul_peak_gflops", "status", "note")
     metric_columns = ("ts_seq_ms", "ts_pack_ms", "impv")
     shown_columns = ("same_model", "same_data", "preprocess_in_step", "same_optimizer",
                      "same_batch_size", "ts_seq_ms", "ts_pack_ms", "impv", "seq_xla",
@@ -210,8 +213,9 @@ class AblationProfile(Profile):
                 rows.append(row)
                 continue
             timer.drop(key)
-            row.update(result.row(), pack_faster=result.ts_pack_ms < result.ts_seq_ms,
-                       status=OK)
+            row.update(result.row(), **shares(pack_members, result.ts_seq_ms,
+                                              result.ts_pack_ms),
+                       pack_faster=result.ts_pack_ms < result.ts_seq_ms, status=OK)
             rows.append(row)
             log.info("%s: Ts(Seq) %.3f ms, Ts(Pack) %.3f ms, IMPV %.1f%%", self.point_label(row),
                      result.ts_seq_ms, result.ts_pack_ms, 100 * result.impv)
@@ -292,8 +296,9 @@ class AblationProfile(Profile):
         bars.set_title("IMPV by factor", fontsize=9)
         bars.legend(fontsize=8)
         bars.grid(alpha=0.3, axis="y")
-        fig.suptitle(title(ctx, "Figure 5: Ts(Seq) vs Ts(Pack) of two packed models"),
-                     fontsize=10)
+        heading = title(ctx, "Figure 5: Ts(Seq) vs Ts(Pack) of two packed models")
+        note = peak_note(done)
+        fig.suptitle(f"{heading}\n{note}" if note else heading, fontsize=10)
         return save(fig, path)
 
 

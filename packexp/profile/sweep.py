@@ -12,12 +12,15 @@ import tensorflow as tf
 from packexp.packing import Member
 from packexp.profile.base import MB, OK, OUT_OF_MEMORY, Profile, ProfileContext
 from packexp.profile.figures import figure, mark_out_of_memory, save
+from packexp.profile.peak import peak_note, shares
 from packexp.profile.timing import PackTimer, compare
 
 log = logging.getLogger(__name__)
 
-SWEEP_COLUMNS = ("num_models", "batch_size", "ts_seq_ms", "ts_pack_ms", "impv", "seq_xla",
-                 "pack_xla", "fused", "predicted_memory_mb", "memory_limit_mb", "status", "note")
+SWEEP_COLUMNS = ("num_models", "batch_size", "ts_seq_ms", "ts_pack_ms", "impv", "impv_low",
+                 "impv_high", "repeats", "seq_xla", "pack_xla", "fused", "seq_peak_share",
+                 "pack_peak_share", "matmul_peak_gflops", "predicted_memory_mb",
+                 "memory_limit_mb", "status", "note")
 
 
 def sweep_identical(profile: Profile, ctx: ProfileContext,
@@ -62,7 +65,8 @@ def sweep_identical(profile: Profile, ctx: ProfileContext,
             log.warning("%d members at batch %d: %s", n, batch, row["note"])
             break
         timer.drop(("pack", n))
-        row.update(result.row(), status=OK)
+        row.update(result.row(), **shares(members[:n], result.ts_seq_ms, result.ts_pack_ms),
+                   status=OK)
         log.info("N=%d batch %d: Ts(Seq) %.3f ms (XLA %s), Ts(Pack) %.3f ms (XLA %s), "
                  "IMPV %.1f%%", n, batch, result.ts_seq_ms, result.seq_xla, result.ts_pack_ms,
                  result.pack_xla, 100 * result.impv)
@@ -75,8 +79,9 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], path: Path, x: str, xlabel: st
     fig, (left, right) = figure(2)
     done = [r for r in rows if r.get("status") == OK]
     xs = [r[x] for r in done]
-    left.plot(xs, [100 * r["impv"] for r in done], marker="o", color="tab:blue",
-              label="IMPV = (Ts(Seq) - Ts(Pack)) / Ts(Seq)")
+    left.errorbar(xs, [100 * r["impv"] for r in done], yerr=_yerr(done), marker="o",
+                  color="tab:blue", capsize=3,
+                  label="IMPV = (Ts(Seq) - Ts(Pack)) / Ts(Seq), median and range")
     left.axhline(0, color="grey", linewidth=0.8)
     values = [100 * r["impv"] for r in done] or [0.0]
     low, high = min(-10.0, min(values) - 10), max(100.0, max(values) + 10)
@@ -95,5 +100,15 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], path: Path, x: str, xlabel: st
     right.set_ylim(bottom=0)
     right.legend(fontsize=8)
     right.grid(alpha=0.3)
-    fig.suptitle(heading, fontsize=10)
+    note = peak_note(done)
+    fig.suptitle(f"{heading}\n{note}" if note else heading, fontsize=10)
     return save(fig, path)
+
+
+def _yerr(rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+    """Error bars from each row's range of repeated IMPVs (none where it has no range)."""
+    low = [100 * (r["impv"] - r["impv_low"]) if r.get("impv_low") is not None else 0.0
+           for r in rows]
+    high = [100 * (r["impv_high"] - r["impv"]) if r.get("impv_high") is not None else 0.0
+            for r in rows]
+    return [low, high]
