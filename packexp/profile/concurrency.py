@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,17 @@ class ConcurrencyProfile(Profile):
         spec = _worker.spec_maker(self, ctx, sync=True)
         limit, source = ctx.memory_limit()
         rows = []
-        for n in self.num_models:
-            for batch in self.batch_sizes:
-                hp = self.hparams(batch)
-                alone = _worker.run_workers([spec([hp], indices=[i]) for i in range(n)])
+        for i, (n, batch) in enumerate(itertools.product(self.num_models, self.batch_sizes)):
+            hp = self.hparams(batch)
+            # Alternate which arm runs first, point by point, so neither always meets the
+            # machine fresher.
+            if i % 2 == 0:
+                alone = _worker.run_workers([spec([hp], indices=[j]) for j in range(n)])
                 [pack] = _worker.run_workers([spec([hp] * n)])
-                rows.append(self._row(n, batch, alone, pack, limit, source))
+            else:
+                [pack] = _worker.run_workers([spec([hp] * n)])
+                alone = _worker.run_workers([spec([hp], indices=[j]) for j in range(n)])
+            rows.append(self._row(n, batch, alone, pack, limit, source))
         return rows
 
     @staticmethod

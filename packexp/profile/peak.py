@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any

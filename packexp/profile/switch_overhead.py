@@ -15,6 +15,7 @@ from packexp.packing import Pack
 from packexp.profile.base import Profile, ProfileContext
 from packexp.profile.checks import int_list, positive_int
 from packexp.profile.figures import figure, save, title
+from packexp.profile.timing import balanced
 from packexp.search_space import Trial
 
 
@@ -72,14 +73,17 @@ class SwitchOverheadProfile(Profile):
                tmp: Path, xla: bool) -> dict[str, Any]:
         trials = [ctx.trial(i, self.hparams(self.batch_size)) for i in range(n)]
         seq, singles, packed, build, train = [], [], [], [], []
-        for _ in range(self.repeats):  # interleaved, so both see the same machine load
-            wall, trained = self._sequential(ctx, trials, steps, options, tmp)
-            seq.append(wall)
-            singles.append(trained)
-            wall, stats = self._packed(ctx, trials, steps, options, tmp)
-            packed.append(wall)
-            build.append(stats.trace_s)
-            train.append(stats.train_s)
+        for order in balanced(("seq", "pack"), self.repeats):  # ABBA: same load for both
+            for arm in order:
+                if arm == "seq":
+                    wall, trained = self._sequential(ctx, trials, steps, options, tmp)
+                    seq.append(wall)
+                    singles.append(trained)
+                else:
+                    wall, stats = self._packed(ctx, trials, steps, options, tmp)
+                    packed.append(wall)
+                    build.append(stats.trace_s)
+                    train.append(stats.train_s)
         te_seq = statistics.median(seq)
         per_member = np.median(np.array(singles), axis=0)
         te_sum = float(per_member.sum())
