@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import json
 import os
 import platform
@@ -34,6 +33,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from packexp.profile import readings as rules  # noqa: E402  (packexp from this checkout)
 
 OUT = ROOT / "outputs" / "reproduce"
 DOCS = ROOT / "docs"
@@ -56,6 +57,8 @@ class Setup:
     gpu_only: bool
     overrides: tuple[str, ...]
     per_profile: dict[str, tuple[str, ...]]
+    # The paper's best IMPV for this model in Figure 4a, where its text gives one.
+    figure4a_best: float | None = None
 
     def profile_overrides(self, profile: str) -> tuple[str, ...]:
         """What the command line adds to ``experiment=<experiment>`` for ``profile``."""
@@ -73,7 +76,8 @@ def read_setups() -> dict[str, Setup]:
             experiment=path.stem, name=paper["name"], label=paper["label"],
             table2=tuple(paper["table2"]), gpu_only=paper["gpu_only"],
             overrides=tuple(paper.get("overrides", ())),
-            per_profile={k: tuple(v) for k, v in paper.get("profile_overrides", {}).items()})
+            per_profile={k: tuple(v) for k, v in paper.get("profile_overrides", {}).items()},
+            figure4a_best=paper.get("figure4a_best"))
         found.append((paper["order"], path.stem.removeprefix(EXPERIMENT_PREFIX), setup))
     return {model: setup for _, model, setup in sorted(found, key=lambda f: f[:2])}
 
@@ -249,46 +253,13 @@ def noise_level(res: Results, model: str) -> float:
 
 
 def read_sweep(model: str, rows: list[dict[str, Any]], x: str, noise: float = 0.0) -> str:
-    done = ok(rows)
-    impvs = [r["impv"] for r in done]
-    multi = [r for r in done if r["num_models"] > 1]
-    best = max(multi or done, key=lambda r: r["impv"])
-    stop = next((r for r in rows if r["status"] == "out_of_memory"), None)
-    stopped = (f"; stopped at {x.replace('_', ' ')} {stop[x]} on the memory limit, as the "
-               "paper's larger models did") if stop else ""
+    """The reading of one model's Figure 4a (``x="num_models"``) or 4b run."""
+    setup = SETUPS.get(model)
+    name = f"{model} ({setup.name})" if setup else model
     if x == "num_models":
-        if multi and all(r["impv"] > 0 for r in multi):
-            verdict = (f"agrees in direction: packing is faster at every N >= 2 (IMPV "
-                       f"{pct(min(r['impv'] for r in multi))} to {pct(best['impv'])}, best at "
-                       f"N={best['num_models']})")
-        else:
-            verdict = (f"differs: IMPV ranges {pct(min(impvs))} to {pct(max(impvs))}, so "
-                       "packing does not always pay here")
-        size = ("; smaller than the paper's up to ~80% for MLP-3 on a GPU: two CPU cores leave "
-                "a small model far less idle capacity for a pack to fill")
-        return f"**{model}:** {verdict}{size if best['impv'] < 0.6 else ''}{stopped}."
-    spread = max(impvs) - min(impvs)
-    falling = all(a["impv"] > b["impv"] for a, b in itertools.pairwise(done))
-    if spread <= 2 * noise:
-        verdict = (f"inconclusive: IMPV varies from {pct(min(impvs))} to {pct(max(impvs))} "
-                   f"without a trend, within twice this model's noise ({100 * noise:.0f} "
-                   "points, below); the paper's 'changes little' is not contradicted")
-    elif falling and spread >= 0.05:
-        verdict = (f"differs: IMPV falls steadily as the batch grows, from "
-                   f"{pct(done[0]['impv'])} at batch {done[0]['batch_size']} to "
-                   f"{pct(done[-1]['impv'])} at {done[-1]['batch_size']}: on a CPU a larger batch "
-                   "already keeps the cores busy, leaving less for packing to fill")
-    elif spread < 0.15:
-        verdict = (f"agrees: IMPV changes little with batch size ({pct(min(impvs))} to "
-                   f"{pct(max(impvs))})")
-    else:
-        lo, hi = min(done, key=lambda r: r["impv"]), max(done, key=lambda r: r["impv"])
-        rising = all(a["impv"] < b["impv"] for a, b in itertools.pairwise(done))
-        verdict = (f"differs: IMPV {'rises steadily' if rising else 'varies without a trend'} "
-                   f"over {100 * spread:.0f} points, more than twice the noise: "
-                   f"{pct(lo['impv'])} at batch {lo['batch_size']}, {pct(hi['impv'])} at "
-                   f"batch {hi['batch_size']}")
-    return f"**{model}:** {verdict}{stopped}."
+        return str(rules.read_growth(name, rows, noise,
+                                        setup.figure4a_best if setup else None))
+    return str(rules.read_batch(name, rows, noise))
 
 
 def section_sweep(res: Results, profile: str, x: str, heading: str, paper: str) -> list[str]:
@@ -297,7 +268,8 @@ def section_sweep(res: Results, profile: str, x: str, heading: str, paper: str) 
     for model in res.models(profile):
         for r in res.get(model, profile):
             body.append([model, r["num_models"], r["batch_size"], num(r.get("ts_seq_ms")),
-                         num(r.get("ts_pack_ms")), pct(r.get("impv")),
+                         num(r.get("ts_pack_ms")), impv_cell(r),
+                         f"{share(r.get('seq_peak_share'))} / {share(r.get('pack_peak_share'))}",
                          f"{r.get('seq_xla') or '-'} / {r.get('pack_xla') or '-'}",
                          r.get("fused") if r.get("fused") is not None else "-",
                          num(r.get("predicted_memory_mb")), r["status"]])
@@ -305,9 +277,31 @@ def section_sweep(res: Results, profile: str, x: str, heading: str, paper: str) 
                 for m in res.models(profile)] if body else []
     if body and profile == "batch_size":
         readings += ["", noise(res)]
+    peaks = [r["matmul_peak_gflops"] for m in res.models(profile) for r in res.get(m, profile)
+             if r.get("matmul_peak_gflops")]
+    if peaks:
+        out += [f"This machine's float32 matmul peak measured {max(peaks):.0f} GFLOP/s (a "
+                "2048 x 2048 matmul, best of 5); *peak share* is the matmul work of each arm's "
+                "step (Dense and convolution layers, forward and backward) over its step time, "
+                "as a share of that peak: how much of the device an arm already keeps busy, "
+                "so how much a pack can still fill. IMPV is the median of the repeats' paired "
+                "IMPVs, with their range in brackets.", ""]
     return res.section_end(out, profile, ["model", "N", "batch", "Ts(Seq) ms", "Ts(Pack) ms",
-                                          "IMPV", "XLA seq / pack", "fused", "predicted MB",
+                                          "IMPV (range)", "peak share seq / pack",
+                                          "XLA seq / pack", "fused", "predicted MB",
                                           "status"], body, readings)
+
+
+def impv_cell(row: dict[str, Any]) -> str:
+    """IMPV with the range of its repeats, where the run recorded one."""
+    if row.get("impv_low") is None or row.get("impv_high") is None:
+        return pct(row.get("impv"))
+    return (f"{pct(row.get('impv'))} ({100 * row['impv_low']:.1f} to "
+            f"{100 * row['impv_high']:.1f})")
+
+
+def share(value: Any) -> str:
+    return "-" if value in (None, "") else f"{100 * value:.0f}%"
 
 
 def noise(res: Results) -> str:
@@ -329,8 +323,8 @@ def noise(res: Results) -> str:
     if not parts:
         return ""
     return ("*Noise:* " + ". ".join(parts) + ". Differences of that size are noise, not "
-            "effects: other processes sharing the CPU (the load column above) and, for MLP-3, "
-            "steps of tens of microseconds.")
+            "effects: other processes sharing the CPU (the load column above) and steps "
+            "too short to time closely.")
 
 
 def section_ablation(res: Results) -> list[str]:
@@ -348,39 +342,31 @@ def section_ablation(res: Results) -> list[str]:
            "it inside the step (XLA cannot compile decoding, so those rows run without it); "
            "*pre-decoded* trains on the arrays. Different model: the other member is an MLP "
            "(256 x 2 units). Each model's CSV has every combination.", ""]
-    summary = []
-    readings = []
+    summary, found = [], []
     for model in res.models("ablation"):
         rows = ok(res.get(model, "ablation"))
+        columns = {f: COLUMN[f] for f in FACTORS}
+        effects = rules.factor_effects(rows, columns)
+        for f in sorted(effects, key=effects.get, reverse=True):
+            alike = statistics.mean(r["impv"] for r in rows if r[COLUMN[f]])
+            unlike = statistics.mean(r["impv"] for r in rows if not r[COLUMN[f]])
+            direction = rules.PAPER_DIRECTION.get(f)
+            paper = ("no direction stated" if direction is None else
+                     f"{LABELS[f][0 if direction > 0 else 1]} packs better")
+            summary.append([model, f.replace("_", " "), f"{LABELS[f][0]}: {pct(alike)}",
+                            f"{LABELS[f][1]}: {pct(unlike)}",
+                            f"{100 * effects[f]:+.1f} points", paper])
         slower = [r for r in rows if not r["pack_faster"]]
-        means = {}
-        for f in FACTORS:
-            alike = [r["impv"] for r in rows if r[COLUMN[f]]]
-            unlike = [r["impv"] for r in rows if not r[COLUMN[f]]]
-            if alike and unlike:
-                means[f] = (statistics.mean(alike), statistics.mean(unlike))
-                summary.append([model, f.replace("_", " "),
-                                f"{LABELS[f][0]}: {pct(means[f][0])}",
-                                f"{LABELS[f][1]}: {pct(means[f][1])}"])
         summary.append([model, "**all**", f"{len(rows)} combinations",
-                        f"{len(rows) - len(slower)} faster packed, {len(slower)} slower"])
-        parts = []
-        for f, claim in (("data", "same data"), ("batch_size", "same batch size")):
-            if f in means:
-                same, diff = means[f]
-                parts.append(f"{claim} {'helps' if same > diff else 'does not help'} "
-                             f"({pct(same)} vs {pct(diff)} mean IMPV)")
-        agree = all("does not help" not in p for p in parts)
-        worst = min(rows, key=lambda r: r["impv"])
-        readings.append(
-            f"**{model}:** {'agrees' if agree else 'partly differs'}: "
-            f"{'; '.join(parts) or 'data and batch size were not varied'}; "
-            f"{len(slower)} of {len(rows)} combinations pack slower than sequential "
-            f"(worst {pct(worst['impv'])}: {worst['members']}, "
-            f"{'same' if worst['same_data'] else 'different'} data).")
+                        f"{len(rows) - len(slower)} faster packed, {len(slower)} slower", "",
+                        ""])
+        setup = SETUPS.get(model)
+        name = f"{model} ({setup.name})" if setup else model
+        found.append(str(rules.read_ablation(name, rows, columns, LABELS,
+                                                noise_level(res, model))))
     return res.section_end(out, "ablation",
-                           ["model", "factor", "mean IMPV, alike", "mean IMPV, different"],
-                           summary, readings)
+                           ["model", "factor", "mean IMPV, alike", "mean IMPV, different",
+                            "alike - different", "the paper"], summary, found)
 
 
 def section_memory(res: Results) -> list[str]:
@@ -449,16 +435,14 @@ def section_switch(res: Results) -> list[str]:
                          f"{paper[0]} / {paper[1]} / {paper[2]}"])
             continue
         r = rows[0]
-        share, paper_share = r["swoh_s"] / r["te_seq_s"], paper[2] / paper[0]
+        finding = rules.read_switch(f"{model} ({setup.name})", r, paper)
         readings.append(
-            f"**{model}:** {'agrees' if share < 0.25 else 'differs'}: SwOH is {pct(share)} of "
-            f"Te(Seq) against the paper's {pct(paper_share)}; our epoch is "
-            f"{r['steps_per_epoch']} steps of batch {r['batch_size']} against the paper's "
-            f"10,000 ImageNet images, so a fixed switch of about {num(r['swoh_per_switch_s'])} s "
-            f"(the time of {num(r['swoh_per_switch_steps'])} training steps) weighs far more; "
-            "over longer training it amortizes, as the paper argues. Packed, the epoch took "
-            f"{num(r['te_pack_s'])} s against {num(r['te_seq_s'])} s one after the other "
-            f"({num(r['pack_build_s'])} s of it building the joint step).")
+            f"{finding} Our epoch is {r['steps_per_epoch']} steps of batch {r['batch_size']} "
+            f"against the paper's 10,000 ImageNet images; one switch costs about "
+            f"{num(r['swoh_per_switch_s'])} s (the time of {num(r['swoh_per_switch_steps'])} "
+            f"training steps). Packed, the epoch took {num(r['te_pack_s'])} s against "
+            f"{num(r['te_seq_s'])} s one after the other ({num(r['pack_build_s'])} s of it "
+            "building the joint step).")
     # body has a row for every model, measured or not, so the table always shows.
     return res.section_end(out, "switch_overhead",
                            ["model", "N", "XLA", "epoch", "Te(Seq) s", "Te(single) s",
