@@ -47,10 +47,10 @@ def ok(rows: Sequence[Row], key: str = "status") -> list[Row]:
 
 
 def row_noise(rows: Sequence[Row]) -> float:
-    """Half the widest range of repeated IMPVs in ``rows``: what one point's noise is."""
-    halves = [(r["impv_high"] - r["impv_low"]) / 2 for r in rows
+    """The widest range of repeated IMPVs in ``rows``: how far two points may differ by noise."""
+    widths = [r["impv_high"] - r["impv_low"] for r in rows
               if finite(r.get("impv_high")) and finite(r.get("impv_low"))]
-    return max(halves, default=0.0)
+    return max(widths, default=0.0)
 
 
 def slower_beyond_noise(row: Row, noise: float) -> bool:
