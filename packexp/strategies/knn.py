@@ -12,16 +12,27 @@ from packexp.strategies.base import Capacity, Strategy
 
 
 class KnnStrategy(Strategy):
-    """Packs each random centroid with its nearest trials.
+    """Packs each random centroid with its nearest trials, first-fit in distance order.
 
-    Distance is L1 over ``Trial.features``, as in the paper's worked example (Table 3: batch
-    sizes 20 and 40 are 4 list steps apart, sgd and adagrad differ, so distance 4 + 1 = 5).
-    Per hyper-parameter it adds the index gap of a numeric value list, 0 or 1 for a
+    Distance is L1 over ``Trial.features``. The paper's text says Euclidean, but its worked
+    example is L1 (Table 3: batch sizes 20 and 40 are 4 list steps apart, sgd and adagrad
+    differ, so distance 4 + 1 = 5, where Euclid gives sqrt(17)), and packexp follows the
+    example. Per hyper-parameter it adds the index gap of a numeric value list, 0 or 1 for a
     categorical one, and for an int or float range the gap normalised to the range,
     ``|x - y| / (high - low)`` (of the logs with ``log: true``), at most 1
-    (``SearchSpace``). Pack-mates are first-fit in distance order: from the nearest out, a
-    trial joins while it is within ``threshold`` of the centroid and the pack still fits
-    with it; one that does not fit is skipped and a farther one may still join.
+    (``SearchSpace``).
+
+    Each pack starts from a centroid drawn at random from the trials left. The others are
+    tried from the nearest out: the first beyond ``threshold`` ends the pack; one within it
+    joins if the pack still fits the capacity (memory and ``pack.max_members``) with it, and
+    is skipped otherwise, so a farther, smaller one may still join. Repeat until every trial
+    is packed.
+
+    Args:
+        threshold: The largest distance from the centroid a pack-mate may have; None packs
+            up to capacity, as the paper's "until the device runs out of memory". Lower
+            means more, more alike packs (0: only identical features, towards ``none``).
+        seed: Seeds the centroids (with the trials' identities).
     """
 
     def __init__(self, threshold: float | None = None, seed: int = 0) -> None:
