@@ -150,6 +150,11 @@ def commit() -> str:
     return head + (" with uncommitted changes" if git("status", "--porcelain") else "")
 
 
+def rel(path: Path) -> str:
+    """``path`` from the repository root where it lies inside it, else whole."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def run_timed(who: str, what: str, cmd: list[str],
               env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     """Runs ``cmd`` from the repository root and prints how long it took and how it ended."""
@@ -179,7 +184,7 @@ def run_profile(model: str, profile: str, setup: Setup) -> dict[str, Any]:
     record = {"model": model, "profile": profile, "overrides": overrides,
               "wall_s": wall, "load_before": load,
               "load_after": os.getloadavg()[0], "returncode": out.returncode,
-              "run_dir": str(run_dir.relative_to(ROOT))}
+              "run_dir": rel(run_dir)}
     if out.returncode != 0:
         record["error"] = last_lines(out.stderr)
     return record
@@ -220,7 +225,7 @@ def run_search(r: int, strategy: str, method: str) -> dict[str, Any]:
     out, wall = run_timed(f"R={r} {strategy}", method, cmd, env)
     record = {"R": r, "strategy": strategy, "method": method, "overrides": overrides,
               "process_s": wall, "load_before": load, "load_after": os.getloadavg()[0],
-              "returncode": out.returncode, "run_dir": str(run_dir.relative_to(ROOT))}
+              "returncode": out.returncode, "run_dir": rel(run_dir)}
     results = run_dir / "results.json"
     if out.returncode != 0 or not results.exists():
         record["error"] = last_lines(out.stderr) or "no results.json"

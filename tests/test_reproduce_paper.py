@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,92 @@ def test_run_profile_runs_packexp_with_the_experiment(tmp_path, monkeypatch):
     assert record["overrides"] == commands[0][3:-1]
     assert record["run_dir"] == "reproduce/mobilenet/memory"
     assert (record["returncode"], record["error"]) == (1, "Traceback\nValueError: boom")
+
+
+def test_table4_schedule_is_balanced():
+    plan = reproduce.table4_schedule([3, 9], ["none", "knn"], ["paper_method", "defaults"])
+    assert len(plan) == 8
+    assert {(r, s, m) for r, s, m in plan} == {
+        (r, s, m) for r in (3, 9) for s in ("none", "knn") for m in ("paper_method", "defaults")}
+    firsts = [plan[i][2] for i in range(0, 8, 2)]
+    assert firsts.count("paper_method") == firsts.count("defaults")
+
+
+@pytest.mark.parametrize(("walls", "agree", "flipped"), [
+    ({"none": 100, "batch_size": 80, "random": 60, "knn": 50}, 6, []),
+    ({"none": 100, "batch_size": 80, "random": 60, "knn": 59}, 5, []),  # a tie within 5%
+    ({"none": 50, "batch_size": 80, "random": 60, "knn": 100}, 1,
+     ["none beat knn", "random beat knn", "batch_size beat knn", "none beat random",
+      "none beat batch_size"]),
+])
+def test_the_order_of_strategies_against_the_papers(walls, agree, flipped):
+    got_agree, pairs, got_flipped = reproduce.order_against_paper(walls)
+    assert (got_agree, pairs) == (agree, 6)
+    assert sorted(got_flipped) == sorted(flipped)
+
+
+FAKE_MACHINE = {"cpu": "Test CPU", "onednn": False, "logical_cores": 2, "physical_cores": 2,
+                "ram_gb": 8.0, "gpu": None, "python": "3", "os": "test", "tensorflow": "2",
+                "keras": "3", "keras-tuner": "1"}
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """The script writing under ``tmp_path``, on a fake machine, its searches faked."""
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "reproduce")
+    monkeypatch.setattr(reproduce, "DOCS", tmp_path / "docs")
+    monkeypatch.setattr(reproduce, "FIGURES", tmp_path / "docs" / "results")
+    monkeypatch.setattr(reproduce, "machine", lambda: dict(FAKE_MACHINE))
+    (tmp_path / "docs").mkdir()
+    calls = []
+
+    def search(r, strategy, method):
+        calls.append((r, strategy, method))
+        wall = {"none": 30.0, "batch_size": 25.0, "random": 20.0, "knn": 18.0, "cost": 15.0}
+        slower = 1.3 if method == "paper_method" else 1.0
+        return {"R": r, "strategy": strategy, "method": method, "returncode": 0,
+                "wall_time_s": wall[strategy] * slower * r / 3, "best_val_accuracy": 0.9,
+                "packs": 4, "load_before": 1.0, "load_after": 1.0, "process_s": 5.0,
+                "run_dir": "x"}
+
+    return tmp_path, calls, search
+
+
+def test_table4_part_runs_alone_and_renders_beside_the_paper(sandbox):
+    tmp_path, calls, search = sandbox
+    reproduce.main(["--only", "table4", "--R", "3", "--strategies", "none", "knn", "cost"],
+                   searcher=search)
+    assert sorted(calls) == sorted((3, s, m) for s in ("none", "knn", "cost")
+                                   for m in reproduce.METHODS)
+    text = (tmp_path / "docs" / "RESULTS.md").read_text()
+    assert " at commit " in text and "oneDNN off" in text
+    assert "## Table 4 at digits scale" in text and "### R=3" in text
+    assert "| MLP-3 | 9236 | 5260 | 3682 | 3491 | up to 2.6x |" in text
+    assert "| paper_method | knn | 23.4 | 1.67x | 0.9 |" in text
+    assert "fastest first cost < knn < none" in text
+    assert "2 of 1 pairs" not in text and "1 of 1 pairs of the paper's strategies" in text
+    assert "the paper's pack against packexp's:** cost 1.30x" in text
+    assert "GPU rows pending" in text and "Where this CPU differs" in text
+
+
+def test_a_later_table4_subset_keeps_the_earlier_runs(sandbox):
+    tmp_path, _, search = sandbox
+    reproduce.main(["--only", "table4", "--R", "3", "--strategies", "none"], searcher=search)
+    reproduce.main(["--only", "table4", "--R", "9", "--strategies", "none"], searcher=search)
+    text = (tmp_path / "docs" / "RESULTS.md").read_text()
+    assert "### R=3" in text and "### R=9" in text
+    manifest = json.loads((tmp_path / "reproduce" / "manifest.json").read_text())
+    assert len(manifest["table4"]["runs"]) == 4
+
+
+@pytest.mark.slow
+def test_table4_runs_real_searches(sandbox, monkeypatch):
+    """Two strategies at R=1, each a real `python -m packexp` process."""
+    tmp_path, _, _ = sandbox
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "reproduce")
+    reproduce.main(["--only", "table4", "--R", "1", "--strategies", "none", "knn"])
+    manifest = json.loads((tmp_path / "reproduce" / "manifest.json").read_text())
+    runs = manifest["table4"]["runs"]
+    assert len(runs) == 4 and all(r["returncode"] == 0 for r in runs), runs
+    assert all(0 <= r["best_val_accuracy"] <= 1 and r["wall_time_s"] > 0 for r in runs)
+    assert "### R=1" in (tmp_path / "docs" / "RESULTS.md").read_text()
