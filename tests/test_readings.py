@@ -58,7 +58,7 @@ def test_the_model_name_comes_from_the_caller():
     assert text.startswith("**mobilenet (MobileNetV2):**")
     assert "MLP-3" not in text
     mlp = str(readings.read_growth("MLP-3", rows, paper_best=0.8))
-    assert "the paper's up to 80.0% for MLP-3" in mlp
+    assert "the paper's up to 80.0% for this model on a GPU" in mlp
 
 
 def test_growth_with_one_point_is_inconclusive():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -195,3 +196,66 @@ def test_table4_runs_real_searches(sandbox, monkeypatch):
     assert len(runs) == 4 and all(r["returncode"] == 0 for r in runs), runs
     assert all(0 <= r["best_val_accuracy"] <= 1 and r["wall_time_s"] > 0 for r in runs)
     assert "### R=1" in (tmp_path / "docs" / "RESULTS.md").read_text()
+
+
+def fake_profile_runner(tmp_path):
+    """Writes each profile's CSV as a run would, from synthetic rows."""
+    from packexp.profile.ablation import COLUMN, FACTORS
+    from packexp.profile.tables import write_csv
+
+    def sweep_row(n, b, impv):
+        return {"num_models": n, "batch_size": b, "ts_seq_ms": n * 1.0,
+                "ts_pack_ms": n * (1 - impv), "impv": impv, "impv_low": impv - 0.01,
+                "impv_high": impv + 0.01, "repeats": 6, "seq_xla": "off", "pack_xla": "off",
+                "fused": False, "seq_peak_share": 0.5, "pack_peak_share": 0.6,
+                "matmul_peak_gflops": 70.0, "status": "ok"}
+
+    def ablation_rows():
+        rows = []
+        for values in itertools.product((True, False), repeat=len(FACTORS)):
+            combo = dict(zip(FACTORS, values, strict=True))
+            impv = 0.1 + (0.1 if combo["data"] else -0.1) - (0.05 if combo["model"] else 0)
+            rows.append({**{COLUMN[f]: combo[f] for f in FACTORS}, "members": "a + b",
+                         "ts_seq_ms": 1.0, "ts_pack_ms": 1 - impv, "impv": impv,
+                         "impv_low": impv - 0.01, "impv_high": impv + 0.01,
+                         "pack_faster": impv > 0, "status": "ok"})
+        return rows
+
+    tables = {
+        "num_models": [sweep_row(n, 32, i) for n, i in ((1, 0.0), (2, 0.2), (4, 0.3))],
+        "batch_size": [sweep_row(2, b, 0.2) for b in (32, 64)],
+        "ablation": ablation_rows(),
+        "switch_overhead": [{"num_models": 2, "batch_size": 32, "epochs": 1,
+                             "steps_per_epoch": 40, "xla": "off", "te_seq_s": 3.0,
+                             "te_single_s": 0.5, "te_single_sum_s": 1.0, "swoh_s": 2.0,
+                             "swoh_per_switch_s": 1.0, "te_pack_s": 1.5, "pack_build_s": 1.0,
+                             "pack_train_s": 0.5, "ts_single_ms": 12.5,
+                             "swoh_per_switch_steps": 80}],
+    }
+
+    def run(model, profile, setup):
+        run_dir = tmp_path / "runs" / model / profile
+        run_dir.mkdir(parents=True)
+        rows = tables[profile]
+        write_csv(rows, list(rows[0]), run_dir / "profile.csv")
+        return {"model": model, "profile": profile, "overrides": [], "wall_s": 1.0,
+                "load_before": 1.0, "load_after": 1.0, "returncode": 0,
+                "run_dir": str(run_dir)}
+
+    return run
+
+
+def test_profile_sections_read_with_the_rules(sandbox):
+    tmp_path, _, _ = sandbox
+    reproduce.main(["--only", "profiles", "--models", "mlp3", "--profiles", "num_models",
+                    "batch_size", "ablation", "switch_overhead"],
+                   runner=fake_profile_runner(tmp_path))
+    text = (tmp_path / "docs" / "RESULTS.md").read_text()
+    assert "**mlp3 (MLP-3):** agrees: IMPV grows with N" in text
+    assert "against the paper's up to 80.0% for this model on a GPU" in text
+    assert "| 20.0% (19.0 to 21.0) | 50% / 60% |" in text
+    assert "float32 matmul peak measured 70 GFLOP/s" in text
+    assert "model -5.0 points (different packed better, against the paper)" in text
+    assert "**mlp3 (MLP-3):** partly differs: factors" in text
+    assert "**mlp3 (MLP-3):** differs: SwOH is 66.7% of Te(Seq)" in text
+    assert "Not run yet" in text  # Table 4

@@ -90,7 +90,7 @@ def read_growth(name: str, rows: Sequence[Row], noise: float = 0.0,
     size = ""
     if paper_best is not None:
         size = (f"; best {pct(impvs[peak])} against the paper's up to {pct(paper_best)} for "
-                f"{name} on a GPU")
+                "this model on a GPU")
     if impvs[peak] <= noise:
         verdict, why = DIFFERS, (f"packing never pays beyond the noise ({100 * noise:.1f} "
                                  f"points): {series}")
