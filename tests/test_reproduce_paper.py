@@ -173,6 +173,7 @@ def test_table4_part_runs_alone_and_renders_beside_the_paper(sandbox):
     assert "2 of 1 pairs" not in text and "1 of 1 pairs of the paper's strategies" in text
     assert "the paper's pack against packexp's:** cost 1.30x" in text
     assert "GPU rows pending" in text and "Where this CPU differs" in text
+    assert "The paper's own pack was slower than packexp's defaults for cost, knn, none" in text
 
 
 def test_a_later_table4_subset_keeps_the_earlier_runs(sandbox):
