@@ -777,8 +777,12 @@ def render(manifest: dict[str, Any]) -> str:
               "reproduction measures packexp's engine on this machine's CPU, with data that "
               "fits it. Memory limit: `device.memory_budget_mb` (4096 MB by default) on a CPU. "
               "Ts(Seq) is never handicapped: each member trains alone in its own pack, with the "
-              "faster of XLA on and off where both ran. Step times are medians of repeated "
-              "chunks after warm-up steps, single and packed runs interleaved.", ""]
+              "faster of XLA on and off where both ran. Every arm is built and warmed up "
+              "before any is timed, then timed in ABBA order (odd repeats in reverse), so "
+              "neither always runs first; step times are medians over the repeats, and IMPV "
+              "the median of the repeats' paired IMPVs with their range. The profile "
+              "experiments build on `experiment=paper_method`: plain (unfused) packs and "
+              "sliced shared batches, the paper's own pack.", ""]
     body = []
     for model in ran:
         for r in [r for r in manifest["runs"] if r["model"] == model]:
