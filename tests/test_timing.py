@@ -60,6 +60,7 @@ def data() -> DeviceData:
     return DeviceData(digits.load(seed=0))
 
 
+@pytest.mark.tf
 def test_a_pack_of_one_against_itself_reads_zero_within_its_spread(data):
     ds = data.dataset
     hp = {"batch_size": 32, "optimizer": "adam", "learning_rate": 1e-3, "activation": "relu"}
