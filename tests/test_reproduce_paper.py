@@ -153,6 +153,7 @@ def sandbox(tmp_path, monkeypatch):
         return {"R": r, "strategy": strategy, "method": method, "returncode": 0,
                 "wall_time_s": wall[strategy] * slower * r / 3, "best_val_accuracy": 0.9,
                 "packs": 4, "load_before": 1.0, "load_after": 1.0, "process_s": 5.0,
+                "train_share": 0.4,
                 "run_dir": "x"}
 
     return tmp_path, calls, search
@@ -173,7 +174,10 @@ def test_table4_part_runs_alone_and_renders_beside_the_paper(sandbox):
     assert "2 of 1 pairs" not in text and "1 of 1 pairs of the paper's strategies" in text
     assert "the paper's pack against packexp's:** cost 1.30x" in text
     assert "GPU rows pending" in text and "Where this CPU differs" in text
-    assert "The paper's own pack was slower than packexp's defaults for cost, knn, none" in text
+    assert ("The paper's own pack was more than 5% slower than packexp's defaults for cost at "
+            "R=3, knn at R=3, none at R=3") in text
+    assert "training steps were only 40% to 40% of a search's wall time" in text
+    assert "the best of the paper's three here was knn at R=3 under packexp defaults" in text
 
 
 def test_a_later_table4_subset_keeps_the_earlier_runs(sandbox):
