@@ -59,8 +59,8 @@ class Executor(abc.ABC):
         ``packing.trainer.PackRun``s; a member's ``checkpoint`` is set when a worker wrote
         its state (then ``state`` is None)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (most executors hold nothing)
         """Releases workers; the search is over or has failed."""
 
-    def discard(self, keep: set[str]) -> None:
+    def discard(self, keep: set[str]) -> None:  # noqa: B027
         """Deletes checkpoints this executor wrote that are not in ``keep`` (on resume)."""
