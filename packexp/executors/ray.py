@@ -130,6 +130,12 @@ class RayExecutor(Executor):
                  max_restarts: int = 3, max_task_retries: int = 3,
                  ready_timeout_s: float = 120) -> None:
         super().__init__(cfg, run_dir)
+        if address is None:
+            # A cluster of this run alone, on loopback (Ray reads this flag at import: it
+            # makes the node's address 127.0.0.1). Nothing else can reach it, so it needs no
+            # token, which Ray would otherwise write under ~/.ray.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         try:
             import ray  # noqa: F401
         except ImportError:
@@ -173,13 +179,15 @@ class RayExecutor(Executor):
                 f"bundles of {bundle} ({self.placement}) within {self.ready_timeout_s:.0f} s")
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        worker = ray.remote(PackWorker).options(
-            num_cpus=self.cpus_per_pack, num_gpus=self.gpus_per_pack,
-            max_restarts=self.max_restarts, max_task_retries=self.max_task_retries,
-            runtime_env={"env_vars": {"PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}})
+        worker = ray.remote(PackWorker)
+        options = {"num_cpus": self.cpus_per_pack, "num_gpus": self.gpus_per_pack,
+                   "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
+                   # Workers import this checkout's packexp, whatever the nodes installed.
+                   "runtime_env": {"env_vars": {"PYTHONPATH": path,
+                                                "TF_CPP_MIN_LOG_LEVEL": "2"}}}
         config = OmegaConf.to_container(self.cfg, resolve=True)
         self._actors = [
-            worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 self._group, placement_group_bundle_index=i)).remote(
                     config, str(self.shared_dir), float(self.gpus_per_pack))
             for i in range(n)]
