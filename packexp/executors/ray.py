@@ -130,7 +130,8 @@ class RayExecutor(Executor):
                  max_restarts: int = 3, max_task_retries: int = 3,
                  ready_timeout_s: float = 120) -> None:
         super().__init__(cfg, run_dir)
-        if address is None:
+        host = (address or "").rpartition(":")[0]
+        if address is None or host in ("127.0.0.1", "localhost"):
             # A cluster of this run alone, on loopback (Ray reads this flag at import: it
             # makes the node's address 127.0.0.1). Nothing else can reach it, so it needs no
             # token, which Ray would otherwise write under ~/.ray.
@@ -204,6 +205,7 @@ class RayExecutor(Executor):
                                   "configure_logging": False}
         if self.address is None:
             kwargs["_node_ip_address"] = "127.0.0.1"
+        _check_reachable(self.address)
         try:
             ray.init(address=self.address, **kwargs)
         except Exception as e:  # ConnectionError, RuntimeError, ValueError, auth errors
@@ -323,6 +325,23 @@ def unpack(run: dict, job: PackJob, received: float) -> Any:
                    run["peak_memory_bytes"], run["splits"], run["reused"],
                    reused_members=run["reused_members"], build_s=run["build_s"],
                    eval_s=run["eval_s"], started=received - run["started_ago_s"])
+
+
+def _check_reachable(address: str | None, timeout_s: float = 10) -> None:
+    """A ``host:port`` that refuses connections fails here, at once; ``ray.init`` would retry
+    for minutes."""
+    import socket
+
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit():
+        return  # None or auto: Ray finds (or fails to find) the cluster itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError(f"executor.address={address}: no Ray cluster answers there "
+                          f"({e.strerror or type(e).__name__}); start one with "
+                          "`ray start --head`, or set executor.address=null for a local "
+                          "cluster") from None
 
 
 def _resources() -> str:
