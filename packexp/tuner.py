@@ -218,10 +218,6 @@ class PackedSearch:
         """Whether the rung's end states are continued from (by the next rung)."""
         return self.continue_on_promotion and rung + 1 < len(bracket.rungs)
 
-    def checkpoints_named(self) -> set[str]:
-        """The checkpoints the search may still continue from: the last of each trial."""
-        return {t["rungs"][-1]["checkpoint"] for t in self.trials.values()
-                if t["rungs"] and t["rungs"][-1]["checkpoint"]}
 
     def _finish_pack(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
                      pack_run: Any, predicted_s: float | None = None) -> dict[str, float | None]:
@@ -321,6 +317,12 @@ class PackedSearch:
             if r["checkpoint"]:
                 Path(r["checkpoint"]).unlink(missing_ok=True)
         self._states.pop(trial_id, None)
+
+
+def journaled_checkpoints(records: list[dict]) -> set[str]:
+    """The checkpoints a resumed search may continue from: each trial's last journaled one."""
+    last = {r["trial_id"]: r["checkpoint"] for r in records if r["event"] == "result"}
+    return {path for path in last.values() if path}
 
 
 def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:

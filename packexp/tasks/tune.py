@@ -74,7 +74,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         from packexp.packing import DeviceData
         from packexp.packing.cache import PackCache
         from packexp.progress import SearchProgress
-        from packexp.tuner import PackedSearch
+        from packexp.tuner import PackedSearch, journaled_checkpoints
 
         data = DeviceData(dataset)
         make_member = member_factory(cfg, build_model, dataset, data)
@@ -103,7 +103,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             if records:
                 log.info("resuming: %d member results from %s", search.replay(records),
                          journal.path)
-                executor.discard(search.checkpoints_named())
+                executor.discard(journaled_checkpoints(records))
             started = time.perf_counter() - calibration_s
             scheduler.run(search.sample, search.train_rung)
             search.finish()
