@@ -162,11 +162,19 @@ class RayExecutor(Executor):
         self._actors: list[Any] = []
 
     def start(self, cache: Any) -> RayExecutor:
+        super().start(cache)
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # a cluster this run started goes with it
+            raise
+        return self
+
+    def _start(self) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        super().start(cache)
         self._connect()
         n = self.num_workers or self._workers_fitting(ray.cluster_resources())
         bundle = {"CPU": self.cpus_per_pack}
@@ -194,7 +202,6 @@ class RayExecutor(Executor):
             for i in range(n)]
         log.info("ray: %d workers (%s each, %s) at %s", n, bundle, self.placement,
                  ray.get_runtime_context().gcs_address)
-        return self
 
     def _connect(self) -> None:
         import ray
@@ -253,7 +260,7 @@ class RayExecutor(Executor):
                     published += 1
         finally:
             for ref in running:
-                ray.cancel(ref, force=True)
+                ray.cancel(ref)  # actor tasks: the actors themselves go in ``close``
 
     def _get(self, ref: Any, job: PackJob) -> list[dict]:
         import ray
