@@ -76,10 +76,15 @@ def finish(proc: subprocess.Popen, timeout_s: float = 240) -> tuple[int, str]:
 
 
 def scores(run_dir: Path) -> dict:
+    """What ``results.json`` says apart from timings (and which packs reused a worker's models)."""
     results = json.loads((run_dir / "results.json").read_text())
-    return {t["trial_id"]: [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"],
-                             r["val_loss"], r["train_loss"], r["pack_id"]) for r in t["rungs"]]
-            for t in results["trials"]}
+    return {"trials": {t["trial_id"]: (t["hparams"], t["status"], t["packs"],
+                                       [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"],
+                                         r["val_loss"], r["train_loss"]) for r in t["rungs"]])
+                       for t in results["trials"]},
+            "packs": [(p["pack_id"], p["members"], p["steps"], p["fused"], p["splits"])
+                      for p in results["packs"]],
+            "best": results["best"]}
 
 
 def results_per_trial_and_rung(run_dir: Path) -> Counter:
