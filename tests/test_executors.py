@@ -32,3 +32,16 @@ def test_ray_keys_out_of_range_name_themselves(key, value):
     node = compose_config(["executor=ray", f"executor.{key}={value}"]).executor
     with pytest.raises(ConfigError, match=rf"^executor\.{key}={value}: "):
         instantiate(node, "executor")(cfg=None, run_dir=None)
+
+
+def test_a_resume_keeps_only_the_journaled_attempts(tmp_path):
+    from packexp.executors import ATTEMPTS
+
+    root = tmp_path / ATTEMPTS
+    counted, killed = root / "b1-r0-p00.aaaa" / "t1.npz", root / "b1-r0-p00.bbbb" / "t1.npz"
+    for path in (counted, killed):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"")
+    LocalExecutor(run_dir=tmp_path).discard({str(counted)})
+    assert [p for p in root.rglob("*") if p.is_file()] == [counted]
+    assert not killed.parent.exists()

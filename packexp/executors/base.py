@@ -11,7 +11,7 @@ from typing import Any
 from packexp.errors import ExecutorError
 from packexp.search_space import Trial
 
-__all__ = ["Executor", "ExecutorError", "PackJob"]
+__all__ = ["ATTEMPTS", "Executor", "ExecutorError", "PackJob", "discard_attempts"]
 
 
 @dataclass(frozen=True)
@@ -62,5 +62,28 @@ class Executor(abc.ABC):
     def close(self) -> None:  # noqa: B027 (most executors hold nothing)
         """Releases workers; the search is over or has failed."""
 
-    def discard(self, keep: set[str]) -> None:  # noqa: B027
-        """Deletes checkpoints this executor wrote that are not in ``keep`` (on resume)."""
+    def discard(self, keep: set[str]) -> None:
+        """Deletes workers' checkpoints that are not in ``keep`` (on resume): attempts that
+        were killed, or whose pack was never journaled."""
+        if self.run_dir is not None:
+            discard_attempts(self.run_dir / ATTEMPTS, keep)
+
+
+ATTEMPTS = "attempts"  # under a shared directory: one directory per attempt at a pack
+
+
+def discard_attempts(root: Path, keep: set[str]) -> None:
+    """Deletes the files under ``root``'s attempt directories not in ``keep``, then the
+    directories left empty."""
+    for path in root.glob("*/*"):
+        if str(path) not in keep:
+            path.unlink(missing_ok=True)
+    prune_attempts(root)
+
+
+def prune_attempts(root: Path) -> None:
+    for attempt in root.glob("*"):
+        if attempt.is_dir() and not any(attempt.iterdir()):
+            attempt.rmdir()
+    if root.is_dir() and not any(root.iterdir()):
+        root.rmdir()

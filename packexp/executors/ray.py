@@ -16,12 +16,18 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from packexp.errors import ConfigError
-from packexp.executors.base import Executor, ExecutorError, PackJob
+from packexp.executors.base import (
+    ATTEMPTS,
+    Executor,
+    ExecutorError,
+    PackJob,
+    discard_attempts,
+    prune_attempts,
+)
 
 log = logging.getLogger(__name__)
 
 INSTALL = "pip install -e '.[ray]'"
-ATTEMPTS = "attempts"  # under shared_dir: one directory per run_pack call
 
 
 class PackWorker:
@@ -285,19 +291,7 @@ class RayExecutor(Executor):
                 shutil.rmtree(other, ignore_errors=True)
 
     def discard(self, keep: set[str]) -> None:
-        root = self.shared_dir / ATTEMPTS
-        for path in root.glob("*/*"):
-            if str(path) not in keep:
-                path.unlink(missing_ok=True)
-        self._prune()
-
-    def _prune(self) -> None:
-        root = self.shared_dir / ATTEMPTS
-        for attempt in root.glob("*"):
-            if attempt.is_dir() and not any(attempt.iterdir()):
-                attempt.rmdir()
-        if root.is_dir() and not any(root.iterdir()):
-            root.rmdir()
+        discard_attempts(self.shared_dir / ATTEMPTS, keep)
 
     def close(self) -> None:
         import ray
@@ -312,7 +306,7 @@ class RayExecutor(Executor):
         if self._group is not None:
             remove_placement_group(self._group)
             self._group = None
-        self._prune()
+        prune_attempts(self.shared_dir / ATTEMPTS)
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False
