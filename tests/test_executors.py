@@ -17,7 +17,14 @@ def test_local_is_the_default():
     assert isinstance(executor, LocalExecutor)
 
 
-def test_ray_without_the_extra_is_one_line_naming_the_pip_command(monkeypatch):
+@pytest.fixture
+def loopback_env(monkeypatch):
+    """What ``executor=ray`` with no address sets for its own cluster, undone afterwards."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def test_ray_without_the_extra_is_one_line_naming_the_pip_command(monkeypatch, loopback_env):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     monkeypatch.delitem(sys.modules, "packexp.executors.ray", raising=False)
     with pytest.raises(ConfigError, match=r"^executor=ray: Ray is not installed; "
@@ -27,7 +34,7 @@ def test_ray_without_the_extra_is_one_line_naming_the_pip_command(monkeypatch):
 
 
 @pytest.mark.parametrize("key, value", [("gpus_per_pack", 0.3), ("num_workers", 0)])
-def test_ray_keys_out_of_range_name_themselves(key, value):
+def test_ray_keys_out_of_range_name_themselves(key, value, loopback_env):
     pytest.importorskip("ray")
     node = compose_config(["executor=ray", f"executor.{key}={value}"]).executor
     with pytest.raises(ConfigError, match=rf"^executor\.{key}={value}: "):
