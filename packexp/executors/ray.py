@@ -136,19 +136,20 @@ class RayExecutor(Executor):
                  max_restarts: int = 3, max_task_retries: int = 3,
                  ready_timeout_s: float = 120) -> None:
         super().__init__(cfg, run_dir)
-        host = (address or "").rpartition(":")[0]
-        if address is None or host in ("127.0.0.1", "localhost"):
-            # A cluster of this run alone, on loopback (Ray reads this flag at import: it
-            # makes the node's address 127.0.0.1). Nothing else can reach it, so it needs no
-            # token, which Ray would otherwise write under ~/.ray.
+        if address is None or address.rpartition(":")[0] in ("127.0.0.1", "localhost"):
+            # Loopback: Ray reads this flag at import; it makes the node's address 127.0.0.1
+            # rather than the machine's.
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if address is None:
+            # A cluster of this run alone, on loopback: nothing else can reach it, so it
+            # needs no token, which Ray would otherwise write under ~/.ray.
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError(f"executor=ray: Ray is not installed; {INSTALL}") from None
         if gpus_per_pack not in (0, 0.25, 0.5) and not (
-                isinstance(gpus_per_pack, int) and gpus_per_pack >= 1):
+                gpus_per_pack >= 1 and float(gpus_per_pack).is_integer()):
             raise ConfigError(f"executor.gpus_per_pack={gpus_per_pack}: must be 0 (CPU), "
                               "0.25, 0.5 or a whole number of GPUs")
         if num_workers is not None and num_workers < 1:
