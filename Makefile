@@ -11,7 +11,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -e '.[dev,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)

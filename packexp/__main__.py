@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, ExecutorError
 from packexp.tracking import TrackingError
 
 
@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> float:
     _import_tensorflow_quietly()
     try:
         return run(cfg)
-    except (ConfigError, TrackingError) as e:
+    except (ConfigError, ExecutorError, TrackingError) as e:
         print(f"packexp: error: {e}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # the launcher records the failed job and runs the rest of the sweep

@@ -32,6 +32,15 @@ def _nvml():
         return None
 
 
+_gpu_index = 0  # NVML's index of this process's GPU
+
+
+def use_gpu_index(index: int) -> None:
+    """Makes NVML readings follow GPU ``index`` (a Ray actor's, from its runtime context)."""
+    global _gpu_index
+    _gpu_index = index
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What the machine is, as far as it changes speed or numerics: logged and tagged once.
@@ -119,20 +128,23 @@ def grouped_conv_gradients() -> bool:
         return False
 
 
-def gpu_memory(index: int = 0) -> tuple[int, int] | None:
-    """(total, free) bytes of GPU ``index`` from NVML, or None without a GPU."""
+def gpu_memory(index: int | None = None) -> tuple[int, int] | None:
+    """(total, free) bytes of GPU ``index`` (this process's by default) from NVML, or None
+    without a GPU."""
     nvml = _nvml()
     if nvml is None:
         return None
+    index = _gpu_index if index is None else index
     info = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index))
     return int(info.total), int(info.free)
 
 
-def gpu_utilization(index: int = 0) -> float | None:
+def gpu_utilization(index: int | None = None) -> float | None:
     """GPU busy percentage from NVML, or None without a GPU."""
     nvml = _nvml()
     if nvml is None:
         return None
+    index = _gpu_index if index is None else index
     return float(nvml.nvmlDeviceGetUtilizationRates(nvml.nvmlDeviceGetHandleByIndex(index)).gpu)
 
 
@@ -218,7 +230,7 @@ class ResourceSample:
         return {k: v for k, v in values.items() if v is not None}
 
 
-def sample_resources(index: int = 0) -> ResourceSample:
+def sample_resources(index: int | None = None) -> ResourceSample:
     """Host RSS, plus GPU ``index``'s used memory and utilisation from NVML when it exists."""
     memory = gpu_memory(index)
     return ResourceSample(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.errors import ConfigError
+from packexp.executors import Executor, LocalExecutor, PackJob
 from packexp.hyperband import Bracket, steps_for
 from packexp.journal import Journal
 from packexp.search_space import SearchSpace, Trial
@@ -59,6 +60,11 @@ class PackedSearch:
     _plans: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
     _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
     _probed: float = 0.0
+    executor: Executor | None = None  # where packs train; None: this process
+
+    def __post_init__(self) -> None:
+        if self.executor is None:
+            self.executor = LocalExecutor().start(self.cache)
 
     def replay(self, records: list[dict]) -> int:
         """Loads a killed run's finished work from its journal; returns the members found."""
@@ -86,8 +92,6 @@ class PackedSearch:
     def train_rung(
         self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float
     ) -> dict[str, float | None]:
-        from packexp.packing.trainer import train_group
-
         ids = [t.trial_id for t in trials]
         for dropped in set(self._last.get(bracket.s, [])) - set(ids):
             self._retire(dropped, "killed")
@@ -116,24 +120,29 @@ class PackedSearch:
                      f" ({len(done)} done before the resume)" if done else "")
             if self.progress:
                 self.progress.rung(bracket.s, rung, len(groups), epochs)
-            for k, (j, group, fusion) in enumerate(numbered):
+            jobs = [PackJob(f"b{bracket.s}-r{rung}-p{j:02d}", group, epochs,
+                            {t.trial_id: self._state_for(t) for t in group}, fusion,
+                            self.lr_horizon, checkpoint=self._checkpoints(bracket, rung))
+                    for j, group, fusion in numbered]
+            predicted: dict[int, float | None] = {}
+
+            def started(k: int) -> None:
+                group, fusion = numbered[k][1], numbered[k][2]
                 if self.progress:
                     self.progress.pack(k, len(group))
                 if self.first_pack_at is None:
                     self.first_pack_at = time.time()
-                predicted = None
+                predicted[k] = None
                 if self.strategy.needs_costs:  # predicted with the cache as it stands now
                     kept, members = self.cache.kept()
-                    predicted = self.strategy.predict(group, fusion, dataclasses.replace(
+                    predicted[k] = self.strategy.predict(group, fusion, dataclasses.replace(
                         context, kept=kept, members=members, replayed=self.cache.replayed))
-                runs = train_group(group, self.cache, epochs,
-                                   {t.trial_id: self._state_for(t) for t in group},
-                                   fusion=fusion, lr_horizon=self.lr_horizon)
-                for k, pack_run in enumerate(runs):
-                    pack_id = f"b{bracket.s}-r{rung}-p{j:02d}" + (
-                        f"-{k}" if len(runs) > 1 else "")
+
+            for k, runs in self.executor.run(jobs, started):
+                for part, pack_run in enumerate(runs):
+                    pack_id = jobs[k].key + (f"-{part}" if len(runs) > 1 else "")
                     scores.update(self._finish_pack(bracket, rung, epochs, pack_id, pack_run,
-                                                    predicted if len(runs) == 1 else None))
+                                                    predicted[k] if len(runs) == 1 else None))
         if rung == len(bracket.rungs) - 1:
             for trial_id in ids:
                 if self.trials[trial_id]["status"] == "running":
@@ -198,15 +207,17 @@ class PackedSearch:
 
     def _state_for(self, trial: Trial) -> Any:
         """The trial's starting state for this rung: None to start afresh, else the state it
-        ended its last rung in (kept in memory; read from its checkpoint after a resume)."""
-        from packexp.packing.member import read_state
-
+        ended its last rung in: kept in memory, or the path of its checkpoint (after a
+        resume, or written by a worker), which whoever trains the pack reads."""
         rungs = self.trials[trial.trial_id]["rungs"]
         if not (rungs and self.continue_on_promotion and rungs[-1]["checkpoint"]):
             return None  # a failed member keeps no checkpoint: it starts again, as it did
-        if trial.trial_id not in self._states:
-            self._states[trial.trial_id] = read_state(rungs[-1]["checkpoint"])
-        return self._states[trial.trial_id]
+        return self._states.get(trial.trial_id, rungs[-1]["checkpoint"])
+
+    def _checkpoints(self, bracket: Bracket, rung: int) -> bool:
+        """Whether the rung's end states are continued from (by the next rung)."""
+        return self.continue_on_promotion and rung + 1 < len(bracket.rungs)
+
 
     def _finish_pack(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
                      pack_run: Any, predicted_s: float | None = None) -> dict[str, float | None]:
@@ -217,8 +228,8 @@ class PackedSearch:
         checkpoints: dict[str, str | None] = {}
         for m in members:
             self._states.pop(m.trial_id, None)
-            checkpoints[m.trial_id] = None
-            if self.continue_on_promotion and not m.failed and rung + 1 < len(bracket.rungs):
+            checkpoints[m.trial_id] = m.checkpoint  # a worker's, already durable
+            if m.state is not None and not m.failed and self._checkpoints(bracket, rung):
                 # Durable before the journal names it; the next rung reads the memory copy.
                 checkpoints[m.trial_id] = write_state(
                     m.state, self.checkpoints / m.trial_id / f"r{rung}")
@@ -260,6 +271,9 @@ class PackedSearch:
             self.journal.append("result", **result)
             for old in (self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"):
                 old.unlink(missing_ok=True)
+            before = self.trials[m.trial_id]["rungs"]
+            if before and before[-1]["checkpoint"] not in (None, checkpoint):
+                Path(before[-1]["checkpoint"]).unlink(missing_ok=True)
             self._add_result(result)
             scores[m.trial_id] = ev.val_accuracy
             rungs = self.trials[m.trial_id]["rungs"]
@@ -299,7 +313,16 @@ class PackedSearch:
         self.tracker.end_trial(trial_id, STATUS[status])
         # Checkpoints exist only to continue from; a retired trial never continues.
         shutil.rmtree(self.checkpoints / trial_id, ignore_errors=True)
+        for r in record["rungs"]:
+            if r["checkpoint"]:
+                Path(r["checkpoint"]).unlink(missing_ok=True)
         self._states.pop(trial_id, None)
+
+
+def journaled_checkpoints(records: list[dict]) -> set[str]:
+    """The checkpoints a resumed search may continue from: each trial's last journaled one."""
+    last = {r["trial_id"]: r["checkpoint"] for r in records if r["event"] == "result"}
+    return {path for path in last.values() if path}
 
 
 def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:

@@ -14,7 +14,8 @@ from packexp.run import run
 from packexp.search_space import FloatRange, IntRange, SearchSpace
 from tests.conftest import CONF_DIR, compose_config
 
-GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "experiment"]
+GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "executor",
+          "experiment"]
 CHOICES = [(g, p.stem) for g in GROUPS for p in sorted(Path(CONF_DIR, g).glob("*.yaml"))]
 
 

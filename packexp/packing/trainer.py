@@ -26,9 +26,11 @@ class MemberResult:
     """A member as its pack left it: the pack's models may serve other trials next."""
 
     trial: Trial
-    state: MemberState
+    state: MemberState | None  # None when a worker wrote it to ``checkpoint`` instead
     failed: bool
     train_loss: float | None
+    checkpoint: str | None = None
+    saved_step: int = 0  # the step of a state left in ``checkpoint`` (or of a failed member)
 
     @property
     def trial_id(self) -> str:
@@ -36,7 +38,7 @@ class MemberResult:
 
     @property
     def step(self) -> int:
-        return self.state.step
+        return self.saved_step if self.state is None else self.state.step
 
 
 @dataclass

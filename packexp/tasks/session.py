@@ -54,8 +54,9 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
         tracker.end(status)
 
 
-# Keys that may differ between a run and its resume: they change no result.
-RESUME_FREE = ("resume", "summary_top_k", "tracking.")
+# Keys that may differ between a run and its resume: they change no result (where packs
+# train included: the same plan gives the same numbers in any process).
+RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.")
 
 
 

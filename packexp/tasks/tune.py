@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -57,6 +60,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     probe_model(build_model, dataset, space)
     pack_options = pack_settings(cfg.pack)
     check_preprocessing(cfg.preprocess, space, dataset.input_shape)
+    executor = instantiate(cfg.executor, "executor")(cfg=cfg, run_dir=run_dir)
     journal, records = open_journal(cfg, run_dir)
     names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
     write_json(run_dir / "plan.json", plan_dict(scheduler))
@@ -67,16 +71,13 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                  run_name=f"{names['strategy']}-{names['model']}-{names['dataset']}"
                           f"-seed{cfg.seed}",
                  tags={**names, "task": "tune", **facts.tags()}) as tracker:
-        from packexp.packing import DeviceData, Member
+        from packexp.packing import DeviceData
         from packexp.packing.cache import PackCache
         from packexp.progress import SearchProgress
-        from packexp.tuner import PackedSearch
+        from packexp.tuner import PackedSearch, journaled_checkpoints
 
         data = DeviceData(dataset)
-
-        def make_member(trial: Trial) -> Member:
-            return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
-                                 data.train_size, preprocessing_for(cfg.preprocess, trial))
+        make_member = member_factory(cfg, build_model, dataset, data)
 
         capacity, capacity_source, probe_seconds = device_capacity(
             cfg.device, max_members, make_member, data, pack_options,
@@ -88,7 +89,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                             measure=lambda: calibrate_device(scheduler, cache, space, capacity,
                                                              max_members, data.train_size))
         calibration_s = time.perf_counter() - calibration_started
-        with SearchProgress(scheduler) as progress:
+        with SearchProgress(scheduler) as progress, closing(executor.start(cache)):
             search = PackedSearch(
                 space=space, strategy=strategy, capacity=capacity, cache=cache,
                 tracker=tracker, journal=journal,
@@ -97,11 +98,12 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 lr_horizon=scheduler.horizon_epochs, capacity_source=capacity_source,
                 progress=progress,
                 probe_seconds=probe_seconds, train_size=data.train_size,
-                brackets=scheduler.brackets(),
+                brackets=scheduler.brackets(), executor=executor,
             )
             if records:
                 log.info("resuming: %d member results from %s", search.replay(records),
                          journal.path)
+                executor.discard(journaled_checkpoints(records))
             started = time.perf_counter() - calibration_s
             scheduler.run(search.sample, search.train_rung)
             search.finish()
@@ -138,3 +140,28 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             tracker.log_artifact(picture, "plots")
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5))
     return float(best)
+
+
+def member_factory(cfg: DictConfig, build_model: Any, dataset: Any,
+                   data: Any) -> Callable[[Trial], Any]:
+    """Builds a trial's ``packing.Member`` (in its seeded starting state) on ``data``."""
+    from packexp.packing import Member
+
+    def make_member(trial: Trial) -> Member:
+        return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
+                             data.train_size, preprocessing_for(cfg.preprocess, trial))
+
+    return make_member
+
+
+def worker_cache(cfg: DictConfig) -> Any:
+    """An executor worker's ``PackCache``: the run's dataset on this process's device and
+    its members built as the driver builds them, so a pack trains the same anywhere."""
+    from packexp.packing import DeviceData
+    from packexp.packing.cache import PackCache
+
+    dataset = instantiate(cfg.dataset, "dataset")
+    build_model = instantiate(cfg.model, "model")
+    data = DeviceData(dataset)
+    return PackCache(member_factory(cfg, build_model, dataset, data), data,
+                     pack_settings(cfg.pack), keep=reuse_setting(cfg.pack))

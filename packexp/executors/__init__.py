@@ -1,0 +1,15 @@
+"""Where packs train: in this process (``local``) or on a Ray cluster (``ray``)."""
+
+from packexp.executors.base import ATTEMPTS, Executor, ExecutorError, PackJob
+from packexp.executors.local import LocalExecutor
+
+__all__ = ["ATTEMPTS", "Executor", "ExecutorError", "LocalExecutor", "PackJob", "RayExecutor"]
+
+
+def __getattr__(name: str):
+    # Ray is an optional extra: its module is imported only when chosen.
+    if name == "RayExecutor":
+        from packexp.executors.ray import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(name)

@@ -1,0 +1,89 @@
+"""An executor trains a rung's planned packs and hands them back in plan order."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packexp.errors import ExecutorError
+from packexp.search_space import Trial
+
+__all__ = ["ATTEMPTS", "Executor", "ExecutorError", "PackJob", "discard_attempts"]
+
+
+@dataclass(frozen=True)
+class PackJob:
+    """One planned pack, as ``packing.trainer.train_group`` takes it.
+
+    ``states`` hold each member's starting state: a ``MemberState`` in memory, a checkpoint
+    path, or None for a fresh trial. ``checkpoint`` says whether the members' end states
+    are needed again (a later rung continues from them).
+    """
+
+    key: str
+    group: Sequence[Trial]
+    epochs: float
+    states: Mapping[str, Any]
+    fusion: str | None = None
+    lr_horizon: float | None = None
+    checkpoint: bool = False
+
+
+class Executor(abc.ABC):
+    """Trains packs for the search's driver, which alone journals and tracks them.
+
+    Args:
+        cfg: The run's composed config (workers build their data and members from it).
+        run_dir: The run directory.
+    """
+
+    def __init__(self, cfg: Any = None, run_dir: str | Path | None = None) -> None:
+        self.cfg = cfg
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.cache: Any = None
+
+    def start(self, cache: Any) -> Executor:
+        """Readies the executor; ``cache`` is the driver's ``PackCache``."""
+        self.cache = cache
+        return self
+
+    @abc.abstractmethod
+    def run(self, jobs: Sequence[PackJob],
+            on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:
+        """Trains ``jobs``; yields ``(index, pack runs)`` in plan order (``jobs`` order).
+
+        ``on_start(index)`` is called as each job is dispatched. Pack runs are
+        ``packing.trainer.PackRun``s; a member's ``checkpoint`` is set when a worker wrote
+        its state (then ``state`` is None)."""
+
+    def close(self) -> None:  # noqa: B027 (most executors hold nothing)
+        """Releases workers; the search is over or has failed."""
+
+    def discard(self, keep: set[str]) -> None:
+        """Deletes workers' checkpoints that are not in ``keep`` (on resume): attempts that
+        were killed, or whose pack was never journaled."""
+        if self.run_dir is not None:
+            discard_attempts(self.run_dir / ATTEMPTS, keep)
+
+
+ATTEMPTS = "attempts"  # under a shared directory: one directory per attempt at a pack
+
+
+def discard_attempts(root: Path, keep: set[str]) -> None:
+    """Deletes the files under ``root``'s attempt directories not in ``keep``, then the
+    directories left empty."""
+    for path in root.glob("*/*"):
+        if str(path) not in keep:
+            path.unlink(missing_ok=True)
+    prune_attempts(root)
+
+
+def prune_attempts(root: Path) -> None:
+    for attempt in root.glob("*"):
+        if attempt.is_dir() and not any(attempt.iterdir()):
+            attempt.rmdir()
+    if root.is_dir() and not any(root.iterdir()):
+        root.rmdir()

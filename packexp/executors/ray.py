@@ -1,0 +1,353 @@
+"""Packs trained on a Ray cluster by long-lived actors, one per placement-group bundle."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from packexp.errors import ConfigError
+from packexp.executors.base import (
+    ATTEMPTS,
+    Executor,
+    ExecutorError,
+    PackJob,
+    discard_attempts,
+    prune_attempts,
+)
+
+log = logging.getLogger(__name__)
+
+INSTALL = "pip install -e '.[ray]'"
+
+
+class PackWorker:
+    """A Ray actor: the dataset on its device and a ``PackCache``, taking packs one at a time.
+
+    Args:
+        cfg: The run's config as a plain container.
+        shared_dir: Where checkpoints go; the same path on every node.
+        gpu_share: Its fraction of one GPU; 0 on a CPU.
+    """
+
+    def __init__(self, cfg: dict, shared_dir: str, gpu_share: float = 0.0) -> None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if gpu_share > 0:
+            _cap_gpu_memory(gpu_share)
+        from packexp.tasks.tune import worker_cache
+
+        self.shared_dir = Path(shared_dir)
+        self.cache = worker_cache(OmegaConf.create(cfg))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run_pack(self, job: PackJob) -> list[dict]:
+        """Trains ``job``; returns its pack runs as plain dicts (``RayExecutor.unpack``).
+
+        Each call writes into a directory of its own, so a retried call never overwrites
+        the files of the attempt before it.
+        """
+        from packexp.packing.member import read_state, write_state
+        from packexp.packing.trainer import train_group
+
+        started = time.perf_counter()
+        attempt = self.shared_dir / ATTEMPTS / f"{job.key}.{uuid.uuid4().hex[:8]}"
+        states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
+        runs = train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
+                           lr_horizon=job.lr_horizon)
+        out = []
+        for run in runs:
+            members = [{
+                "trial_id": m.trial_id, "failed": m.failed, "train_loss": m.train_loss,
+                "step": m.step,
+                "checkpoint": write_state(m.state, attempt / m.trial_id)
+                if job.checkpoint and not m.failed else None,
+            } for m in run.members]
+            out.append({
+                "members": members,
+                "stats": {f.name: getattr(run.stats, f.name) for f in fields(run.stats)
+                          if f.name != "group"},
+                "evaluation": {i: asdict(e) for i, e in run.evaluation.items()},
+                "peak_memory_bytes": run.peak_memory_bytes, "splits": run.splits,
+                "reused": run.reused, "reused_members": run.reused_members,
+                "build_s": run.build_s, "eval_s": run.eval_s,
+                "started_ago_s": time.perf_counter() - run.started,
+                "attempt": attempt.name, "pid": os.getpid(),
+            })
+        log.debug("pack %s trained in %.3f s", job.key, time.perf_counter() - started)
+        return out
+
+
+def _cap_gpu_memory(share: float) -> None:
+    """Limits TensorFlow to ``share`` of the actor's GPU, before any GPU op runs; NVML
+    telemetry follows the GPU Ray gave the actor."""
+    import ray
+    import tensorflow as tf
+
+    from packexp import telemetry
+
+    ids = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
+    if ids:
+        telemetry.use_gpu_index(int(ids[0]))
+    gpus = tf.config.list_physical_devices("GPU")
+    memory = telemetry.gpu_memory()
+    if gpus and memory and share < 1:
+        limit_mb = int(memory[0] * share / 2**20)
+        tf.config.set_logical_device_configuration(
+            gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=limit_mb)])
+
+
+class RayExecutor(Executor):
+    """Dispatches a rung's packs to free actors (``ray.wait``) and yields them in plan order.
+
+    The driver stays the only writer of the journal and the tracking store; actors return
+    plain dicts and write checkpoints under ``shared_dir``.
+
+    Args:
+        cfg: The run's config.
+        run_dir: The run directory (``shared_dir``'s default).
+        address: None starts a local cluster; ``auto`` or ``host:port`` joins one.
+        num_workers: Actors; None for the cluster's GPUs / ``gpus_per_pack``, or its CPUs /
+            ``cpus_per_pack`` without GPUs per pack.
+        gpus_per_pack: Each actor's share of a GPU (1, 0.5, 0.25), or 0 for CPU actors.
+        cpus_per_pack: CPUs reserved for each actor.
+        placement: The placement group's strategy (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD).
+        shared_dir: The checkpoint directory, the same path on every node; None for
+            ``run_dir``.
+        max_restarts: Times a dead actor is restarted.
+        max_task_retries: Times a pack whose actor died is retried.
+        ready_timeout_s: How long to wait for the cluster to grant the actors' resources.
+    """
+
+    def __init__(self, cfg: Any = None, run_dir: str | Path | None = None, *,
+                 address: str | None = None, num_workers: int | None = None,
+                 gpus_per_pack: float = 0, cpus_per_pack: float = 1,
+                 placement: str = "PACK", shared_dir: str | None = None,
+                 max_restarts: int = 3, max_task_retries: int = 3,
+                 ready_timeout_s: float = 120) -> None:
+        super().__init__(cfg, run_dir)
+        if address is None or address.rpartition(":")[0] in ("127.0.0.1", "localhost"):
+            # Loopback: Ray reads this flag at import; it makes the node's address 127.0.0.1
+            # rather than the machine's.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if address is None:
+            # A cluster of this run alone, on loopback: nothing else can reach it, so it
+            # needs no token, which Ray would otherwise write under ~/.ray.
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"executor=ray: Ray is not installed; {INSTALL}") from None
+        if gpus_per_pack not in (0, 0.25, 0.5) and not (
+                gpus_per_pack >= 1 and float(gpus_per_pack).is_integer()):
+            raise ConfigError(f"executor.gpus_per_pack={gpus_per_pack}: must be 0 (CPU), "
+                              "0.25, 0.5 or a whole number of GPUs")
+        if num_workers is not None and num_workers < 1:
+            raise ConfigError(f"executor.num_workers={num_workers}: must be at least 1")
+        self.address = address
+        self.num_workers = num_workers
+        self.gpus_per_pack = gpus_per_pack
+        self.cpus_per_pack = cpus_per_pack
+        self.placement = placement
+        base = Path(shared_dir) if shared_dir else self.run_dir or Path.cwd()
+        self.shared_dir = base.resolve()
+        self.max_restarts = max_restarts
+        self.max_task_retries = max_task_retries
+        self.ready_timeout_s = ready_timeout_s
+        self._owns_ray = False
+        self._group = None
+        self._actors: list[Any] = []
+
+    def start(self, cache: Any) -> RayExecutor:
+        super().start(cache)
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # a cluster this run started goes with it
+            raise
+        return self
+
+    def _start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self._connect()
+        n = self.num_workers or self._workers_fitting(ray.cluster_resources())
+        bundle = {"CPU": self.cpus_per_pack}
+        if self.gpus_per_pack:
+            bundle["GPU"] = self.gpus_per_pack
+        self._group = placement_group([dict(bundle)] * n, strategy=self.placement)
+        ready, _ = ray.wait([self._group.ready()], timeout=self.ready_timeout_s)
+        if not ready:
+            raise ConfigError(
+                f"executor.num_workers={n}: the cluster ({_resources()}) cannot place {n} "
+                f"bundles of {bundle} ({self.placement}) within {self.ready_timeout_s:.0f} s")
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        worker = ray.remote(PackWorker)
+        options = {"num_cpus": self.cpus_per_pack, "num_gpus": self.gpus_per_pack,
+                   "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
+                   # Workers import this checkout's packexp, whatever the nodes installed.
+                   "runtime_env": {"env_vars": {"PYTHONPATH": path,
+                                                "TF_CPP_MIN_LOG_LEVEL": "2"}}}
+        config = OmegaConf.to_container(self.cfg, resolve=True)
+        self._actors = [
+            worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self._group, placement_group_bundle_index=i)).remote(
+                    config, str(self.shared_dir), float(self.gpus_per_pack))
+            for i in range(n)]
+        log.info("ray: %d workers (%s each, %s) at %s", n, bundle, self.placement,
+                 ray.get_runtime_context().gcs_address)
+
+    def _connect(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return  # a session the caller opened (tests share one)
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "configure_logging": False}
+        if self.address is None:
+            kwargs["_node_ip_address"] = "127.0.0.1"
+        _check_reachable(self.address)
+        try:
+            ray.init(address=self.address, **kwargs)
+        except Exception as e:  # ConnectionError, RuntimeError, ValueError, auth errors
+            reason = " ".join(str(e).split())[:200]
+            raise ConfigError(f"executor.address={self.address}: cannot join a Ray cluster "
+                              f"there ({type(e).__name__}: {reason})") from None
+        self._owns_ray = True
+
+    def _workers_fitting(self, resources: dict) -> int:
+        if self.gpus_per_pack:
+            n, key = int(resources.get("GPU", 0) // self.gpus_per_pack), "GPU"
+        else:
+            n, key = int(resources.get("CPU", 0) // self.cpus_per_pack), "CPU"
+        if n < 1:
+            raise ConfigError(f"executor.num_workers=null: the cluster has no {key} for one "
+                              f"worker ({_resources()}); set executor.gpus_per_pack or "
+                              "executor.cpus_per_pack")
+        return n
+
+    def run(self, jobs: Sequence[PackJob],
+            on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:
+        import ray
+
+        todo = deque(range(len(jobs)))
+        free = list(self._actors)
+        running: dict[Any, tuple[int, Any]] = {}
+        done: dict[int, tuple[list[dict], float]] = {}
+        published = 0
+        try:
+            while published < len(jobs):
+                while free and todo:
+                    k = todo.popleft()
+                    actor = free.pop(0)
+                    on_start(k)
+                    running[actor.run_pack.remote(jobs[k])] = (k, actor)
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    k, actor = running.pop(ref)
+                    done[k] = (self._get(ref, jobs[k]), time.perf_counter())
+                    free.append(actor)
+                while published in done:
+                    runs, received = done.pop(published)
+                    self._drop_other_attempts(jobs[published].key, runs)
+                    yield published, [unpack(r, jobs[published], received) for r in runs]
+                    published += 1
+        finally:
+            for ref in running:
+                ray.cancel(ref)  # actor tasks: the actors themselves go in ``close``
+
+    def _get(self, ref: Any, job: PackJob) -> list[dict]:
+        import ray
+
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as e:
+            raise e.as_instanceof_cause() from None
+        except ray.exceptions.RayActorError as e:
+            reason = " ".join(str(e).split())[:160]
+            raise ExecutorError(
+                f"executor: pack {job.key}'s worker died and its retries are spent "
+                f"(executor.max_restarts={self.max_restarts}, "
+                f"executor.max_task_retries={self.max_task_retries}): {reason}; finished packs "
+                "are journaled: add resume=true to finish the run") from None
+
+    def _drop_other_attempts(self, key: str, runs: list[dict]) -> None:
+        """Files of a killed attempt of the same pack: only the one published counts."""
+        kept = {r["attempt"] for r in runs}
+        for other in (self.shared_dir / ATTEMPTS).glob(f"{key}.*"):
+            if other.name not in kept:
+                shutil.rmtree(other, ignore_errors=True)
+
+    def discard(self, keep: set[str]) -> None:
+        discard_attempts(self.shared_dir / ATTEMPTS, keep)
+
+    def close(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self._actors:
+            ray.kill(actor, no_restart=True)
+        self._actors = []
+        if self._group is not None:
+            remove_placement_group(self._group)
+            self._group = None
+        prune_attempts(self.shared_dir / ATTEMPTS)
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False
+
+
+def unpack(run: dict, job: PackJob, received: float) -> Any:
+    """A worker's plain dict as the ``PackRun`` the tuner publishes."""
+    from packexp.packing.pack import Evaluation, PackStats
+    from packexp.packing.trainer import MemberResult, PackRun
+
+    trials = {t.trial_id: t for t in job.group}
+    members = [MemberResult(trials[m["trial_id"]], None, m["failed"], m["train_loss"],
+                            checkpoint=m["checkpoint"], saved_step=m["step"])
+               for m in run["members"]]
+    return PackRun(members, PackStats(**run["stats"]),
+                   {i: Evaluation(**e) for i, e in run["evaluation"].items()},
+                   run["peak_memory_bytes"], run["splits"], run["reused"],
+                   reused_members=run["reused_members"], build_s=run["build_s"],
+                   eval_s=run["eval_s"], started=received - run["started_ago_s"])
+
+
+def _check_reachable(address: str | None, timeout_s: float = 10) -> None:
+    """A ``host:port`` that refuses connections fails here, at once; ``ray.init`` would retry
+    for minutes."""
+    import socket
+
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit():
+        return  # None or auto: Ray finds (or fails to find) the cluster itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError(f"executor.address={address}: no Ray cluster answers there "
+                          f"({e.strerror or type(e).__name__}); start one with "
+                          "`ray start --head`, or set executor.address=null for a local "
+                          "cluster") from None
+
+
+def _resources() -> str:
+    import ray
+
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(ray.cluster_resources().items())
+                     if k in ("CPU", "GPU"))

@@ -1,0 +1,238 @@
+"""``executor=ray``: the same results as ``executor=local``, and faults survived or resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+# Plain packs, so results agree bit for bit; knn packs several members without calibrating.
+QUICK = ["experiment=quick", "strategy=knn", "pack.fusion=off"]
+WORKER_BUSY = "PackWorker.run_pack"
+
+
+@pytest.fixture
+def ray_env(tmp_path):
+    """Environment of a run: Ray's files in a short temporary directory (its socket paths
+    must stay short), HOME in ``tmp_path``; afterwards no process of that Ray is left."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    yield env
+    assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
+    assert not [p for p in home.rglob("*") if "ray" in p.name.lower()]
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def ray_processes(ray_tmp: str) -> list[int]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("RAY_TMPDIR") == ray_tmp and p.pid != os.getpid():
+                found.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def packexp(run_dir: Path, env: dict, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "packexp", *QUICK, *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout_s: float = 240) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=timeout_s)
+    return proc.returncode, err
+
+
+def scores(run_dir: Path) -> dict:
+    """What ``results.json`` says apart from timings (and which packs reused a worker's models)."""
+    results = json.loads((run_dir / "results.json").read_text())
+    return {"trials": {t["trial_id"]: (t["hparams"], t["status"], t["packs"],
+                                       [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"],
+                                         r["val_loss"], r["train_loss"]) for r in t["rungs"]])
+                       for t in results["trials"]},
+            "packs": [(p["pack_id"], p["members"], p["steps"], p["fused"], p["splits"])
+                      for p in results["packs"]],
+            "best": results["best"]}
+
+
+def results_per_trial_and_rung(run_dir: Path) -> Counter:
+    lines = (run_dir / "journal.jsonl").read_text().splitlines()
+    return Counter((r["trial_id"], r["rung"]) for r in map(json.loads, lines)
+                   if r["event"] == "result")
+
+
+def kill_a_busy_worker(proc: subprocess.Popen, killed: list[int]) -> threading.Thread:
+    """SIGKILLs the first actor seen training a pack (Ray titles it ``...run_pack``)."""
+
+    def hunt() -> None:
+        while proc.poll() is None and not killed:
+            try:
+                children = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                return
+            for child in children:
+                try:
+                    if WORKER_BUSY in " ".join(child.cmdline()):
+                        child.send_signal(signal.SIGKILL)
+                        killed.append(child.pid)
+                        return
+                except psutil.Error:
+                    continue
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=hunt, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def local_scores(tmp_path_factory) -> dict:
+    run_dir = tmp_path_factory.mktemp("local") / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    code, err = finish(packexp(run_dir, env))
+    assert code == 0, err
+    return scores(run_dir)
+
+
+def test_two_cpu_workers_give_the_results_of_local(tmp_path, ray_env, local_scores):
+    run_dir = tmp_path / "run"
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2"))
+    assert code == 0, err
+    assert scores(run_dir) == local_scores
+    assert not (run_dir / "attempts").exists()  # checkpoints of retired trials go
+
+
+def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ray_env,
+                                                                     local_scores):
+    run_dir, killed = tmp_path / "run", []
+    proc = packexp(run_dir, ray_env, "executor=ray")
+    kill_a_busy_worker(proc, killed)
+    code, err = finish(proc)
+    assert code == 0, err
+    assert killed
+    assert set(results_per_trial_and_rung(run_dir).values()) == {1}
+    assert scores(run_dir) == local_scores
+
+
+def test_retries_spent_stop_the_run_in_one_line_and_resume_finishes_it(tmp_path, ray_env,
+                                                                       local_scores):
+    run_dir, killed = tmp_path / "run", []
+    proc = packexp(run_dir, ray_env, "executor=ray", "executor.max_restarts=0",
+                   "executor.max_task_retries=0")
+    kill_a_busy_worker(proc, killed)
+    code, err = finish(proc)
+    assert killed
+    assert code == 2, err
+    [line] = [x for x in err.splitlines() if x.startswith("packexp: error:")]
+    assert "worker died" in line and "executor.max_task_retries=0" in line
+    assert "resume=true" in line
+    assert "finished" not in {r["event"] for r in map(
+        json.loads, (run_dir / "journal.jsonl").read_text().splitlines())}
+    code, err = finish(packexp(run_dir, ray_env, "executor=local", "resume=true"))
+    assert code == 0, err
+    assert set(results_per_trial_and_rung(run_dir).values()) == {1}
+    assert scores(run_dir) == local_scores
+
+
+def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, local_scores):
+    run_dir = tmp_path / "run"
+    journal = run_dir / "journal.jsonl"
+    proc = packexp(run_dir, ray_env, "executor=ray")
+    assert wait_until(lambda: journal.exists() and '"event": "pack"' in journal.read_text(),
+                      180)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert wait_until(lambda: not ray_processes(ray_env["RAY_TMPDIR"]), 30)
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "resume=true"))
+    assert code == 0, err
+    assert set(results_per_trial_and_rung(run_dir).values()) == {1}
+    assert scores(run_dir) == local_scores
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_env, local_scores):
+    port = free_port()
+    env = {**ray_env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    ray = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen(
+        [str(ray), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+         "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: _answers(port), 60)
+        run_dir = tmp_path / "run"
+        code, err = finish(packexp(run_dir, env, "executor=ray",
+                                   f"executor.address=127.0.0.1:{port}"))
+        assert code == 0, err
+        assert scores(run_dir) == local_scores
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
+    port = free_port()
+    code, err = finish(packexp(tmp_path / "run", ray_env, "executor=ray",
+                               f"executor.address=127.0.0.1:{port}"), 120)
+    assert code == 2
+    [line] = [x for x in err.splitlines() if x.startswith("packexp: error:")]
+    assert line.startswith(f"packexp: error: executor.address=127.0.0.1:{port}: ")
+
+
+@pytest.mark.gpu
+def test_two_half_gpu_workers_share_one_gpu(tmp_path, ray_env, local_scores):
+    run_dir = tmp_path / "run"
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.gpus_per_pack=0.5",
+                               "executor.num_workers=2"))
+    assert code == 0, err
+    results = json.loads((run_dir / "results.json").read_text())
+    assert {t["trial_id"] for t in results["trials"]} == set(local_scores)
