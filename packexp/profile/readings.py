@@ -60,6 +60,17 @@ def slower_beyond_noise(row: Row, noise: float) -> bool:
     return row["impv"] < -noise
 
 
+
+def _measured(rows: Sequence[Row], key: str, point: str, like: str) -> tuple[list[Row], str]:
+    """The rows that ran, sorted by ``key``, and the clause for where memory stopped the
+    sweep (``point`` formats that row's ``key``; empty when nothing ran out of memory)."""
+    done = sorted(ok(rows), key=lambda r: r[key])
+    stop = next((r for r in rows if r.get("status") == "out_of_memory"), None)
+    stopped = (f"; stopped at {point.format(stop[key])} on the memory limit, {like}"
+               if stop else "")
+    return done, stopped
+
+
 def read_growth(name: str, rows: Sequence[Row], noise: float = 0.0,
                 paper_best: float | None = None) -> Finding:
     """Figure 4a: "as the number of packed models increases so do the relative benefits until
@@ -74,10 +85,8 @@ def read_growth(name: str, rows: Sequence[Row], noise: float = 0.0,
         noise: The noise of one IMPV, on top of each row's own range.
         paper_best: The paper's best IMPV for this model, where it gives one.
     """
-    done = sorted(ok(rows), key=lambda r: r["num_models"])
-    stop = next((r for r in rows if r.get("status") == "out_of_memory"), None)
-    stopped = (f"; stopped at N={stop['num_models']} on the memory limit, as the paper's "
-               "DenseNet-121 did") if stop else ""
+    done, stopped = _measured(rows, "num_models", "N={}",
+                              "as the paper's DenseNet-121 did")
     if len(done) < 2:
         return Finding(name, INCONCLUSIVE, f"only {len(done)} value of N measured{stopped}")
     noise = max(noise, row_noise(done))
@@ -117,10 +126,8 @@ def read_batch(name: str, rows: Sequence[Row], noise: float = 0.0) -> Finding:
     Agrees when IMPV's spread over the batch sizes is within twice the noise or under 15
     points; differs when it moves beyond both, naming the trend.
     """
-    done = sorted(ok(rows), key=lambda r: r["batch_size"])
-    stop = next((r for r in rows if r.get("status") == "out_of_memory"), None)
-    stopped = (f"; stopped at batch size {stop['batch_size']} on the memory limit, as the "
-               "paper's larger models did") if stop else ""
+    done, stopped = _measured(rows, "batch_size", "batch size {}",
+                              "as the paper's larger models did")
     if len(done) < 2:
         return Finding(name, INCONCLUSIVE, f"only {len(done)} batch size measured{stopped}")
     noise = max(noise, row_noise(done))
