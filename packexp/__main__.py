@@ -16,29 +16,47 @@ from packexp.errors import ConfigError, ExecutorError
 from packexp.tracking import TrackingError
 
 
-def _import_tensorflow_quietly() -> None:
+def _import_tensorflow_quietly(use_gpu: bool = True) -> None:
     """Imports TensorFlow and finds its devices with the C++ start-up banner muted.
 
     TensorFlow 2.21 prints it on stderr before Python logging exists, whatever
-    TF_CPP_MIN_LOG_LEVEL says. Errors still surface: they are Python exceptions.
+    TF_CPP_MIN_LOG_LEVEL says. Errors still surface: they are Python exceptions. The GPU's
+    free memory is read first, before TensorFlow claims it; without ``use_gpu`` (the
+    executor's workers train) TensorFlow is kept off the GPU here.
     """
+    from packexp.telemetry import note_free_gpu_memory
+
+    note_free_gpu_memory()
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
             import tensorflow as tf
 
+            if not use_gpu:
+                tf.config.set_visible_devices([], "GPU")
             tf.config.list_logical_devices()  # probes CUDA, which logs when there is none
     finally:
         os.dup2(saved, 2)
         os.close(saved)
 
 
+def _trains_here(cfg: DictConfig) -> bool:
+    """Whether the chosen executor trains packs in this process (a bad one is reported
+    where it is instantiated)."""
+    from hydra.utils import get_class
+
+    try:
+        return bool(get_class(cfg.executor._target_).trains_here)
+    except Exception:
+        return True
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     from packexp.run import run
 
-    _import_tensorflow_quietly()
+    _import_tensorflow_quietly(use_gpu=_trains_here(cfg))
     try:
         return run(cfg)
     except (ConfigError, ExecutorError, TrackingError) as e:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from packexp.config import check_pairing, instantiate, member_cap, model_hparams, probe_model
 from packexp.errors import ConfigError
@@ -30,37 +30,31 @@ def architecture(trial: Trial) -> str:
 
 
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
-                    data: Any, pack_options: Mapping[str, Any],
-                    probes_file: Path | None = None
+                    on_device: Callable[..., Any], probes_file: Path | None = None
                     ) -> tuple[Capacity, str, Callable[[], float]]:
     """Memory capacity of one pack, with member costs from the estimate and its probes.
 
-    With ``probes_file``, the probes are kept there (per batch size) and a resumed run reads
-    them back instead of probing again.
+    The estimate is built here; the limit and the probes come from where packs train:
+    ``on_device(fn, *args)`` runs ``fn(cache, *args)`` with that place's ``PackCache``
+    (``Executor.on_device``). With ``probes_file``, the probes are kept there (per batch
+    size) and a resumed run reads them back instead of probing again.
 
     Returns:
         The capacity, the setting it comes from, and a clock of the probes' time so far.
     """
     from packexp.packing.memory import MemoryModel
-    from packexp.packing.trainer import probe_member
 
-    limit, source = device_limit(device)
-
-    warmed: list[bool] = []
+    if device.probe not in (True, False, "auto"):
+        raise ConfigError(f"device.probe={device.probe!r}: must be true, false or auto")
+    limit, source = on_device(limit_here, OmegaConf.to_container(device, resolve=True))
     spent = [0.0]
 
     def probe(trial: Trial) -> int:
         t0 = time.perf_counter()
         try:
-            if not warmed:  # the first pack in a process pays TensorFlow's one-off set-up
-                probe_member(trial, make_member, data, pack_options)
-                warmed.append(True)
-            return probe_member(trial, make_member, data, pack_options)
+            return on_device(probe_here, trial)
         finally:
             spent[0] += time.perf_counter() - t0
-
-    if device.probe not in (True, False, "auto"):
-        raise ConfigError(f"device.probe={device.probe!r}: must be true, false or auto")
 
     def worth_probing(estimate: int) -> bool:
         # auto: a probe only matters where a full pack, by the estimate, could come within
@@ -81,6 +75,37 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
     return (Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source,
             lambda: spent[0])
 
+
+def on_cache(cache: Any) -> Callable[..., Any]:
+    """``on_device`` for packs trained in this process with ``cache``."""
+    return lambda fn, *args: fn(cache, *args)
+
+
+# Run where packs train (``on_device``), so a Ray actor answers for its own device.
+
+def limit_here(cache: Any, device: Mapping[str, Any]) -> tuple[int, str]:
+    """``device_limit`` of this process's device."""
+    return device_limit(OmegaConf.create(dict(device)))
+
+
+_warmed: list[bool] = []  # whether this process has paid TensorFlow's one-off pack set-up
+
+
+def probe_here(cache: Any, trial: Trial) -> int:
+    """Peak memory, in bytes, of ``trial``'s member trained alone on this process's device."""
+    from packexp.packing.trainer import probe_member
+
+    if not _warmed:  # the first pack in a process pays TensorFlow's one-off set-up
+        probe_member(trial, cache.make_member, cache.data, cache.pack_options)
+        _warmed.append(True)
+    return probe_member(trial, cache.make_member, cache.data, cache.pack_options)
+
+
+def facts_here(cache: Any) -> Any:
+    """This process's ``telemetry.DeviceFacts``."""
+    from packexp.telemetry import device_facts
+
+    return device_facts()
 
 
 def device_limit(device: DictConfig) -> tuple[int, str]:

@@ -139,6 +139,44 @@ def gpu_memory(index: int | None = None) -> tuple[int, int] | None:
     return int(info.total), int(info.free)
 
 
+_gpu_cap: int | None = None  # bytes TensorFlow may hold on this process's GPU, when capped
+_free_at_start: int | None = None  # the GPU's free bytes before TensorFlow claimed any
+
+
+def cap_gpu_memory(limit_bytes: int) -> None:
+    """Records the cap set on this process's TensorFlow GPU memory (a Ray actor's share)."""
+    global _gpu_cap
+    _gpu_cap = int(limit_bytes)
+
+
+def note_free_gpu_memory() -> None:
+    """Reads the GPU's free memory now, before TensorFlow runs on it.
+
+    At its first GPU allocation TensorFlow maps nearly all the free memory, which NVML then
+    reads as used; ``gpu_budget`` answers with this reading instead. A no-op without a GPU.
+    """
+    global _free_at_start
+    memory = gpu_memory()
+    if memory is not None and _free_at_start is None:
+        _free_at_start = memory[1]
+
+
+def gpu_budget() -> tuple[int, str] | None:
+    """Bytes this process's TensorFlow may hold on its GPU, and where the figure comes from;
+    None without a GPU.
+
+    A capped process (``cap_gpu_memory``) has its cap; otherwise the free memory read by
+    ``note_free_gpu_memory`` before TensorFlow started, or read now.
+    """
+    memory = gpu_memory()
+    if memory is None:
+        return None
+    if _gpu_cap is not None:
+        return _gpu_cap, f"this worker's {_gpu_cap / 2**20:.0f} MB share of its GPU"
+    free = memory[1] if _free_at_start is None else _free_at_start
+    return free, f"{free / 2**20:.0f} MB free GPU memory"
+
+
 def gpu_utilization(index: int | None = None) -> float | None:
     """GPU busy percentage from NVML, or None without a GPU."""
     nvml = _nvml()

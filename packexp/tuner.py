@@ -133,10 +133,11 @@ class PackedSearch:
                 if self.first_pack_at is None:
                     self.first_pack_at = time.time()
                 predicted[k] = None
-                if self.strategy.needs_costs:  # predicted with the cache as it stands now
-                    kept, members = self.cache.kept()
+                if self.strategy.needs_costs:  # predicted with the caches as they stand now
+                    view = self.executor.view()
                     predicted[k] = self.strategy.predict(group, fusion, dataclasses.replace(
-                        context, kept=kept, members=members, replayed=self.cache.replayed))
+                        context, kept=view.kept, members=view.members,
+                        replayed=view.replayed))
 
             for k, runs in self.executor.run(jobs, started):
                 for part, pack_run in enumerate(runs):
@@ -161,13 +162,13 @@ class PackedSearch:
                 start = rungs[-1]["steps"]
             total = steps_for(epochs, int(t.hparams["batch_size"]), self.train_size or 1)
             steps[t.trial_id] = max(0, total - start)
-        kept, members = self.cache.kept()
+        view = self.executor.view()  # where packs train: one cache, or each worker's
         future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
             r.n for b in self.brackets if b.s < bracket.s for r in b.rungs)
-        return RungContext(steps, kept, members,
+        return RungContext(steps, view.kept, view.members,
                            checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
                            future_trials=future, structures=self.space.structures,
-                           replayed=self.cache.replayed)
+                           replayed=view.replayed)
 
     def _planned(self, bracket: int, rung: int,
                  todo: list[Trial]) -> list[tuple[int, list[Trial], str | None]] | None:

@@ -230,9 +230,67 @@ def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
 
 @pytest.mark.gpu
 def test_two_half_gpu_workers_share_one_gpu(tmp_path, ray_env, local_scores):
+    from packexp.telemetry import gpu_memory
+
     run_dir = tmp_path / "run"
     code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.gpus_per_pack=0.5",
                                "executor.num_workers=2"))
     assert code == 0, err
     results = json.loads((run_dir / "results.json").read_text())
-    assert {t["trial_id"] for t in results["trials"]} == set(local_scores)
+    # The same trials in the same packs (GPU kernels need not repeat bit for bit: no scores).
+    assert {t["trial_id"] for t in results["trials"]} == set(local_scores["trials"])
+    assert [p["members"] for p in results["packs"]] == [m for _, m, *_ in local_scores["packs"]]
+    # Each worker plans within its half of the GPU.
+    assert 0 < results["capacity"]["bytes"] <= 0.5 * gpu_memory()[0]
+
+
+AFFINITY = """
+import json, sys
+from packexp.config import fit_dataset_to_model
+from packexp.device import facts_here, limit_here
+from packexp.executors import PackJob
+from packexp.executors.ray import RayExecutor
+from packexp.search_space import Trial
+from packexp.tasks.tune import worker_cache
+from tests.conftest import compose_config
+
+cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=64"])
+fit_dataset_to_model(cfg)
+cache = worker_cache(cfg)  # the driver's: it trains nothing here
+executor = RayExecutor(cfg, sys.argv[1], num_workers=2).start(cache)
+try:
+    def job(key, activation, first):
+        hparams = {"batch_size": 32, "optimizer": "adam", "learning_rate": 0.01,
+                   "activation": activation}
+        group = [Trial(f"{key}{i}", hparams, (), seed=first + i) for i in range(2)]
+        return PackJob(key, group, 0.05, {t.trial_id: None for t in group})
+
+    out = {"limit": executor.on_device(limit_here, {"memory_budget_mb": 64,
+                                                    "gpu_memory_fraction": 0.9}),
+           "facts": executor.on_device(facts_here).tags()}
+    relu, tanh = job("a", "relu", 1), job("b", "tanh", 3)
+    first = [run for _, runs in executor.run([relu, tanh]) for run in runs]
+    out["first_reused"] = [run.reused for run in first]
+    out["kept"] = sorted(map(str, executor.view().kept))
+    out["keys"] = sorted(map(str, [cache.key(relu.group), cache.key(tanh.group)]))
+    # Both workers are free: the tanh pack's structure is kept by the second only.
+    [(_, [again])] = list(executor.run([job("c", "tanh", 5)]))
+    out["again_reused"] = again.reused
+    out["driver_built"] = cache.misses + cache.hits
+finally:
+    executor.close()
+print(json.dumps(out))
+"""
+
+
+def test_packs_go_to_the_worker_that_keeps_their_structure(tmp_path, ray_env):
+    proc = subprocess.run([sys.executable, "-c", AFFINITY, str(tmp_path)], cwd=ROOT,
+                          env=ray_env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["limit"] == [64 * 2**20, "device.memory_budget_mb=64"]
+    assert out["facts"]["device.cpu"]
+    assert out["first_reused"] == [False, False]
+    assert out["kept"] == out["keys"]  # the two workers' caches, merged
+    assert out["again_reused"] is True  # dispatched by affinity, not to the first free worker
+    assert out["driver_built"] == 0

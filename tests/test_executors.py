@@ -52,3 +52,65 @@ def test_a_resume_keeps_only_the_journaled_attempts(tmp_path):
     LocalExecutor(run_dir=tmp_path).discard({str(counted)})
     assert [p for p in root.rglob("*") if p.is_file()] == [counted]
     assert not killed.parent.exists()
+
+
+# What planning sees of the caches where packs train.
+
+A, B, C = ("a",), ("b",), ("c",)
+
+
+def test_workers_caches_merge_by_union_and_the_largest_count():
+    from packexp.executors import CacheView
+
+    one = CacheView(frozenset({(A, False, "off")}), {A: 2, B: 1}, frozenset({A}))
+    two = CacheView(frozenset({(B, B, False, "off")}), {A: 1, B: 3, C: 1}, frozenset({C}))
+    merged = CacheView.merged([one, two])
+    assert merged.kept == {(A, False, "off"), (B, B, False, "off")}
+    # A pack goes to one worker: it can take 2 of A (from one), not 3.
+    assert merged.members == {A: 2, B: 3, C: 1}
+    assert merged.replayed == {A, C}
+    assert CacheView.merged([]) == CacheView()
+
+
+def test_affinity_ranks_a_kept_pack_then_built_members_then_replayed_ones():
+    from packexp.executors import CacheView
+
+    key = (A, A, False, "off")
+    whole = CacheView(frozenset({key}), {A: 2})
+    members = CacheView(frozenset(), {A: 1, B: 5})
+    replayed = CacheView(replayed=frozenset({A}))
+    empty = CacheView()
+    ranked = sorted([empty, replayed, members, whole],
+                    key=lambda v: v.affinity(key, [A, A]), reverse=True)
+    assert ranked == [whole, members, replayed, empty]
+    assert members.affinity(key, [A, A]) == (False, 1, 0)  # one A built, not two
+
+
+@pytest.mark.tf
+def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path):
+    from omegaconf import OmegaConf
+
+    from packexp.config import fit_dataset_to_model
+    from packexp.device import device_capacity, facts_here, limit_here
+    from packexp.executors import CacheView, PackJob
+    from packexp.search_space import Trial
+    from packexp.tasks.tune import worker_cache
+    from packexp.telemetry import device_facts
+
+    cfg = compose_config(["experiment=quick", "pack.fusion=off"])
+    fit_dataset_to_model(cfg)
+    cache = worker_cache(cfg)
+    executor = LocalExecutor(cfg, tmp_path).start(cache)
+    assert executor.on_device(facts_here) == device_facts()
+    device = OmegaConf.to_container(cfg.device, resolve=True)
+    assert executor.on_device(limit_here, device)[0] == cfg.device.memory_budget_mb * 2**20
+    capacity, source, _ = device_capacity(cfg.device, 4, cache.make_member, executor.on_device)
+    assert source == f"device.memory_budget_mb={cfg.device.memory_budget_mb}"
+    assert capacity.limit == cfg.device.memory_budget_mb * 2**20
+    assert executor.view() == CacheView()
+    hparams = {"batch_size": 32, "optimizer": "adam", "learning_rate": 0.01,
+               "activation": "relu"}
+    group = [Trial(f"t{i}", hparams, (), seed=i) for i in range(2)]
+    [(_, [run])] = list(executor.run([PackJob("p", group, 0.05, {"t0": None, "t1": None})]))
+    assert not run.reused
+    assert executor.view().kept == {cache.key(group)}

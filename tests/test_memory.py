@@ -269,6 +269,26 @@ def test_on_a_gpu_the_capacity_is_a_share_of_free_memory(monkeypatch):
     assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 4 * 2**30
 
 
+def test_the_free_memory_is_the_one_read_before_tensorflow_claimed_it(monkeypatch):
+    # TensorFlow maps nearly all free memory at its first GPU allocation.
+    readings = iter([(16 * 2**30, 12 * 2**30), (16 * 2**30, 2**20), (16 * 2**30, 2**20)])
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: next(readings))
+    monkeypatch.setattr(telemetry, "_free_at_start", None)
+    telemetry.note_free_gpu_memory()  # what ``python -m packexp`` does before TensorFlow
+    limit, source = device_capacity_bytes(None, gpu_fraction=0.5)
+    assert limit == 6 * 2**30
+    assert source == "device.gpu_memory_fraction=0.5 of 12288 MB free GPU memory"
+
+
+def test_a_worker_on_a_share_of_a_gpu_packs_within_its_share(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 2**20))
+    monkeypatch.setattr(telemetry, "_gpu_cap", None)
+    telemetry.cap_gpu_memory(8 * 2**30)  # what a Ray actor with gpus_per_pack=0.5 sets
+    limit, source = device_capacity_bytes(None, gpu_fraction=0.5)
+    assert limit == 4 * 2**30
+    assert "this worker's 8192 MB share" in source
+
+
 def test_on_a_cpu_the_capacity_is_the_budget(monkeypatch):
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: None)
     assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 100 * MB

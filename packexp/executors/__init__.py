@@ -1,9 +1,10 @@
 """Where packs train: in this process (``local``) or on a Ray cluster (``ray``)."""
 
-from packexp.executors.base import ATTEMPTS, Executor, ExecutorError, PackJob
+from packexp.executors.base import ATTEMPTS, CacheView, Executor, ExecutorError, PackJob
 from packexp.executors.local import LocalExecutor
 
-__all__ = ["ATTEMPTS", "Executor", "ExecutorError", "LocalExecutor", "PackJob", "RayExecutor"]
+__all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "LocalExecutor", "PackJob",
+           "RayExecutor"]
 
 
 def __getattr__(name: str):

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packexp.errors import ExecutorError
 from packexp.search_space import Trial
 
-__all__ = ["ATTEMPTS", "Executor", "ExecutorError", "PackJob", "discard_attempts"]
+__all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "PackJob", "discard_attempts"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,50 @@ class PackJob:
     checkpoint: bool = False
 
 
+@dataclass(frozen=True)
+class CacheView:
+    """What a place's ``PackCache`` keeps for reuse, as a cost-weighing strategy plans with it
+    (``strategies.RungContext``).
+
+    Attributes:
+        kept: Pack structures set up and kept.
+        members: Member structures to how many built members of each are kept.
+        replayed: Member structures whose fresh initial weights replay unbuilt.
+    """
+
+    kept: frozenset[tuple] = frozenset()
+    members: Mapping[tuple, int] = field(default_factory=dict)
+    replayed: frozenset[tuple] = frozenset()
+
+    @classmethod
+    def of(cls, cache: Any) -> CacheView:
+        kept, members = cache.kept()
+        return cls(frozenset(kept), dict(members), frozenset(cache.replayed))
+
+    @classmethod
+    def merged(cls, views: Iterable[CacheView]) -> CacheView:
+        """Several workers' caches as one: a pack goes to one worker, so a structure counts
+        the members of the worker that keeps most of it, not their sum."""
+        views = list(views)
+        members: dict[tuple, int] = {}
+        for view in views:
+            for key, n in view.members.items():
+                members[key] = max(members.get(key, 0), n)
+        return cls(frozenset().union(*(v.kept for v in views)), members,
+                   frozenset().union(*(v.replayed for v in views)))
+
+    def affinity(self, key: tuple, member_keys: Sequence[tuple]) -> tuple[bool, int, int]:
+        """How much of a pack (its structure ``key`` and its members' structures) this cache
+        could set up without building: higher is more; compared as a tuple."""
+        left = dict(self.members)
+        built = 0
+        for k in member_keys:
+            if left.get(k, 0) > 0:
+                left[k] -= 1
+                built += 1
+        return key in self.kept, built, sum(k in self.replayed for k in member_keys)
+
+
 class Executor(abc.ABC):
     """Trains packs for the search's driver, which alone journals and tracks them.
 
@@ -39,6 +83,9 @@ class Executor(abc.ABC):
         cfg: The run's composed config (workers build their data and members from it).
         run_dir: The run directory.
     """
+
+    #: Whether packs train in this process: if not, the driver leaves the GPU to workers.
+    trains_here: ClassVar[bool] = True
 
     def __init__(self, cfg: Any = None, run_dir: str | Path | None = None) -> None:
         self.cfg = cfg
@@ -58,6 +105,16 @@ class Executor(abc.ABC):
         ``on_start(index)`` is called as each job is dispatched. Pack runs are
         ``packing.trainer.PackRun``s; a member's ``checkpoint`` is set when a worker wrote
         its state (then ``state`` is None)."""
+
+    def on_device(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Runs ``fn(cache, *args)`` where packs train, with that place's ``PackCache``: the
+        device's memory limit, memory probes and a cost calibration are measured there.
+        ``fn`` must be importable (a module's function) and its result plain data."""
+        return fn(self.cache, *args)
+
+    def view(self) -> CacheView:
+        """What the caches where packs train keep for reuse, as planning sees it now."""
+        return CacheView.of(self.cache)
 
     def close(self) -> None:  # noqa: B027 (most executors hold nothing)
         """Releases workers; the search is over or has failed."""

@@ -18,12 +18,14 @@ from omegaconf import OmegaConf
 from packexp.errors import ConfigError
 from packexp.executors.base import (
     ATTEMPTS,
+    CacheView,
     Executor,
     ExecutorError,
     PackJob,
     discard_attempts,
     prune_attempts,
 )
+from packexp.search_space import member_key
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,13 @@ class PackWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def run_pack(self, job: PackJob) -> list[dict]:
-        """Trains ``job``; returns its pack runs as plain dicts (``RayExecutor.unpack``).
+    def on_device(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, CacheView]:
+        """``fn(cache, *args)`` on this actor's device, and its cache after."""
+        return fn(self.cache, *args), CacheView.of(self.cache)
+
+    def run_pack(self, job: PackJob) -> tuple[list[dict], CacheView]:
+        """Trains ``job``; returns its pack runs as plain dicts (``RayExecutor.unpack``) and
+        what this actor's cache keeps after it.
 
         Each call writes into a directory of its own, so a retried call never overwrites
         the files of the attempt before it.
@@ -85,12 +92,12 @@ class PackWorker:
                 "attempt": attempt.name, "pid": os.getpid(),
             })
         log.debug("pack %s trained in %.3f s", job.key, time.perf_counter() - started)
-        return out
+        return out, CacheView.of(self.cache)
 
 
 def _cap_gpu_memory(share: float) -> None:
-    """Limits TensorFlow to ``share`` of the actor's GPU, before any GPU op runs; NVML
-    telemetry follows the GPU Ray gave the actor."""
+    """Limits TensorFlow to ``share`` of the actor's GPU, before any GPU op runs, and makes
+    NVML telemetry and the pack capacity follow the GPU Ray gave the actor and its share."""
     import ray
     import tensorflow as tf
 
@@ -99,19 +106,25 @@ def _cap_gpu_memory(share: float) -> None:
     ids = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
     if ids:
         telemetry.use_gpu_index(int(ids[0]))
+    telemetry.note_free_gpu_memory()
     gpus = tf.config.list_physical_devices("GPU")
     memory = telemetry.gpu_memory()
     if gpus and memory and share < 1:
         limit_mb = int(memory[0] * share / 2**20)
         tf.config.set_logical_device_configuration(
             gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=limit_mb)])
+        telemetry.cap_gpu_memory(limit_mb * 2**20)
 
 
 class RayExecutor(Executor):
     """Dispatches a rung's packs to free actors (``ray.wait``) and yields them in plan order.
 
     The driver stays the only writer of the journal and the tracking store; actors return
-    plain dicts and write checkpoints under ``shared_dir``.
+    plain dicts and write checkpoints under ``shared_dir``. The driver trains nothing and
+    leaves the GPU to the actors: the device's limit, memory probes and a cost calibration
+    run on the first actor (``on_device``). Each actor reports what its cache keeps; planning
+    sees them merged, and a pack goes to the free actor that could set up most of it
+    without building.
 
     Args:
         cfg: The run's config.
@@ -128,6 +141,8 @@ class RayExecutor(Executor):
         max_task_retries: Times a pack whose actor died is retried.
         ready_timeout_s: How long to wait for the cluster to grant the actors' resources.
     """
+
+    trains_here = False
 
     def __init__(self, cfg: Any = None, run_dir: str | Path | None = None, *,
                  address: str | None = None, num_workers: int | None = None,
@@ -167,6 +182,7 @@ class RayExecutor(Executor):
         self._owns_ray = False
         self._group = None
         self._actors: list[Any] = []
+        self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
 
     def start(self, cache: Any) -> RayExecutor:
         super().start(cache)
@@ -207,6 +223,7 @@ class RayExecutor(Executor):
                 self._group, placement_group_bundle_index=i)).remote(
                     config, str(self.shared_dir), float(self.gpus_per_pack))
             for i in range(n)]
+        self._views = [CacheView() for _ in self._actors]
         log.info("ray: %d workers (%s each, %s) at %s", n, bundle, self.placement,
                  ray.get_runtime_context().gcs_address)
 
@@ -239,27 +256,44 @@ class RayExecutor(Executor):
                               "executor.cpus_per_pack")
         return n
 
+    def on_device(self, fn: Callable[..., Any], *args: Any) -> Any:
+        import ray
+
+        try:
+            result, self._views[0] = ray.get(self._actors[0].on_device.remote(fn, *args))
+        except ray.exceptions.RayTaskError as e:
+            raise e.as_instanceof_cause() from None
+        except ray.exceptions.RayActorError as e:
+            raise ExecutorError(f"executor: the worker measuring the device died: "
+                                f"{' '.join(str(e).split())[:160]}") from None
+        return result
+
+    def view(self) -> CacheView:
+        return CacheView.merged(self._views)
+
     def run(self, jobs: Sequence[PackJob],
             on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:
         import ray
 
         todo = deque(range(len(jobs)))
-        free = list(self._actors)
-        running: dict[Any, tuple[int, Any]] = {}
+        free = list(range(len(self._actors)))
+        running: dict[Any, tuple[int, int]] = {}
         done: dict[int, tuple[list[dict], float]] = {}
         published = 0
         try:
             while published < len(jobs):
                 while free and todo:
                     k = todo.popleft()
-                    actor = free.pop(0)
+                    worker = self._closest(jobs[k], free)
+                    free.remove(worker)
                     on_start(k)
-                    running[actor.run_pack.remote(jobs[k])] = (k, actor)
+                    running[self._actors[worker].run_pack.remote(jobs[k])] = (k, worker)
                 ready, _ = ray.wait(list(running), num_returns=1)
                 for ref in ready:
-                    k, actor = running.pop(ref)
-                    done[k] = (self._get(ref, jobs[k]), time.perf_counter())
-                    free.append(actor)
+                    k, worker = running.pop(ref)
+                    runs, self._views[worker] = self._get(ref, jobs[k])
+                    done[k] = (runs, time.perf_counter())
+                    free.append(worker)
                 while published in done:
                     runs, received = done.pop(published)
                     self._drop_other_attempts(jobs[published].key, runs)
@@ -269,7 +303,15 @@ class RayExecutor(Executor):
             for ref in running:
                 ray.cancel(ref)  # actor tasks: the actors themselves go in ``close``
 
-    def _get(self, ref: Any, job: PackJob) -> list[dict]:
+    def _closest(self, job: PackJob, free: list[int]) -> int:
+        """The free actor whose cache could set up most of ``job`` without building (the
+        lowest-numbered among equals)."""
+        sliced = self.cache.pack_options.get("data_sharing") == "slice"
+        key = self.cache.key(job.group, job.fusion)
+        members = [member_key(t, sliced) for t in job.group]
+        return max(sorted(free), key=lambda w: self._views[w].affinity(key, members))
+
+    def _get(self, ref: Any, job: PackJob) -> tuple[list[dict], CacheView]:
         import ray
 
         try:
@@ -304,6 +346,7 @@ class RayExecutor(Executor):
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
         self._actors = []
+        self._views = []
         if self._group is not None:
             remove_placement_group(self._group)
             self._group = None

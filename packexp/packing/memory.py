@@ -122,18 +122,19 @@ class MemoryModel:
 
 def device_capacity_bytes(memory_budget_mb: float | None,
                           gpu_fraction: float = 0.9) -> tuple[int, str]:
-    """Memory one pack may use: a share of the GPU's free memory (NVML), else the budget.
+    """Memory one pack may use: a share of the GPU memory this process may hold (NVML's
+    free memory, or a Ray actor's share), else the budget.
 
     Returns:
         The bytes, and the setting they come from, for error messages.
     """
-    gpu = telemetry.gpu_memory()
+    gpu = telemetry.gpu_budget()
     if gpu is not None:
         if not _positive(gpu_fraction) or gpu_fraction > 1:
             raise ValueError(f"gpu_memory_fraction={gpu_fraction!r}: must be in (0, 1]")
-        return int(gpu[1] * gpu_fraction), (
-            f"device.gpu_memory_fraction={gpu_fraction} of {gpu[1] / 2**20:.0f} MB free GPU "
-            "memory")
+        available, source = gpu
+        return int(available * gpu_fraction), (
+            f"device.gpu_memory_fraction={gpu_fraction} of {source}")
     if not _positive(memory_budget_mb):
         raise ValueError(f"memory_budget_mb={memory_budget_mb!r}: a CPU needs a positive "
                          "number of MB")

@@ -103,10 +103,12 @@ class ProfileContext:
             Bytes.
         """
         if self._capacity is None:
-            from packexp.device import device_capacity
+            from packexp.device import device_capacity, on_cache
+            from packexp.packing.cache import PackCache
 
+            place = on_cache(PackCache(self.member, self.data, self.pack_options, keep=0))
             self._capacity, _, _ = device_capacity(self.cfg.device, largest or len(trials),
-                                                self.member, self.data, self.pack_options)
+                                                   self.member, place)
         return float(sum(self._capacity.cost(t) for t in trials))
 
 

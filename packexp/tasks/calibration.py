@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +16,22 @@ from omegaconf import DictConfig, OmegaConf
 from packexp.config import component_name, pack_settings
 from packexp.errors import ConfigError
 from packexp.hyperband import Hyperband, steps_for
-from packexp.search_space import SearchSpace
+from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy
-from packexp.telemetry import device_facts
+from packexp.telemetry import DeviceFacts
 
 log = logging.getLogger(__name__)
 
 
 def calibration_facts(cfg: DictConfig, scheduler: Hyperband, space: SearchSpace, dataset: Any,
-                      max_members: int) -> dict:
+                      max_members: int, device: DeviceFacts) -> dict:
     """What a calibration depends on: device, model, data shape, structure, pack settings."""
     import tensorflow as tf
 
     first = space.first
     train_size = len(dataset.x_train)
     return {
-        "device": device_facts().tags(), "tensorflow": tf.__version__,
+        "device": device.tags(), "tensorflow": tf.__version__,
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "dataset": {"name": dataset.name, "input_shape": list(dataset.input_shape),
                     "val_size": len(dataset.x_val)},
@@ -45,11 +46,12 @@ def calibration_facts(cfg: DictConfig, scheduler: Hyperband, space: SearchSpace,
 
 def use_calibration(cfg: DictConfig, strategy: Strategy, scheduler: Hyperband,
                     space: SearchSpace, dataset: Any, max_members: int, run_dir: Path,
-                    measure: Callable[[], dict] | None) -> None:
-    """Gives a cost-weighing strategy its calibration: kept, or measured with ``measure``."""
+                    device: DeviceFacts, measure: Callable[[], dict] | None) -> None:
+    """Gives a cost-weighing strategy its calibration for ``device`` (where packs train):
+    kept, or measured with ``measure``."""
     from packexp.packing.calibrate import calibration_key, load_or_calibrate
 
-    facts = calibration_facts(cfg, scheduler, space, dataset, max_members)
+    facts = calibration_facts(cfg, scheduler, space, dataset, max_members, device)
     directory = getattr(strategy, "calibration_dir", None)
     kept = Path(hydra.utils.to_absolute_path(directory)) if directory else None
     if measure is None:  # task=plan trains nothing: a kept calibration or none
@@ -80,11 +82,34 @@ def fit_costs(strategy: Strategy, record: dict, path: Path) -> None:
 
 
 
-def calibrate_device(scheduler: Hyperband, cache: Any, space: SearchSpace, capacity: Capacity,
-                     max_members: int, train_size: int) -> dict:
+def calibration_args(scheduler: Hyperband, space: SearchSpace, capacity: Capacity,
+                     max_members: int, train_size: int) -> tuple:
+    """``calibrate_here``'s arguments, worked out where the search is planned: which of the
+    packs a calibration may measure fit the device is answered here, by the memory model."""
+    batch_sizes = list(space.params["batch_size"])
+    first = space.first
+    measured = (sorted(batch_sizes)[len(batch_sizes) // 2], max(batch_sizes))  # calibrate's
+    fits = {(n, b): capacity.fits([Trial(f"fits-{i}", {**first, "batch_size": b}, (), seed=i)
+                                   for i in range(n)])
+            for n in range(2, min(max_members, 8) + 1) for b in dict.fromkeys(measured)}
+    return (first, batch_sizes, max_members, Fits(fits),
+            steps_for(scheduler.R, min(batch_sizes), train_size))
+
+
+@dataclass(frozen=True)
+class Fits:
+    """Whether ``n`` members of one structure at batch size ``b`` fit: ``table[(n, b)]``."""
+
+    table: Mapping[tuple[int, int], bool]
+
+    def __call__(self, group: Sequence[Trial]) -> bool:
+        return self.table.get((len(group), int(group[0].hparams["batch_size"])), False)
+
+
+def calibrate_here(cache: Any, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
+                   max_members: int, fits: Fits, longest_steps: int) -> dict:
+    """A calibration measured on this process's device (``Executor.on_device``)."""
     from packexp.packing.calibrate import calibrate
 
-    batch_sizes = space.params["batch_size"]
     log.info("cost model: calibrating on this device")
-    return calibrate(cache, space.first, batch_sizes, max_members, capacity.fits,
-                     steps_for(scheduler.R, min(batch_sizes), train_size))
+    return calibrate(cache, hparams, batch_sizes, max_members, fits, longest_steps)

@@ -14,6 +14,7 @@ from packexp.report import print_plan
 from packexp.search_space import SearchSpace
 from packexp.strategies import RungContext, Strategy
 from packexp.tasks.calibration import use_calibration
+from packexp.telemetry import device_facts
 
 
 def plan_dict(scheduler: Hyperband) -> dict:
@@ -41,7 +42,7 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     capacity, source = planning_capacity(cfg, space, dataset)
     if strategy.needs_costs:
         use_calibration(cfg, strategy, scheduler, space, dataset, capacity.max_members,
-                        run_dir, measure=None)
+                        run_dir, device_facts(), measure=None)
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         trials = space.sample(bracket.rungs[0].n, cfg.seed, bracket.s)
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,

@@ -24,7 +24,7 @@ from packexp.config import (
     probe_model,
     reuse_setting,
 )
-from packexp.device import device_capacity
+from packexp.device import device_capacity, facts_here
 from packexp.files import write_json
 from packexp.hyperband import Hyperband
 from packexp.plots import write_plots
@@ -32,10 +32,9 @@ from packexp.report import print_summary
 from packexp.results import PHASES, prediction_error, speedup_metrics
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Strategy
-from packexp.tasks.calibration import calibrate_device, use_calibration
+from packexp.tasks.calibration import calibrate_here, calibration_args, use_calibration
 from packexp.tasks.plan import plan_dict
 from packexp.tasks.session import command_started, earlier_sessions_s, open_journal, tracked
-from packexp.telemetry import device_facts
 
 log = logging.getLogger(__name__)
 
@@ -61,83 +60,87 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     pack_options = pack_settings(cfg.pack)
     check_preprocessing(cfg.preprocess, space, dataset.input_shape)
     executor = instantiate(cfg.executor, "executor")(cfg=cfg, run_dir=run_dir)
+
+    from packexp.packing import DeviceData
+    from packexp.packing.cache import PackCache
+    from packexp.progress import SearchProgress
+    from packexp.tuner import PackedSearch, journaled_checkpoints
+
+    # This process's data and cache: its packs under the local executor; wherever packs
+    # train, the members the memory estimate measures and the pack structures planned.
+    data = DeviceData(dataset)
+    cache = PackCache(member_factory(cfg, build_model, dataset, data), data, pack_options,
+                      keep=reuse_setting(cfg.pack))
     journal, records = open_journal(cfg, run_dir)
     names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
     write_json(run_dir / "plan.json", plan_dict(scheduler))
-    facts = device_facts()
-    log.info("device: %s", facts)
-
-    with tracked(cfg, run_dir, dataset=dataset, journal=journal, records=records,
-                 run_name=f"{names['strategy']}-{names['model']}-{names['dataset']}"
-                          f"-seed{cfg.seed}",
-                 tags={**names, "task": "tune", **facts.tags()}) as tracker:
-        from packexp.packing import DeviceData
-        from packexp.packing.cache import PackCache
-        from packexp.progress import SearchProgress
-        from packexp.tuner import PackedSearch, journaled_checkpoints
-
-        data = DeviceData(dataset)
-        make_member = member_factory(cfg, build_model, dataset, data)
-
-        capacity, capacity_source, probe_seconds = device_capacity(
-            cfg.device, max_members, make_member, data, pack_options,
-            run_dir / "memory_probes.json")
-        cache = PackCache(make_member, data, pack_options, keep=reuse_setting(cfg.pack))
-        calibration_started = time.perf_counter()
-        if strategy.needs_costs:
-            use_calibration(cfg, strategy, scheduler, space, dataset, max_members, run_dir,
-                            measure=lambda: calibrate_device(scheduler, cache, space, capacity,
-                                                             max_members, data.train_size))
-        calibration_s = time.perf_counter() - calibration_started
-        with SearchProgress(scheduler) as progress, closing(executor.start(cache)):
-            search = PackedSearch(
-                space=space, strategy=strategy, capacity=capacity, cache=cache,
-                tracker=tracker, journal=journal,
-                checkpoints=run_dir / "checkpoints", seed=cfg.seed, tags=names,
-                continue_on_promotion=scheduler.continue_on_promotion,
-                lr_horizon=scheduler.horizon_epochs, capacity_source=capacity_source,
-                progress=progress,
-                probe_seconds=probe_seconds, train_size=data.train_size,
-                brackets=scheduler.brackets(), executor=executor,
-            )
-            if records:
-                log.info("resuming: %d member results from %s", search.replay(records),
-                         journal.path)
-                executor.discard(journaled_checkpoints(records))
-            started = time.perf_counter() - calibration_s
-            scheduler.run(search.sample, search.train_rung)
-            search.finish()
-        wall = time.perf_counter() - started + earlier_sessions_s(records)
-        phases = {k: round(sum(p.get(k, 0.0) for p in search.packs), 4) for k in PHASES}
-        startup = (None if search.first_pack_at is None
-                   else round(search.first_pack_at - job_started, 3))
-        results = {**names, "seed": cfg.seed, "wall_time_s": round(wall, 3),
-                   "startup_s": startup, "phases": phases,
-                   "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
-                   "reused_packs": sum(bool(p.get("reused")) for p in search.packs),
-                   "reused_members": sum(p.get("reused_members", 0) for p in search.packs),
-                   "calibration_s": round(calibration_s, 3),
-                   "prediction_error": prediction_error(search.packs),
-                   "R": scheduler.R, "eta": scheduler.eta,
-                   "continue_on_promotion": scheduler.continue_on_promotion,
-                   "lr_horizon": scheduler.lr_horizon,
-                   "resumed": bool(records),
-                   "capacity": {"bytes": capacity.limit, "max_members": max_members},
-                   "trials": list(search.trials.values()), "packs": search.packs,
-                   "best": search.best()}
-        best = results["best"]["val_accuracy"] if results["best"] else math.nan
-        tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best,
-                             "startup_s": startup, "train_share": results["train_share"],
-                             "calibration_s": calibration_s,
-                             "prediction_error_median": results["prediction_error"],
-                             **{f"total_{k}": v for k, v in phases.items()},
-                             **speedup_metrics(results)})
-        write_json(run_dir / "results.json", results)
-        journal.append("finished", wall_time_s=wall)
-        tracker.log_artifact(run_dir / "results.json")
-        tracker.log_artifact(run_dir / "plan.json")
-        for picture in write_plots(results, run_dir):
-            tracker.log_artifact(picture, "plots")
+    with closing(executor.start(cache)):
+        facts = executor.on_device(facts_here)  # the device packs train on
+        log.info("device: %s", facts)
+        with tracked(cfg, run_dir, dataset=dataset, journal=journal, records=records,
+                     run_name=f"{names['strategy']}-{names['model']}-{names['dataset']}"
+                              f"-seed{cfg.seed}",
+                     tags={**names, "task": "tune", **facts.tags()}) as tracker:
+            capacity, capacity_source, probe_seconds = device_capacity(
+                cfg.device, max_members, cache.make_member, executor.on_device,
+                run_dir / "memory_probes.json")
+            calibration_started = time.perf_counter()
+            if strategy.needs_costs:
+                use_calibration(cfg, strategy, scheduler, space, dataset, max_members,
+                                run_dir, facts, measure=lambda: executor.on_device(
+                                    calibrate_here, *calibration_args(
+                                        scheduler, space, capacity, max_members,
+                                        data.train_size)))
+            calibration_s = time.perf_counter() - calibration_started
+            with SearchProgress(scheduler) as progress:
+                search = PackedSearch(
+                    space=space, strategy=strategy, capacity=capacity, cache=cache,
+                    tracker=tracker, journal=journal,
+                    checkpoints=run_dir / "checkpoints", seed=cfg.seed, tags=names,
+                    continue_on_promotion=scheduler.continue_on_promotion,
+                    lr_horizon=scheduler.horizon_epochs, capacity_source=capacity_source,
+                    progress=progress,
+                    probe_seconds=probe_seconds, train_size=data.train_size,
+                    brackets=scheduler.brackets(), executor=executor,
+                )
+                if records:
+                    log.info("resuming: %d member results from %s", search.replay(records),
+                             journal.path)
+                    executor.discard(journaled_checkpoints(records))
+                started = time.perf_counter() - calibration_s
+                scheduler.run(search.sample, search.train_rung)
+                search.finish()
+            wall = time.perf_counter() - started + earlier_sessions_s(records)
+            phases = {k: round(sum(p.get(k, 0.0) for p in search.packs), 4) for k in PHASES}
+            startup = (None if search.first_pack_at is None
+                       else round(search.first_pack_at - job_started, 3))
+            results = {**names, "seed": cfg.seed, "wall_time_s": round(wall, 3),
+                       "startup_s": startup, "phases": phases,
+                       "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
+                       "reused_packs": sum(bool(p.get("reused")) for p in search.packs),
+                       "reused_members": sum(p.get("reused_members", 0) for p in search.packs),
+                       "calibration_s": round(calibration_s, 3),
+                       "prediction_error": prediction_error(search.packs),
+                       "R": scheduler.R, "eta": scheduler.eta,
+                       "continue_on_promotion": scheduler.continue_on_promotion,
+                       "lr_horizon": scheduler.lr_horizon,
+                       "resumed": bool(records),
+                       "capacity": {"bytes": capacity.limit, "max_members": max_members},
+                       "trials": list(search.trials.values()), "packs": search.packs,
+                       "best": search.best()}
+            best = results["best"]["val_accuracy"] if results["best"] else math.nan
+            tracker.log_metrics({"wall_time_s": wall, "best_val_accuracy": best,
+                                 "startup_s": startup, "train_share": results["train_share"],
+                                 "calibration_s": calibration_s,
+                                 "prediction_error_median": results["prediction_error"],
+                                 **{f"total_{k}": v for k, v in phases.items()},
+                                 **speedup_metrics(results)})
+            write_json(run_dir / "results.json", results)
+            journal.append("finished", wall_time_s=wall)
+            tracker.log_artifact(run_dir / "results.json")
+            tracker.log_artifact(run_dir / "plan.json")
+            for picture in write_plots(results, run_dir):
+                tracker.log_artifact(picture, "plots")
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5))
     return float(best)
 
