@@ -114,3 +114,10 @@ def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path):
     [(_, [run])] = list(executor.run([PackJob("p", group, 0.05, {"t0": None, "t1": None})]))
     assert not run.reused
     assert executor.view().kept == {cache.key(group)}
+
+
+def test_the_driver_leaves_the_gpu_to_ray_workers():
+    from packexp.__main__ import _trains_here
+
+    assert _trains_here(compose_config())
+    assert not _trains_here(compose_config(["executor=ray"]))
