@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -15,6 +16,8 @@ from omegaconf import DictConfig
 from packexp.errors import ConfigError, ExecutorError
 from packexp.tracking import TrackingError
 
+log = logging.getLogger("packexp")
+
 
 def _import_tensorflow_quietly(use_gpu: bool = True) -> None:
     """Imports TensorFlow and finds its devices with the C++ start-up banner muted.
@@ -24,9 +27,9 @@ def _import_tensorflow_quietly(use_gpu: bool = True) -> None:
     free memory is read first, before TensorFlow claims it; without ``use_gpu`` (the
     executor's workers train) TensorFlow is kept off the GPU here.
     """
-    from packexp.telemetry import note_free_gpu_memory
+    from packexp import telemetry
 
-    note_free_gpu_memory()
+    telemetry.note_free_gpu_memory()
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as null:
@@ -34,7 +37,16 @@ def _import_tensorflow_quietly(use_gpu: bool = True) -> None:
             import tensorflow as tf
 
             if not use_gpu:
-                tf.config.set_visible_devices([], "GPU")
+                try:
+                    telemetry.leave_gpu()
+                except RuntimeError:
+                    log.warning("an earlier job of this multirun started TensorFlow on the "
+                                "GPU, so this driver keeps a share of it; give Ray jobs "
+                                "processes of their own (hydra/launcher=joblib)")
+            elif telemetry.gpu_left():
+                log.warning("an earlier job of this multirun left the GPU to Ray workers; "
+                            "this job trains on the CPU (hydra/launcher=joblib runs each job "
+                            "in a process of its own)")
             tf.config.list_logical_devices()  # probes CUDA, which logs when there is none
     finally:
         os.dup2(saved, 2)
@@ -42,10 +54,12 @@ def _import_tensorflow_quietly(use_gpu: bool = True) -> None:
 
 
 def _trains_here(cfg: DictConfig) -> bool:
-    """Whether the chosen executor trains packs in this process (a bad one is reported
-    where it is instantiated)."""
+    """Whether packs train in this process: anything but a search on an executor whose
+    workers train (a bad executor is reported where it is instantiated)."""
     from hydra.utils import get_class
 
+    if cfg.get("task") != "tune":
+        return True  # profiles and plans run here whatever the executor
     try:
         return bool(get_class(cfg.executor._target_).trains_here)
     except Exception:

@@ -49,7 +49,7 @@ class DeviceFacts:
         cpu: The CPU model, as the OS names it.
         onednn: Whether TensorFlow's oneDNN CPU kernels are on (TensorFlow decides at import
             from the CPU and ``TF_ENABLE_ONEDNN_OPTS``); None when it cannot tell.
-        gpus: TensorFlow's GPUs.
+        gpus: TensorFlow's GPUs, by model.
     """
 
     cpu: str
@@ -88,8 +88,18 @@ def device_facts() -> DeviceFacts:
         onednn: bool | None = bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
         onednn = None
-    gpus = tuple(d.name for d in tf.config.list_physical_devices("GPU"))
+    gpus = tuple(_gpu_model(d) for d in tf.config.list_physical_devices("GPU"))
     return DeviceFacts(cpu=_cpu_model(), onednn=onednn, gpus=gpus)
+
+
+def _gpu_model(device) -> str:
+    """A GPU's model as TensorFlow names it ("NVIDIA A100-SXM4-40GB"), else its device name."""
+    import tensorflow as tf
+
+    try:
+        return tf.config.experimental.get_device_details(device).get("device_name", device.name)
+    except (ValueError, RuntimeError):
+        return device.name
 
 
 def _cpu_model() -> str:
@@ -141,6 +151,22 @@ def gpu_memory(index: int | None = None) -> tuple[int, int] | None:
 
 _gpu_cap: int | None = None  # bytes TensorFlow may hold on this process's GPU, when capped
 _free_at_start: int | None = None  # the GPU's free bytes before TensorFlow claimed any
+_gpu_left = False  # whether this process's TensorFlow was kept off the GPU
+
+
+def leave_gpu() -> None:
+    """Keeps this process's TensorFlow off the GPU (before TensorFlow starts): Ray workers
+    train. Packs here, if any, are planned as on a CPU. Raises TensorFlow's RuntimeError when
+    TensorFlow has already started on a GPU."""
+    global _gpu_left
+    import tensorflow as tf
+
+    tf.config.set_visible_devices([], "GPU")
+    _gpu_left = True
+
+
+def gpu_left() -> bool:
+    return _gpu_left
 
 
 def cap_gpu_memory(limit_bytes: int) -> None:
@@ -169,7 +195,7 @@ def gpu_budget() -> tuple[int, str] | None:
     ``note_free_gpu_memory`` before TensorFlow started, or read now.
     """
     memory = gpu_memory()
-    if memory is None:
+    if memory is None or _gpu_left:
         return None
     if _gpu_cap is not None:
         return _gpu_cap, f"this worker's {_gpu_cap / 2**20:.0f} MB share of its GPU"

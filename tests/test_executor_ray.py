@@ -228,6 +228,17 @@ def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
     assert line.startswith(f"packexp: error: executor.address=127.0.0.1:{port}: ")
 
 
+def test_a_bad_device_key_found_on_a_worker_is_one_line_naming_it(tmp_path, ray_env):
+    run_dir = tmp_path / "run"
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=1",
+                               "device.memory_budget_mb=-5"), 180)
+    assert code == 2, err
+    [line] = [x for x in err.splitlines() if x.startswith("packexp: error:")]
+    assert line.startswith("packexp: error: device.memory_budget_mb=-5: ")
+    assert "Traceback" not in err
+    assert not (run_dir / "results.json").exists()
+
+
 @pytest.mark.gpu
 def test_two_half_gpu_workers_share_one_gpu(tmp_path, ray_env, local_scores):
     from packexp.telemetry import gpu_memory

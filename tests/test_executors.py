@@ -87,26 +87,25 @@ def test_affinity_ranks_a_kept_pack_then_built_members_then_replayed_ones():
 
 
 @pytest.mark.tf
-def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path):
+def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
+    from packexp import telemetry
     from packexp.config import fit_dataset_to_model
-    from packexp.device import device_capacity, facts_here, limit_here
+    from packexp.device import device_capacity, limit_here
     from packexp.executors import CacheView, PackJob
     from packexp.search_space import Trial
     from packexp.tasks.tune import worker_cache
-    from packexp.telemetry import device_facts
 
-    cfg = compose_config(["experiment=quick", "pack.fusion=off"])
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=None: None)  # a CPU's budget
+    cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=48"])
     fit_dataset_to_model(cfg)
     cache = worker_cache(cfg)
     executor = LocalExecutor(cfg, tmp_path).start(cache)
-    assert executor.on_device(facts_here) == device_facts()
     device = OmegaConf.to_container(cfg.device, resolve=True)
-    assert executor.on_device(limit_here, device)[0] == cfg.device.memory_budget_mb * 2**20
+    assert executor.on_device(limit_here, device) == (48 * 2**20, "device.memory_budget_mb=48")
     capacity, source, _ = device_capacity(cfg.device, 4, cache.make_member, executor.on_device)
-    assert source == f"device.memory_budget_mb={cfg.device.memory_budget_mb}"
-    assert capacity.limit == cfg.device.memory_budget_mb * 2**20
+    assert (capacity.limit, source) == (48 * 2**20, "device.memory_budget_mb=48")
     assert executor.view() == CacheView()
     hparams = {"batch_size": 32, "optimizer": "adam", "learning_rate": 0.01,
                "activation": "relu"}
@@ -116,8 +115,30 @@ def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path):
     assert executor.view().kept == {cache.key(group)}
 
 
-def test_the_driver_leaves_the_gpu_to_ray_workers():
-    from packexp.__main__ import _trains_here
+@pytest.mark.tf
+@pytest.mark.parametrize("overrides, hidden", [
+    ([], False), (["executor=ray"], True),
+    (["executor=ray", "task=profile", "profile=num_models"], False),  # profiles train here
+])
+def test_the_driver_leaves_the_gpu_to_ray_workers(monkeypatch, overrides, hidden):
+    import tensorflow as tf
 
-    assert _trains_here(compose_config())
-    assert not _trains_here(compose_config(["executor=ray"]))
+    from packexp import __main__, telemetry
+
+    calls = []
+    monkeypatch.setattr(tf.config, "set_visible_devices", lambda *a: calls.append(a))
+    monkeypatch.setattr(telemetry, "_gpu_left", False)
+    __main__._import_tensorflow_quietly(use_gpu=__main__._trains_here(
+        compose_config(overrides)))
+    assert calls == ([([], "GPU")] if hidden else [])
+    assert telemetry.gpu_left() is hidden
+
+
+def test_a_gpu_left_to_workers_is_not_planned_on(monkeypatch):
+    from packexp import telemetry
+    from packexp.packing.memory import device_capacity_bytes
+
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=None: (16 * 2**30, 8 * 2**30))
+    monkeypatch.setattr(telemetry, "_gpu_left", True)
+    assert device_capacity_bytes(100, gpu_fraction=0.5) == (100 * 2**20,
+                                                            "device.memory_budget_mb=100")

@@ -45,6 +45,10 @@ class PackWorker:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if gpu_share > 0:
             _cap_gpu_memory(gpu_share)
+        else:  # Ray no longer hides a host's GPUs from actors that asked for none
+            from packexp import telemetry
+
+            telemetry.leave_gpu()
         from packexp.tasks.tune import worker_cache
 
         self.shared_dir = Path(shared_dir)
@@ -262,7 +266,7 @@ class RayExecutor(Executor):
         try:
             result, self._views[0] = ray.get(self._actors[0].on_device.remote(fn, *args))
         except ray.exceptions.RayTaskError as e:
-            raise e.as_instanceof_cause() from None
+            raise _cause(e) from None
         except ray.exceptions.RayActorError as e:
             raise ExecutorError(f"executor: the worker measuring the device died: "
                                 f"{' '.join(str(e).split())[:160]}") from None
@@ -317,7 +321,7 @@ class RayExecutor(Executor):
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as e:
-            raise e.as_instanceof_cause() from None
+            raise _cause(e) from None
         except ray.exceptions.RayActorError as e:
             reason = " ".join(str(e).split())[:160]
             raise ExecutorError(
@@ -370,6 +374,14 @@ def unpack(run: dict, job: PackJob, received: float) -> Any:
                    run["peak_memory_bytes"], run["splits"], run["reused"],
                    reused_members=run["reused_members"], build_s=run["build_s"],
                    eval_s=run["eval_s"], started=received - run["started_ago_s"])
+
+
+def _cause(error: Any) -> BaseException:
+    """A worker's exception as the driver raises it: packexp's own errors as they are (one
+    line naming the key), others with the worker's traceback."""
+    if isinstance(error.cause, ConfigError | ExecutorError):
+        return error.cause
+    return error.as_instanceof_cause()
 
 
 def _check_reachable(address: str | None, timeout_s: float = 10) -> None:

@@ -31,7 +31,10 @@ def calibration_facts(cfg: DictConfig, scheduler: Hyperband, space: SearchSpace,
     first = space.first
     train_size = len(dataset.x_train)
     return {
-        "device": device.tags(), "tensorflow": tf.__version__,
+        # The device packs train on: a Ray worker sees its own GPU, a local run them all.
+        "device": {"cpu": device.cpu, "onednn": device.onednn,
+                   "gpu": device.gpus[0] if device.gpus else None},
+        "tensorflow": tf.__version__,
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "dataset": {"name": dataset.name, "input_shape": list(dataset.input_shape),
                     "val_size": len(dataset.x_val)},
@@ -103,7 +106,7 @@ class Fits:
     table: Mapping[tuple[int, int], bool]
 
     def __call__(self, group: Sequence[Trial]) -> bool:
-        return self.table.get((len(group), int(group[0].hparams["batch_size"])), False)
+        return self.table[len(group), int(group[0].hparams["batch_size"])]
 
 
 def calibrate_here(cache: Any, hparams: Mapping[str, Any], batch_sizes: Sequence[int],

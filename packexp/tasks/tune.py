@@ -66,14 +66,14 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     from packexp.progress import SearchProgress
     from packexp.tuner import PackedSearch, journaled_checkpoints
 
+    journal, records = open_journal(cfg, run_dir)
+    names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
+    write_json(run_dir / "plan.json", plan_dict(scheduler))
     # This process's data and cache: its packs under the local executor; wherever packs
     # train, the members the memory estimate measures and the pack structures planned.
     data = DeviceData(dataset)
     cache = PackCache(member_factory(cfg, build_model, dataset, data), data, pack_options,
                       keep=reuse_setting(cfg.pack))
-    journal, records = open_journal(cfg, run_dir)
-    names = {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}
-    write_json(run_dir / "plan.json", plan_dict(scheduler))
     with closing(executor.start(cache)):
         facts = executor.on_device(facts_here)  # the device packs train on
         log.info("device: %s", facts)
