@@ -68,10 +68,11 @@ def _trains_here(cfg: DictConfig) -> bool:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    from packexp.run import run
+    from packexp.run import check, run
 
-    _import_tensorflow_quietly(use_gpu=_trains_here(cfg))
     try:
+        check(cfg)  # before TensorFlow loads: a bad value is reported at once
+        _import_tensorflow_quietly(use_gpu=_trains_here(cfg))
         return run(cfg)
     except (ConfigError, ExecutorError, TrackingError) as e:
         print(f"packexp: error: {e}", file=sys.stderr)

@@ -162,6 +162,24 @@ def check_space(space: SearchSpace) -> None:
 
 
 
+def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any]:
+    """A search's settings that need no TensorFlow, checked: its space, scheduler, strategy
+    and pack settings (``task=tune`` and ``task=plan``). ``python -m packexp`` checks them
+    before TensorFlow loads, so a bad value is reported at once.
+
+    Returns:
+        The search space, the scheduler and the strategy.
+    """
+    space: SearchSpace = instantiate(cfg.search_space, "search_space")
+    check_space(space)
+    scheduler = instantiate(cfg.scheduler, "scheduler")
+    strategy = instantiate(cfg.strategy, "strategy")
+    member_cap(cfg.pack.max_members)
+    pack_settings(cfg.pack)
+    reuse_setting(cfg.pack)
+    return space, scheduler, strategy
+
+
 def probe_optimizers(space: SearchSpace) -> None:
     """Builds each optimizer with each value of each of its arguments the space sets (weight
     decay, momentum, beta values, ...), so a bad value fails before any training."""

@@ -6,11 +6,23 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from packexp.config import fit_dataset_to_model
+from packexp.config import check_search, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.tasks import TASKS
 
-__all__ = ["TASKS", "run"]
+__all__ = ["TASKS", "check", "run"]
+
+
+def check(cfg: DictConfig) -> None:
+    """The checks that need no TensorFlow: the seed, the task, and a search's settings."""
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed={seed!r}: must be an integer")
+    task = cfg.get("task")
+    if task not in TASKS:
+        raise ConfigError(f"task={task!r}: must be one of {sorted(TASKS)}")
+    if task in ("tune", "plan"):
+        check_search(cfg)
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
@@ -23,12 +35,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     Returns:
         The task's objective: for ``tune``, the best validation accuracy found.
     """
-    seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed={seed!r}: must be an integer")
-    task = cfg.get("task")
-    if task not in TASKS:
-        raise ConfigError(f"task={task!r}: must be one of {sorted(TASKS)}")
+    check(cfg)
+    task = cfg.task
     if run_dir is None:
         from hydra.core.hydra_config import HydraConfig
 

@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -17,19 +18,26 @@ log = logging.getLogger(__name__)
 
 
 @functools.cache
-def _nvml():
-    """The initialised ``pynvml`` module, or None without a usable NVIDIA driver (said once)."""
+def _nvml_init() -> tuple[Any, str | None]:
+    """The initialised ``pynvml`` module and None, or None and why there is none."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         if pynvml.nvmlDeviceGetCount() == 0:
             raise RuntimeError("no NVIDIA device")
-        return pynvml
+        return pynvml, None
     except Exception as e:
-        log.info("no GPU telemetry (%s); using host memory and the configured budget",
-                 str(e) or type(e).__name__)
-        return None
+        return None, str(e) or type(e).__name__
+
+
+@functools.cache
+def _nvml():
+    """The initialised ``pynvml`` module, or None without a usable NVIDIA driver (said once)."""
+    nvml, reason = _nvml_init()
+    if nvml is None:
+        log.info("no GPU telemetry (%s); using host memory and the configured budget", reason)
+    return nvml
 
 
 _gpu_index = 0  # NVML's index of this process's GPU
@@ -182,6 +190,8 @@ def note_free_gpu_memory() -> None:
     reads as used; ``gpu_budget`` answers with this reading instead. A no-op without a GPU.
     """
     global _free_at_start
+    if _nvml_init()[0] is None:
+        return  # said where it matters, once a run asks for GPU memory
     memory = gpu_memory()
     if memory is not None and _free_at_start is None:
         _free_at_start = memory[1]

@@ -41,6 +41,32 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, override, needle):
     assert not (tmp_path / "results.json").exists()
 
 
+CHECK_WITHOUT_TENSORFLOW = """
+import sys
+from packexp.errors import ConfigError
+from packexp.run import check
+from tests.conftest import compose_config
+
+check(compose_config(["experiment=quick"]))  # a good config passes
+try:
+    check(compose_config(["experiment=quick", sys.argv[1]]))
+except ConfigError as e:
+    print(e)
+print("tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("override", ["scheduler.R=0", "pack.max_members=0",
+                                      "search_space.params.optimizer=[sgdx]"])
+def test_bad_search_settings_are_found_before_tensorflow_loads(override):
+    out = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_TENSORFLOW, override], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    message, loaded = out.stdout.strip().splitlines()
+    assert message.startswith(override.split("=")[0])
+    assert loaded == "False"
+
+
 def test_unknown_strategy_names_the_choices(tmp_path):
     out = packexp("strategy=best_fit", f"hydra.run.dir={tmp_path}")
     assert out.returncode != 0

@@ -6,13 +6,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from packexp.config import check_space, component_name, instantiate
+from packexp.config import check_search, component_name, instantiate
 from packexp.device import planning_capacity
 from packexp.files import write_json
 from packexp.hyperband import Hyperband, steps_for
 from packexp.report import print_plan
-from packexp.search_space import SearchSpace
-from packexp.strategies import RungContext, Strategy
+from packexp.strategies import RungContext
 from packexp.tasks.calibration import use_calibration
 from packexp.telemetry import device_facts
 
@@ -33,10 +32,7 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     Returns:
         The epochs the whole search trains, under the configured continuation.
     """
-    scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
-    space: SearchSpace = instantiate(cfg.search_space, "search_space")
-    check_space(space)
-    strategy: Strategy = instantiate(cfg.strategy, "strategy")
+    space, scheduler, strategy = check_search(cfg)
     payload = plan_dict(scheduler)
     dataset = instantiate(cfg.dataset, "dataset")
     capacity, source = planning_capacity(cfg, space, dataset)

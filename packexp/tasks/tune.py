@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from packexp.config import (
     check_pairing,
     check_preprocessing,
-    check_space,
+    check_search,
     component_name,
     instantiate,
     member_cap,
@@ -26,12 +26,10 @@ from packexp.config import (
 )
 from packexp.device import device_capacity, facts_here
 from packexp.files import write_json
-from packexp.hyperband import Hyperband
 from packexp.plots import write_plots
 from packexp.report import print_summary
 from packexp.results import PHASES, prediction_error, speedup_metrics
-from packexp.search_space import SearchSpace, Trial
-from packexp.strategies import Strategy
+from packexp.search_space import Trial
 from packexp.tasks.calibration import calibrate_here, calibration_args, use_calibration
 from packexp.tasks.plan import plan_dict
 from packexp.tasks.session import command_started, earlier_sessions_s, open_journal, tracked
@@ -48,10 +46,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
         The best validation accuracy found.
     """
     job_started = command_started()
-    space: SearchSpace = instantiate(cfg.search_space, "search_space")
-    check_space(space)
-    scheduler: Hyperband = instantiate(cfg.scheduler, "scheduler")
-    strategy: Strategy = instantiate(cfg.strategy, "strategy")
+    space, scheduler, strategy = check_search(cfg)
     max_members = member_cap(cfg.pack.max_members)
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
