@@ -14,15 +14,22 @@ __all__ = ["TASKS", "check", "run"]
 
 
 def check(cfg: DictConfig) -> None:
-    """The checks that need no TensorFlow: the seed, the task, and a search's settings."""
+    """The checks that need no TensorFlow: the seed, the task, and a search's settings
+    (``python -m packexp`` makes them before TensorFlow loads; the search checks its
+    settings again as it instantiates them)."""
+    if check_task(cfg) in ("tune", "plan"):
+        check_search(cfg)
+
+
+def check_task(cfg: DictConfig) -> str:
+    """The seed and the task, checked; returns the task."""
     seed = cfg.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed={seed!r}: must be an integer")
     task = cfg.get("task")
     if task not in TASKS:
         raise ConfigError(f"task={task!r}: must be one of {sorted(TASKS)}")
-    if task in ("tune", "plan"):
-        check_search(cfg)
+    return task
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
@@ -35,8 +42,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     Returns:
         The task's objective: for ``tune``, the best validation accuracy found.
     """
-    check(cfg)
-    task = cfg.task
+    task = check_task(cfg)
     if run_dir is None:
         from hydra.core.hydra_config import HydraConfig
 
