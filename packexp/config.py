@@ -257,6 +257,12 @@ def reuse_setting(pack: DictConfig) -> int:
 
 
 
+def batch_bucket(space: Any) -> int:
+    """The search's largest batch size: the one batch shape a compiled program is built for
+    (``Pack``'s ``batch_bucket``)."""
+    return int(max(space.dims["batch_size"].values))
+
+
 def member_cap(max_members: Any) -> int:
     if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
         raise ConfigError(f"pack.max_members={max_members!r}: must be an integer >= 1")

@@ -4,6 +4,7 @@ strategies plan against (member costs estimated, and probed where it matters).""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,6 +19,29 @@ from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity
 
 PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models
+
+
+def apply_threads(device: Any) -> None:
+    """Sets TensorFlow's intra-op and inter-op thread counts from ``device.intra_op_threads``
+    and ``device.inter_op_threads`` (null: TensorFlow's default, every core), before its
+    runtime starts; a process whose runtime already runs keeps its counts (logged)."""
+    intra, inter = device.get("intra_op_threads"), device.get("inter_op_threads")
+    for key, value in (("intra_op_threads", intra), ("inter_op_threads", inter)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"device.{key}={value!r}: must be null or an integer >= 1")
+    if intra is None and inter is None:
+        return
+    import tensorflow as tf
+
+    try:
+        if intra is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(intra)
+        if inter is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError:
+        logging.getLogger(__name__).info(
+            "TensorFlow's runtime already runs: thread counts stay as they are")
 
 
 def architecture(trial: Trial) -> str:

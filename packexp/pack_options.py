@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packexp.optim import RULES
+
 # Each setting's values; ``pack:`` in conf/config.yaml says what they mean.
 CHOICES: dict[str, tuple[Any, ...]] = {
     "misaligned": ("mask", "switch"),
@@ -62,14 +64,11 @@ class OptimizerSpec:
     fused: bool = True
 
 
-# A fused pack lays its members out by optimizer in this order; another order changes its
-# results in the last bits.
 OPTIMIZERS: dict[str, OptimizerSpec] = {
-    "sgd": OptimizerSpec("SGD", {}),
-    # The paper's "Momentum" is SGD with momentum 0.9.
-    "momentum": OptimizerSpec("SGD", {"m": "momentums"}, {"momentum": 0.9}),
-    "adam": OptimizerSpec("Adam", {"m": "_momentums", "v": "_velocities"}),
-    "adagrad": OptimizerSpec("Adagrad", {"v": "_accumulators"}),
+    # One general update serves these (``packexp/optim/``, one module each), in plain and
+    # fused packs alike; each member keeps both slots, whichever rule it runs.
+    **{name: OptimizerSpec(rule.KERAS_CLASS, {"m": "_m", "v": "_v"}, rule.DEFAULTS)
+       for name, rule in RULES.items()},
     # Keras's own update, in plain packs only (a fused pack has no rule for them; a member
     # with one of these makes its pack plain). Defaults are Keras's.
     "adamw": OptimizerSpec("AdamW", {"m": "_momentums", "v": "_velocities"}, fused=False),
@@ -81,6 +80,31 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
     "lion": OptimizerSpec("Lion", {"m": "_momentums"}, fused=False),
     "ftrl": OptimizerSpec("Ftrl", {"m": "_linears", "v": "_accumulators"}, fused=False),
 }
+
+
+# Every constructor argument of the optimizers' Keras classes but the learning rate and name
+# (``packing.optimizers.optimizer_args``; a test holds the two equal): a trial setting one its
+# rule lacks trains through the Keras class.
+KERAS_ARGS = frozenset({
+    "amsgrad", "beta", "beta_1", "beta_2", "centered", "clipnorm", "clipvalue", "ema_momentum",
+    "ema_overwrite_frequency", "epsilon", "global_clipnorm", "gradient_accumulation_steps",
+    "initial_accumulator_value", "l1_regularization_strength", "l2_regularization_strength",
+    "l2_shrinkage_regularization_strength", "learning_rate_power", "loss_scale_factor",
+    "momentum", "nesterov", "rho", "use_ema", "weight_decay"})
+
+
+def rule_for(hparams: Mapping[str, Any], keras_args: frozenset[str] = KERAS_ARGS) -> str | None:
+    """The update rule (``packexp.optim``) that trains a trial with ``hparams``; None when
+    only its Keras class does (an optimizer without a rule, an extra such as weight decay, a
+    variant such as Nesterov, or a Keras argument in ``keras_args`` that the rule lacks).
+    Without TensorFlow, ``keras_args`` is every Keras class's: at least as strict as the
+    optimizer's own arguments, which ``make_optimizer`` passes."""
+    name = hparams.get("optimizer")
+    if name not in RULES or any(hparams.get(a) for a in (*EXTRAS, *VARIANTS)):
+        return None
+    if any(a in hparams and a not in RULES[name].DEFAULTS for a in keras_args):
+        return None
+    return name
 
 
 def why_not_fusable(hparams: Mapping[str, Any]) -> str | None:
@@ -96,4 +120,6 @@ def why_not_fusable(hparams: Mapping[str, Any]) -> str | None:
     for arg in (*EXTRAS, *VARIANTS):
         if hparams.get(arg):
             return f"{arg}={hparams[arg]!r} has no fused update rule ({name} applies it)"
+    if rule_for(hparams) is None:
+        return f"optimizer={name} with these options has no fused update rule"
     return None

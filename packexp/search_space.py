@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from packexp.errors import ConfigError
+from packexp.optim import RULES
+from packexp.pack_options import rule_for
 
 
 @dataclass(frozen=True)
@@ -39,17 +41,32 @@ class Trial:
 RUNTIME_HPARAMS = ("batch_size", "learning_rate")
 
 
-def member_key(trial: Trial, sliced: bool = False) -> tuple:
-    """A trial's member structure: every hyper-parameter that shapes its model or optimizer."""
-    runtime = RUNTIME_HPARAMS[1:] if sliced else RUNTIME_HPARAMS
+def runtime_hparams(hparams: Mapping[str, Any], sliced: bool = False,
+                    model: Sequence[str] = ()) -> frozenset[str]:
+    """The hyper-parameters of a trial that are runtime data of a built member: the batch
+    size and learning rate, the optimizer and its options where an update rule runs it
+    (``packexp.optim``: its rule is a row of coefficients), and the model's ``model``
+    (a builder's ``RUNTIME_HPARAMS``, such as mlp3's ``activation``)."""
+    runtime = set(RUNTIME_HPARAMS[1:] if sliced else RUNTIME_HPARAMS) | set(model)
+    rule = rule_for(hparams)
+    if rule is not None:
+        runtime |= {"optimizer", *RULES[rule].DEFAULTS}
+    return frozenset(runtime)
+
+
+def member_key(trial: Trial, sliced: bool = False, model: Sequence[str] = ()) -> tuple:
+    """A trial's member structure: every hyper-parameter that shapes its model or optimizer,
+    that is every one but ``runtime_hparams``."""
+    runtime = runtime_hparams(trial.hparams, sliced, model)
     return tuple(sorted((k, repr(v)) for k, v in trial.hparams.items() if k not in runtime))
 
 
-def pack_key(trials: Sequence[Trial], sliced: bool = False, fusion: str | None = None) -> tuple:
+def pack_key(trials: Sequence[Trial], sliced: bool = False, fusion: str | None = None,
+             model: Sequence[str] = ()) -> tuple:
     """A pack's structure: its members' structures in a canonical order, whether their batch
     sizes differ (a fused pack masks padded rows only then) and its fusion setting. Packs of
     one structure run on the same built models and traced step functions."""
-    keys = sorted(member_key(t, sliced) for t in trials)
+    keys = sorted(member_key(t, sliced, model) for t in trials)
     mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
     return (*keys, mixed, fusion)
 
@@ -325,8 +342,17 @@ class SearchSpace:
     def structures(self) -> int | float:
         """How many member structures (``member_key``) the space holds; ``math.inf`` when a
         hyper-parameter that shapes the model or optimizer is a float range."""
-        return math.prod(dim.size for name, dim in self.dims.items()
-                         if name not in RUNTIME_HPARAMS)
+        return self.count_structures()
+
+    def count_structures(self, model: Sequence[str] = ()) -> int | float:
+        """``structures`` for a model whose builder takes ``model`` at run time. The optimizer
+        counts only when one of its values trains through a Keras class (no rule)."""
+        runtime = set(RUNTIME_HPARAMS) | set(model)
+        optimizers = self.dims.get("optimizer")
+        if optimizers is not None and optimizers.values is not None and all(
+                rule_for({"optimizer": o}) for o in optimizers.values):
+            runtime.add("optimizer")
+        return math.prod(dim.size for name, dim in self.dims.items() if name not in runtime)
 
     @property
     def first(self) -> dict[str, Any]:

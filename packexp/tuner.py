@@ -167,8 +167,9 @@ class PackedSearch:
             r.n for b in self.brackets if b.s < bracket.s for r in b.rungs)
         return RungContext(steps, view.kept, view.members,
                            checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
-                           future_trials=future, structures=self.space.structures,
-                           replayed=view.replayed)
+                           future_trials=future,
+                           structures=self.space.count_structures(self.cache.model_runtime),
+                           replayed=view.replayed, model_runtime=self.cache.model_runtime)
 
     def _planned(self, bracket: int, rung: int,
                  todo: list[Trial]) -> list[tuple[int, list[Trial], str | None]] | None:

@@ -21,6 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 
+def runtime_hparams(build: Callable[..., Any]) -> tuple[str, ...]:
+    """The hyper-parameters a model built by ``build`` takes at run time (its module's
+    ``RUNTIME_HPARAMS``, such as mlp3's ``activation``): trials that differ only in them share
+    a built model and its traced step. Read without importing TensorFlow."""
+    func = getattr(build, "func", build)
+    return tuple(getattr(sys.modules.get(func.__module__), "RUNTIME_HPARAMS", ()))
+
+
 def needs_images(build: Callable[..., Any]) -> bool:
     """Whether ``build`` (or the ``functools.partial`` Hydra makes of it) takes only images.
 

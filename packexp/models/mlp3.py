@@ -8,9 +8,14 @@ from typing import Any
 
 import keras
 
+from packexp.models.activation import SelectActivation
+
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
 # It flattens images, so it takes anything; a dataset with images: auto gives it features.
 NEEDS_IMAGES = False
+# Hyper-parameters a built model takes at run time (``SelectActivation``): trials that differ
+# only in these share one built model and one traced step.
+RUNTIME_HPARAMS = ("activation",)
 
 
 def build(
@@ -40,6 +45,7 @@ def build(
     layers: list[keras.layers.Layer] = [keras.Input(tuple(input_shape))]
     if len(input_shape) > 1:
         layers.append(keras.layers.Flatten())
-    layers += [keras.layers.Dense(width, activation=activation) for _ in range(depth)]
+    for _ in range(depth):
+        layers += [keras.layers.Dense(width), SelectActivation(ACTIVATIONS, activation)]
     layers.append(keras.layers.Dense(num_classes))
     return keras.Sequential(layers, name="mlp3")

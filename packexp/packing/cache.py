@@ -25,6 +25,7 @@ import numpy as np
 from packexp.packing.data import DeviceData
 from packexp.packing.initial import InitialWeights
 from packexp.packing.member import Member, MemberState
+from packexp.packing.optimizers import RuleOptimizer, rule_options
 from packexp.packing.pack import Pack
 from packexp.packing.schedules import base_learning_rate
 from packexp.search_space import RUNTIME_HPARAMS, Trial, member_key, pack_key
@@ -42,11 +43,15 @@ class PackCache:
         pack_options: Keyword arguments of ``Pack``.
         keep: Most packs kept for reuse (least recently used dropped first); 0 builds
             every pack afresh.
+        model_runtime: The model's hyper-parameters a built member takes at run time
+            (``models.runtime_hparams``): no part of a structure.
     """
 
     def __init__(self, make_member: Callable[[Trial], Member], data: DeviceData,
-                 pack_options: Mapping[str, Any], keep: int = 32) -> None:
+                 pack_options: Mapping[str, Any], keep: int = 32,
+                 model_runtime: Sequence[str] = ()) -> None:
         self.make_member = make_member
+        self.model_runtime = tuple(model_runtime)
         self.data = data
         self.pack_options = dict(pack_options)
         self.keep = keep
@@ -60,11 +65,14 @@ class PackCache:
         # a fresh build has confirmed it, and a fresh optimizer's state.
         self._replay: dict[tuple, InitialWeights | None] = {}
         self._confirmed: set[tuple] = set()  # see ``replayed``
-        self._fresh_slots: dict[tuple, tuple[tuple[np.ndarray, ...], int]] = {}
+        self._fresh_slots: dict[tuple, tuple[Any, int]] = {}
 
     def key(self, trials: Sequence[Trial], fusion: str | None = None) -> tuple:
         return pack_key(trials, self.pack_options.get("data_sharing") == "slice",
-                        fusion or self.pack_options.get("fusion"))
+                        fusion or self.pack_options.get("fusion"), self.model_runtime)
+
+    def member_key(self, trial: Trial, sliced: bool = False) -> tuple:
+        return member_key(trial, sliced, self.model_runtime)
 
     def kept(self) -> tuple[frozenset[tuple], dict[tuple, int]]:
         """What a new pack could reuse: the kept packs' keys, and how many built members of
@@ -75,7 +83,7 @@ class PackCache:
         members: dict[tuple, int] = {}
         loose = [m for ms in self._loose.values() for m in ms]
         for m in [m for pack in self._idle.values() for m in pack.members] + loose:
-            key = member_key(m.trial, sliced)
+            key = self.member_key(m.trial, sliced)
             members[key] = members.get(key, 0) + 1
         return frozenset(self._idle), members
 
@@ -92,7 +100,7 @@ class PackCache:
             The pack, and whether it is a kept one reused.
         """
         sliced = self.pack_options.get("data_sharing") == "slice"
-        order = sorted(trials, key=lambda t: (member_key(t, sliced), t.trial_id))
+        order = sorted(trials, key=lambda t: (self.member_key(t, sliced), t.trial_id))
         key = self.key(trials, fusion)
         pack = self._idle.pop(key, None)
         if pack is not None:
@@ -133,15 +141,15 @@ class PackCache:
         to take, and its traced step goes.
         """
         sliced = self.pack_options.get("data_sharing") == "slice"
-        key = member_key(trial, sliced)
+        key = self.member_key(trial, sliced)
         if not self._loose.get(key):
             broken = next((k for k, pack in self._idle.items()
-                           if any(member_key(m.trial, sliced) == key for m in pack.members)),
+                           if any(self.member_key(m.trial, sliced) == key for m in pack.members)),
                           None)
             if broken is None:
                 return None
             for m in self._idle.pop(broken).members:
-                self._loose.setdefault(member_key(m.trial, sliced), []).append(m)
+                self._loose.setdefault(self.member_key(m.trial, sliced), []).append(m)
         member = self._loose[key].pop()
         # Loose members hold device memory too: at most ``keep``, the oldest go first.
         while sum(map(len, self._loose.values())) > self.keep:
@@ -154,7 +162,7 @@ class PackCache:
         A structure's replayer is used once a fresh build of another trial has confirmed it
         (``InitialWeights``); until then, and where it failed, the member is built.
         """
-        key = member_key(trial)
+        key = self.member_key(trial)
         replay = self._replay.get(key)
         if replay is not None and key in self._confirmed:
             return self._replayed(key, replay, trial)
@@ -172,13 +180,17 @@ class PackCache:
 
     def _replayed(self, key: tuple, replay: InitialWeights, trial: Trial) -> MemberState:
         slots, lr_index = self._fresh_slots[key]
-        slots = list(slots)
-        slots[lr_index] = np.asarray(trial.hparams["learning_rate"], slots[lr_index].dtype)
+        ruled = rule_options(trial.hparams)
+        if isinstance(slots, RuleOptimizer):  # a template: the trial's rule sets the slots
+            slots = slots.fresh_slots(*ruled, trial.hparams["learning_rate"])
+        else:
+            slots = list(slots)
+            slots[lr_index] = np.asarray(trial.hparams["learning_rate"], slots[lr_index].dtype)
         return MemberState(replay.replay(trial.seed), tuple(slots), 0)
 
     def _learn_structure(self, trial: Trial, member: Member) -> None:
         """Records a freshly built member's structure: its replayer and fresh optimizer."""
-        key = member_key(trial)
+        key = self.member_key(trial)
         if key in self._replay:
             return
         variables = member.optimizer.variables
@@ -192,7 +204,8 @@ class PackCache:
             log.info("initial weights of %s are built, not replayed: %s", key, e)
             self._replay[key] = None
             return
-        self._fresh_slots[key] = (tuple(v.numpy() for v in variables), lr_index)
+        self._fresh_slots[key] = (member.optimizer if isinstance(member.optimizer, RuleOptimizer)
+                                  else tuple(v.numpy() for v in variables), lr_index)
 
     def checkin(self, pack: Pack) -> None:
         """Keeps a pack that trained to the end for a later pack of its structure."""

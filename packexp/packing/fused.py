@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from packexp import telemetry
-from packexp.pack_options import OPTIMIZERS, check_choice, why_not_fusable
+from packexp import optim, telemetry
+from packexp.pack_options import check_choice, why_not_fusable
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import (
     Context,
@@ -30,13 +29,11 @@ from packexp.packing.fused_graph import (
     has_grouped_convolutions,
 )
 from packexp.packing.member import Member
-from packexp.packing.optimizers import optimizer_kind
+from packexp.packing.optimizers import general_update, optimizer_kind
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 
 log = logging.getLogger(__name__)
 
-# Optimizer types with a fused update rule, in the order their members take on the member axis.
-KINDS = tuple(name for name, spec in OPTIMIZERS.items() if spec.fused)
 SINGLE = "a pack of one member has nothing to fuse"
 
 
@@ -77,7 +74,7 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
     except Unfusable as e:
         return str(e)
     for m in members:
-        if optimizer_kind(m.optimizer) not in KINDS:
+        if optimizer_kind(m.optimizer) is None:
             reason = why_not_fusable(m.trial.hparams) or "its optimizer has no fused update rule"
             return f"member {m.trial_id}: {reason}"
     if len({m.preprocessing for m in members}) != 1 or members[0].preprocessing.augments:
@@ -98,21 +95,20 @@ class FusedPack:
     """
 
     def __init__(self, members: Sequence[Member], data: DeviceData, *,
-                 jit_compile: bool = False, width: int = 1, grouped_conv: str = "auto") -> None:
+                 jit_compile: bool = False, width: int = 1, grouped_conv: str = "auto",
+                 batch: int | None = None) -> None:
         """``width``: the steps per chunk the step function is warmed up (compiled) for.
-        ``grouped_conv``: how fused Conv2D layers run (``grouped_conv_path``)."""
-        # Inside, members are ordered by optimizer type, so each type's update rule runs on
-        # one contiguous slice of the member axis; run_chunk and evaluate translate.
-        order = sorted(range(len(members)),
-                       key=lambda i: KINDS.index(optimizer_kind(members[i].optimizer)))
-        self._order = np.array(order)
-        self._inverse = np.argsort(self._order)
-        members = [members[i] for i in order]
+        ``grouped_conv``: how fused Conv2D layers run (``grouped_conv_path``).
+        ``batch``: the padded batch every member's rows fill (None: the largest member's);
+        a bucket wider than every member makes every later pack one compiled shape."""
+        members = list(members)
         self.members = members
         self.data = data
         self.jit_compile = jit_compile
         # Whether batch sizes differ is traced (padded rows need masks); the sizes are not.
-        self.padded = len({m.batch_size for m in members}) > 1
+        largest = max(m.batch_size for m in members)
+        self.batch = max(batch or largest, largest)
+        self.padded = len({m.batch_size for m in members}) > 1 or self.batch > largest
         self.graph = FusedGraph([m.model for m in members])
         #: "native" or "split" when the pack has grouped convolutions, else None
         self.grouped_conv = None
@@ -121,16 +117,12 @@ class FusedPack:
             self.graph.split_groups(self.grouped_conv == "split")
             log.info("fused pack of %d: %s grouped convolutions", len(members),
                      "native" if self.grouped_conv == "native" else "per-member (split)")
-        kinds = [optimizer_kind(m.optimizer) for m in members]
-        self._keeps_m = any("m" in OPTIMIZERS[k].slots for k in kinds)
-        self._keeps_v = any("v" in OPTIMIZERS[k].slots for k in kinds)
-        self.spans = [(k, kinds.index(k), len(kinds) - kinds[::-1].index(k))
-                      for k in KINDS if k in kinds]  # (type, first, end) on the member axis
         self.members_n = len(members)
-        # Hyper-parameters are variables, so a reused pack takes new ones with no retrace.
+        # Hyper-parameters are variables, so a reused pack takes new ones with no retrace:
+        # each member's update rule is a row of coefficients (``packexp.optim``).
         self.sizes = tf.Variable(tf.zeros([self.members_n], tf.int32))
-        self.lr, self.momentum, self.beta_1, self.beta_2, self.epsilon = (
-            tf.Variable(tf.zeros([self.members_n])) for _ in range(5))
+        self.lr = tf.Variable(tf.zeros([self.members_n]))
+        self.coefficients = tf.Variable(tf.zeros([self.members_n, len(optim.FIELDS)]))
         self.iterations = tf.Variable(tf.zeros([self.members_n], tf.int64))
         # Learning-rate schedules: each member's profile is structure (traced), its horizon
         # a variable; None when every member's rate is constant.
@@ -144,16 +136,12 @@ class FusedPack:
         trainable = [self.graph.stacked[i].variable for i in self.graph.trainable]
         self._sizes = [int(np.prod(v.shape[1:])) for v in trainable]
         self._shapes = [v.shape for v in trainable]
-        self.slot_m = self._flat_slots(self._keeps_m)
-        self.slot_v = self._flat_slots(self._keeps_v)
+        self.slot_m = tf.Variable(tf.zeros([self.members_n, sum(self._sizes)]))
+        self.slot_v = tf.Variable(tf.zeros([self.members_n, sum(self._sizes)]))
         self.reload(stack=False)
         self._train = self._compile_train(width)
         self._eval = self._compile_eval()
         self._eval_traced = False
-
-    def _flat_slots(self, kept: bool) -> tf.Variable:
-        """A slot of every weight, flattened and joined per member; a scalar if none keeps it."""
-        return tf.Variable(tf.zeros([self.members_n, sum(self._sizes)]) if kept else 0.0)
 
     def _flatten(self, tensors: Sequence[tf.Tensor]) -> tf.Tensor:
         return tf.concat([tf.reshape(t, [self.members_n, -1]) for t in tensors], axis=1)
@@ -171,21 +159,15 @@ class FusedPack:
         members, opts = self.members, [m.optimizer for m in self.members]
         if stack:
             self.graph.restack()
-        first, second = zip(*(_slots(o) for o in opts), strict=True)
         trainable = [self.graph.stacked[i] for i in self.graph.trainable]
-        for flat, slots, kept in ((self.slot_m, first, self._keeps_m),
-                                  (self.slot_v, second, self._keeps_v)):
-            if kept:
-                flat.assign(np.stack([
-                    np.concatenate([_slot_value(m.optimizer, slot, s.weights[i]).reshape(-1)
-                                    for s in trainable])
-                    for i, (m, slot) in enumerate(zip(members, slots, strict=True))]))
+        for flat, slot in ((self.slot_m, "_m"), (self.slot_v, "_v")):
+            flat.assign(np.stack([
+                np.concatenate([_slot_value(m.optimizer, slot, s.weights[i]).reshape(-1)
+                                for s in trainable])
+                for i, m in enumerate(members)]))
         self.sizes.assign([m.batch_size for m in members])
         self.lr.assign([float(base_learning_rate(o).numpy()) for o in opts])
-        self.momentum.assign([float(getattr(o, "momentum", 0.0) or 0.0) for o in opts])
-        self.beta_1.assign([float(getattr(o, "beta_1", 0.9)) for o in opts])
-        self.beta_2.assign([float(getattr(o, "beta_2", 0.999)) for o in opts])
-        self.epsilon.assign([float(getattr(o, "epsilon", 1e-7) or 0.0) for o in opts])
+        self.coefficients.assign(np.stack([o.coefficients.numpy() for o in opts]))
         self.iterations.assign([int(o.iterations.numpy()) for o in opts])
         self.read_horizons()
 
@@ -199,26 +181,22 @@ class FusedPack:
         """Copies the stacked state back into each member's Keras model and optimizer."""
         self.graph.write_back()
         bounds = np.cumsum(self._sizes)[:-1]
-        slot_m, slot_v = (np.split(flat, bounds, axis=1) if flat.ndim == 2 else None
+        slot_m, slot_v = (np.split(flat, bounds, axis=1)
                           for flat in (self.slot_m.numpy(), self.slot_v.numpy()))
         iterations = self.iterations.numpy()
         for i, m in enumerate(self.members):
             m.optimizer.iterations.assign(iterations[i])
-            first, second = _slots(m.optimizer)
             for j, index in enumerate(self.graph.trainable):
                 weight = self.graph.stacked[index].weights[i]
                 slot = m.optimizer._get_variable_index(weight)
-                for slots, values in ((first, slot_m), (second, slot_v)):
-                    if slots is not None:  # then this member's kind keeps the slot
-                        slots[slot].assign(values[j][i].reshape(slots[slot].shape))
+                for slots, values in ((m.optimizer._m, slot_m), (m.optimizer._v, slot_v)):
+                    slots[slot].assign(values[j][i].reshape(slots[slot].shape))
 
     def run_chunk(self, idxs: np.ndarray, ks: Sequence[int]) -> np.ndarray:
         """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``.
 
         Fused packs never augment, so nothing is seeded by step."""
-        ks = np.asarray(ks, np.int32)[self._order]
-        losses = self._train(tf.constant(idxs[self._order]), tf.constant(ks)).numpy()
-        return losses[self._inverse]
+        return self._train(tf.constant(idxs), tf.constant(np.asarray(ks, np.int32))).numpy()
 
     def trace_eval(self) -> bool:
         """Traces the evaluation function if it is not yet; returns whether it traced."""
@@ -230,7 +208,7 @@ class FusedPack:
 
     def evaluate(self, x: tf.Tensor, y: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
         correct, loss = self._eval(x, y)
-        return correct.numpy()[self._inverse], loss.numpy()[self._inverse]
+        return correct.numpy(), loss.numpy()
 
     def _compile_train(self, width: int):
         x_all, y_all = self.data.x_train, self.data.y_train
@@ -284,21 +262,19 @@ class FusedPack:
         fn = tf.function(train_chunk, autograph=False, jit_compile=self.jit_compile,
                          input_signature=(tf.TensorSpec([n, None, None], tf.int32),
                                           tf.TensorSpec([n], tf.int32)))
-        batch = max(m.batch_size for m in self.members)
-        fn(tf.zeros([n, width, batch], tf.int32), tf.zeros([n], tf.int32))
+        fn(tf.zeros([n, width, self.batch], tf.int32), tf.zeros([n], tf.int32))
         return fn
 
     def _apply(self, w: tf.Tensor, g: tf.Tensor, m: tf.Tensor, v: tf.Tensor,
                iterations: tf.Tensor, active: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Each member's own optimizer rule on its row (Keras's update formulas).
+        """Each member's own update rule on its row: ``general_update`` with a column of
+        coefficients per member, so members of every rule share the same operations.
 
         ``w``, ``g``, ``m`` and ``v`` are every trainable weight, gradient and slot flattened
-        and joined per member (``[members, parameters]``; a slot no member keeps is a
-        scalar). Members are ordered by optimizer type, so each type's rule runs on its own
-        contiguous rows and the rows are joined again. Members not ``active`` keep their
+        and joined per member (``[members, parameters]``). Members not ``active`` keep their
         state. Returns the new weights and slots.
         """
-        step = tf.cast(iterations + 1, tf.float32)
+        step = tf.cast(iterations + 1, tf.float32)[:, None]
         lr = self.lr
         if self.profiles is not None:  # each member's schedule at its own step, as Keras's
             z = fraction(iterations, self.horizon)
@@ -307,44 +283,11 @@ class FusedPack:
                 mask = tf.constant([p == name for p in self.profiles])
                 factor = tf.where(mask, profile(name, z), factor)
             lr = lr * factor
-        vectors = {"lr": lr, "mu": self.momentum, "b1": self.beta_1, "b2": self.beta_2,
-                   "eps": self.epsilon}
-        if any(k == "adam" for k, _, _ in self.spans):
-            vectors["alpha"] = (lr * tf.sqrt(1 - self.beta_2**step)
-                                / (1 - self.beta_1**step))
-        whole = len(self.spans) == 1
-        parts = []  # per span: (new w, new m, new v), None where a slot is unchanged
-        for kind, a, b in self.spans:
-            def part(t, a=a, b=b):
-                return t if whole else t[a:b]
-
-            def c(key, a=a, b=b):
-                return part(vectors[key], a, b)[:, None]
-
-            ws, gs = part(w), part(g)
-            if kind == "sgd":
-                parts.append((ws - gs * c("lr"), None, None))
-            elif kind == "momentum":
-                mom = part(m) * c("mu") - gs * c("lr")
-                parts.append((ws + mom, mom, None))
-            elif kind == "adam":
-                ms, vs = part(m), part(v)
-                m1 = ms + (gs - ms) * (1 - c("b1"))
-                v1 = vs + (tf.square(gs) - vs) * (1 - c("b2"))
-                parts.append((ws - m1 * c("alpha") / (tf.sqrt(v1) + c("eps")), m1, v1))
-            else:  # adagrad
-                acc = part(v) + tf.square(gs)
-                parts.append((ws - c("lr") * gs / tf.sqrt(acc + c("eps")), None, acc))
-        out = []
-        for j, old in enumerate((w, m, v)):
-            if all(p[j] is None for p in parts):
-                out.append(old)  # no optimizer type here keeps this slot
-                continue
-            rows = [p[j] if p[j] is not None else old[a:b]
-                    for p, (_, a, b) in zip(parts, self.spans, strict=True)]
-            new = rows[0] if whole else tf.concat(rows, axis=0)
-            out.append(tf.where(active[:, None], new, old))
-        return tuple(out)
+        columns = dict(zip(optim.FIELDS, tf.unstack(self.coefficients[:, :, None], axis=1),
+                           strict=True))
+        delta, m1, v1 = general_update(g, m, v, columns, lr[:, None], step)
+        keep = active[:, None]
+        return (tf.where(keep, w - delta, w), tf.where(keep, m1, m), tf.where(keep, v1, v))
 
     def _compile_eval(self):
         def evaluate(x, y):
@@ -362,15 +305,7 @@ class FusedPack:
                            input_signature=(x_spec, tf.TensorSpec([None], tf.int32)))
 
 
-def _slots(optimizer: keras.optimizers.Optimizer) -> tuple[Any, Any]:
-    """The optimizer's first and second slot lists in the fused layout (m, v)."""
-    slots = OPTIMIZERS[optimizer_kind(optimizer)].slots
-    return tuple(getattr(optimizer, slots[s]) if s in slots else None for s in ("m", "v"))
-
-
-def _slot_value(optimizer: keras.optimizers.Optimizer, slots: Any,
+def _slot_value(optimizer: keras.optimizers.Optimizer, slots: str,
                 weight: keras.Variable) -> np.ndarray:
-    """A member's slot of ``weight`` (zeros if its optimizer keeps none)."""
-    if slots is None:
-        return np.zeros(weight.shape, np.float32)
-    return slots[optimizer._get_variable_index(weight)].numpy()
+    """A member's slot ``slots`` (``_m`` or ``_v``) of ``weight``."""
+    return getattr(optimizer, slots)[optimizer._get_variable_index(weight)].numpy()

@@ -32,7 +32,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from packexp.packing.layout import IMAGE_RANK, VECTOR_RANK, fold, per_member, stack_vectors, unfold
+from packexp.models.activation import SelectActivation
+from packexp.packing.layout import (
+    IMAGE_RANK,
+    VECTOR_RANK,
+    by_choice,
+    fold,
+    per_member,
+    stack_vectors,
+    unfold,
+)
 
 
 class Unfusable(ValueError):
@@ -174,7 +183,7 @@ class FusedOp:
 
 def _config(layer: keras.layers.Layer) -> dict:
     config = dict(layer.get_config())
-    for key in ("name", "activation", "trainable"):
+    for key in ("name", "activation", "selected", "trainable"):
         config.pop(key, None)
     return config
 
@@ -194,6 +203,23 @@ class Elementwise(FusedOp):
     def __call__(self, ctx: Context, x: tf.Tensor) -> tf.Tensor:
         return per_member(x, [layer.call for layer in self.layers],
                           [_activation_key(layer) for layer in self.layers])
+
+
+class Selected(FusedOp):
+    """``SelectActivation`` layers: each member's choice is read when the step runs, so one
+    traced step serves members of every activation."""
+
+    def check(self) -> None:
+        super().check()
+        names = self.layer.choices
+        for name in names:
+            if name in NOT_ELEMENTWISE or getattr(keras.activations, name, None) is None:
+                raise Unfusable(f"layer {named(self.layer)}: activation {name} is not one of "
+                                "Keras's elementwise activations")
+
+    def __call__(self, ctx: Context, x: tf.Tensor) -> tf.Tensor:
+        choice = tf.stack([layer.choice for layer in self.layers])
+        return by_choice(x, choice, self.layer.functions)
 
 
 class _Weighted(FusedOp):
@@ -419,6 +445,7 @@ OPS: tuple[tuple[type | tuple[type, ...], type[FusedOp]], ...] = (
     (keras.layers.Conv2D, Conv2D),
     (keras.layers.BatchNormalization, BatchNormalization),
     (ACTIVATION_LAYERS, Elementwise),
+    (SelectActivation, Selected),
     (keras.layers.Add, Add),
     (keras.layers.Concatenate, Concatenate),
     ((keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D), GlobalPooling2D),
@@ -500,6 +527,13 @@ def has_convolutions(ops: Sequence[FusedOp]) -> bool:
 def convolutional(model: keras.Model) -> bool:
     """Whether ``model`` holds convolutions, fusable or not."""
     return any(isinstance(layer, keras.layers.Conv2D | keras.layers.DepthwiseConv2D)
+               for layer in model._flatten_layers(include_self=False))
+
+
+def couples_rows(model: keras.Model) -> bool:
+    """Whether a row of ``model``'s batch affects another's output (BatchNormalization's
+    batch statistics), so padded rows would change it."""
+    return any(isinstance(layer, keras.layers.BatchNormalization)
                for layer in model._flatten_layers(include_self=False))
 
 

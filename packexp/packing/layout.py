@@ -60,3 +60,17 @@ def per_member(x: tf.Tensor, fns: Sequence[Callable], keys: Sequence[Any]) -> tf
         selected = [i in idx for i in range(len(keys))]
         out = tf.where(member_mask(x, selected), fns[idx[0]](x), out)
     return out
+
+
+def by_choice(x: tf.Tensor, choice: tf.Tensor, fns: Sequence[Callable]) -> tf.Tensor:
+    """Applies ``fns[choice[i]]`` to member i's slice of ``x``; ``choice`` is ``[members]``
+    int32, read when the step runs (every function is evaluated, then selected)."""
+    n = choice.shape[0]
+    if x.shape.rank == IMAGE_RANK:  # folded: member-major channel blocks
+        which = tf.repeat(choice, x.shape[-1] // n)
+    else:
+        which = tf.reshape(choice, [n] + [1] * (x.shape.rank - 1))
+    out = fns[0](x)
+    for k, fn in enumerate(fns[1:], start=1):
+        out = tf.where(tf.equal(which, k), fn(x), out)
+    return out

@@ -16,9 +16,10 @@ from keras.src.random import seed_generator
 from keras.src.utils import rng_utils
 
 from packexp.hyperband import steps_for
+from packexp.models.activation import set_activation
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.initial import state_variables
-from packexp.packing.optimizers import make_optimizer
+from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_options
 from packexp.packing.schedules import set_horizon
 from packexp.search_space import Trial
 
@@ -120,8 +121,9 @@ class Member:
         """Makes this member ``trial``, in ``state``: its model and optimizer are reused.
 
         The model and optimizer must be of the structure ``state`` came from (the same
-        architecture and optimizer type); the learning rate is one of the optimizer's
-        variables, so it comes with the state.
+        architecture); the learning rate is one of the optimizer's variables, so it comes
+        with the state. What is runtime data rather than structure, a ``RuleOptimizer``'s
+        rule and a ``SelectActivation``'s choice, is set from ``trial``.
         """
         for variables, values in ((state_variables(self.model), state.weights),
                                   (self.optimizer.variables, state.slots)):
@@ -130,6 +132,10 @@ class Member:
                                  f"{self.trial_id}'s model and optimizer")
             for v, value in zip(variables, values, strict=True):
                 v.assign(value)
+        ruled = rule_options(trial.hparams)
+        if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
+            self.optimizer.configure(*ruled)  # kept members serve trials of any rule
+        set_activation(self.model, trial.hparams)
         self.trial = trial
         self.batch_size = int(trial.hparams["batch_size"])
         self.step = state.step

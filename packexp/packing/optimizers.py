@@ -1,4 +1,4 @@
-"""Keras optimizers by the names the search spaces use, and their update in a step function."""
+"""Optimizers by the names the search spaces use, and their update in a step function."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from packexp.pack_options import EXTRAS, OPTIMIZERS
-from packexp.packing.schedules import BudgetSchedule
-
-# Classes whose update_step apply_gradients reproduces (a subclass may override it).
-_EXACT = (keras.optimizers.Adam, keras.optimizers.SGD, keras.optimizers.Adagrad)
+from packexp import optim
+from packexp.pack_options import OPTIMIZERS, rule_for
+from packexp.packing.schedules import BudgetSchedule, base_learning_rate
 
 
 @functools.cache
@@ -26,9 +25,110 @@ def optimizer_args(name: str) -> frozenset[str]:
                      if p not in ("self", "learning_rate", "name", "kwargs"))
 
 
+def general_update(g: tf.Tensor, m: tf.Tensor, v: tf.Tensor, c: Mapping[str, tf.Tensor],
+                   lr: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``packexp.optim``'s general update: the weight's decrement and the new slots.
+
+    ``c`` maps each coefficient name to a tensor that broadcasts against ``g`` (a scalar for
+    one member, a ``[members, 1]`` column for a fused pack's rows); ``lr`` and ``step`` (the
+    step about to be taken, from 1, float32) likewise. Plain and fused packs both call this,
+    so every member's arithmetic is the same operations on its own numbers.
+    """
+    m = c["m_keep"] * m + (c["m_gain"] + c["m_gain_lr"] * lr) * (g - c["m_decay"] * m)
+    v = c["v_keep"] * v + c["v_gain"] * (g * g - c["v_decay"] * v)
+    alpha = (c["step_lr"] * ((lr * tf.sqrt(1.0 - tf.pow(c["beta_2"], step)))
+                             / (1.0 - tf.pow(c["beta_1"], step))) + c["step_const"])
+    return (m * alpha) / (tf.sqrt(v + c["eps_in"]) + c["eps_out"]), m, v
+
+
+class RuleOptimizer(keras.optimizers.Optimizer):
+    """A member's optimizer of any ``packexp.optim`` rule: its rule is data.
+
+    It keeps two slots per weight (``_m``, ``_v``) and the rule's coefficients as a variable,
+    so ``configure`` turns it into another rule, or the same with other options, without a
+    new step function: kept packs serve trials of every rule.
+    """
+
+    def __init__(self, rule: str, learning_rate: Any, options: Mapping[str, Any] | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate=learning_rate, name=name or "rule_optimizer")
+        self.rule = rule
+        self.options = dict(options or {})
+
+    def build(self, variables: Sequence[keras.Variable]) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self.coefficients = self.add_variable((len(optim.FIELDS),), name="coefficients")
+        self._m = self.add_optimizer_variables(variables, "m")
+        self._v = self.add_optimizer_variables(variables, "v")
+        self.configure(self.rule, self.options, fresh=True)
+
+    def configure(self, rule: str, options: Mapping[str, Any], fresh: bool = False) -> None:
+        """Makes this optimizer ``rule`` with ``options``; ``fresh`` also resets the slots."""
+        self.rule, self.options = rule, dict(options)
+        self.coefficients.assign(optim.coefficients(rule, options).values())
+        if fresh:
+            start = optim.second_slot_start(rule, options)
+            for m, v in zip(self._m, self._v, strict=True):
+                m.assign(tf.zeros_like(m))
+                v.assign(tf.fill(v.shape, start))
+
+    def fresh_slots(self, rule: str, options: Mapping[str, Any], learning_rate: float
+                    ) -> tuple[np.ndarray, ...]:
+        """The values of ``variables`` that a fresh optimizer of ``rule`` has, unbuilt."""
+        start = optim.second_slot_start(rule, options)
+        coefficients = np.asarray(optim.coefficients(rule, options).values(), np.float32)
+        lr = base_learning_rate(self)
+        out = []
+        for var in self.variables:
+            if var is self.coefficients:
+                out.append(coefficients)
+            elif var is lr:
+                out.append(np.asarray(learning_rate, np.float32))
+            elif any(var is v for v in self._v):
+                out.append(np.full(var.shape, start, np.float32))
+            else:  # iterations, the first slots and a schedule's horizon: as at the start
+                out.append(np.ones(var.shape, var.dtype) if var.name == "lr_horizon"
+                           else np.zeros(var.shape, var.dtype))
+        return tuple(out)
+
+    def coefficient_map(self) -> dict[str, tf.Tensor]:
+        return dict(zip(optim.FIELDS, tf.unstack(self.coefficients.value), strict=True))
+
+    def update_step(self, gradient, variable, learning_rate):
+        """Keras's per-weight path (``optimizer.apply``); ``apply_gradients`` joins them."""
+        i = self._get_variable_index(variable)
+        step = tf.cast(self.iterations + 1, tf.float32)
+        delta, m, v = general_update(gradient, self._m[i], self._v[i], self.coefficient_map(),
+                                     tf.cast(learning_rate, tf.float32), step)
+        self.assign(self._m[i], m)
+        self.assign(self._v[i], v)
+        self.assign_sub(variable, delta)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "rule": self.rule, "options": self.options}
+
+
+def rule_options(hparams: Mapping[str, Any]) -> tuple[str, dict[str, float]] | None:
+    """The rule and options a trial's ``RuleOptimizer`` runs (``make_optimizer``'s); None
+    when its optimizer is a Keras class's own."""
+    name = hparams.get("optimizer")
+    if name not in OPTIMIZERS:
+        return None
+    rule = rule_for(hparams, optimizer_args(name))
+    if rule is None:
+        return None
+    given = {k: v for k, v in hparams.items() if k in optimizer_args(name)}
+    return rule, optim.options_of(rule, {**OPTIMIZERS[name].options, **given})
+
+
 def make_optimizer(name: str, learning_rate: float, hparams: Mapping[str, Any] | None = None,
                    horizon: int = 1) -> keras.optimizers.Optimizer:
     """Optimizer ``name`` at ``learning_rate``, with the trial's own arguments.
+
+    A name with a rule in ``packexp.optim`` (and no option only Keras has) gives a
+    ``RuleOptimizer``; every other name its Keras class.
 
     Args:
         name: A key of ``OPTIMIZERS``.
@@ -50,9 +150,14 @@ def make_optimizer(name: str, learning_rate: float, hparams: Mapping[str, Any] |
     schedule = hparams.get("lr_schedule", "constant")
     rate = (float(learning_rate) if schedule == "constant"
             else BudgetSchedule(schedule, learning_rate, horizon))
+    ruled = rule_options({**hparams, "optimizer": name})
     try:
-        optimizer = getattr(keras.optimizers, spec.keras_class)(learning_rate=rate, **options)
-    except (TypeError, ValueError) as e:
+        if ruled is not None:
+            optimizer = RuleOptimizer(ruled[0], rate, ruled[1])
+        else:
+            optimizer = getattr(keras.optimizers, spec.keras_class)(learning_rate=rate,
+                                                                    **options)
+    except (TypeError, ValueError, KeyError) as e:
         given = ", ".join(f"{k}={v!r}" for k, v in options.items())
         raise ValueError(f"optimizer={name} ({given}): {e}") from None
     if not isinstance(rate, float):
@@ -61,74 +166,41 @@ def make_optimizer(name: str, learning_rate: float, hparams: Mapping[str, Any] |
 
 
 def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
-    """Which of packexp's update rules reproduces ``optimizer``, or None when none does."""
-    if any(getattr(optimizer, a, None) for a in EXTRAS):
-        return None
-    if isinstance(optimizer, keras.optimizers.Adam) and not optimizer.amsgrad:
-        return "adam"
-    if isinstance(optimizer, keras.optimizers.Adagrad):
-        return "adagrad"
-    if isinstance(optimizer, keras.optimizers.SGD) and not optimizer.nesterov:
-        return "momentum" if optimizer.momentum else "sgd"
-    return None
+    """The ``packexp.optim`` rule ``optimizer`` runs, or None when it is a Keras class's own."""
+    return optimizer.rule if isinstance(optimizer, RuleOptimizer) else None
 
 
 def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Tensor],
                     variables: Sequence[keras.Variable]) -> None:
-    """``optimizer.apply(grads, variables)`` in a few operations per variable.
+    """``optimizer.apply(grads, variables)`` in a few operations per step.
 
-    Keras builds each variable's update from a dozen or more small operations and recomputes
-    the step's scalars (step count, Adam's bias corrections) for every variable: 6,570
-    operations for MobileNetV2's Adam update, more than its gradient (5,015), and the larger
-    part of the time spent tracing a step. Here the scalars are computed once per step and
-    each variable gets one of TensorFlow's training kernels (tf.keras 2 used the same):
-    SGD and momentum give Keras's values bit for bit; Adam's kernel rounds ``1 - beta_1`` in
-    float32 where Keras rounds it from a Python float, so it agrees with Keras's Adam to float32
-    rounding (1e-7 relative a step). Adagrad, for which no kernel adds epsilon inside the
-    square root as Keras does, keeps Keras's arithmetic with the scalars hoisted (bit for bit).
-    Every member of every plain pack, and every member trained alone, takes this path, so
-    packing changes nothing. Optimizers of other types or with extras (weight decay,
-    clipping, EMA, accumulation, loss scaling), and variables with constraints, go through
-    Keras.
+    A ``RuleOptimizer`` updates every weight at once: gradients and slots are flattened and
+    joined, the general update runs once on them, and each weight takes its slice of the
+    decrement. Elementwise arithmetic does not depend on the layout, so this is its
+    per-weight ``update_step`` bit for bit, and every member of every plain pack and every
+    member trained alone takes this path. Keras classes, and variables with constraints
+    (Keras applies them), go through ``optimizer.apply``.
     """
-    kind = optimizer_kind(optimizer)
-    if (kind is None or type(optimizer) not in _EXACT
+    if (not isinstance(optimizer, RuleOptimizer)
             or any(v.dtype != "float32" for v in variables) or any(g is None for g in grads)
-            or any(v.constraint is not None for v in variables)):  # Keras applies them
+            or any(v.constraint is not None for v in variables)):
         optimizer.apply(grads, variables)
         return
     with tf.name_scope(optimizer.name):
-        # One read: Keras passes the same value to every variable's update.
-        lr = tf.convert_to_tensor(optimizer.learning_rate)
-        index = optimizer._get_variable_index
-        if kind == "adam":
-            local_step = tf.cast(optimizer.iterations + 1, tf.float32)
-            beta_1_power = tf.pow(tf.cast(optimizer.beta_1, tf.float32), local_step)
-            beta_2_power = tf.pow(tf.cast(optimizer.beta_2, tf.float32), local_step)
-            beta_1 = tf.constant(optimizer.beta_1, tf.float32)
-            beta_2 = tf.constant(optimizer.beta_2, tf.float32)
-            epsilon = tf.constant(optimizer.epsilon, tf.float32)
-            for g, var in zip(grads, variables, strict=True):
-                m = optimizer._momentums[index(var)]
-                v = optimizer._velocities[index(var)]
-                tf.raw_ops.ResourceApplyAdam(
-                    var=var.value.handle, m=m.value.handle, v=v.value.handle,
-                    beta1_power=beta_1_power, beta2_power=beta_2_power, lr=lr, beta1=beta_1,
-                    beta2=beta_2, epsilon=epsilon, grad=g)
-        elif kind == "adagrad":
-            for g, var in zip(grads, variables, strict=True):
-                acc = optimizer._accumulators[index(var)]
-                acc.assign_add(tf.square(g))
-                var.assign_sub(tf.divide(tf.multiply(lr, g),
-                                         tf.sqrt(tf.add(acc.value, optimizer.epsilon))))
-        elif kind == "momentum":
-            momentum = tf.constant(optimizer.momentum, tf.float32)
-            for g, var in zip(grads, variables, strict=True):
-                m = optimizer.momentums[index(var)]
-                tf.raw_ops.ResourceApplyKerasMomentum(
-                    var=var.value.handle, accum=m.value.handle, lr=lr, grad=g,
-                    momentum=momentum)
-        else:
-            for g, var in zip(grads, variables, strict=True):
-                tf.raw_ops.ResourceApplyGradientDescent(var=var.value.handle, alpha=lr, delta=g)
+        lr = tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+        step = tf.cast(optimizer.iterations + 1, tf.float32)
+        index = [optimizer._get_variable_index(v) for v in variables]
+        sizes = [int(np.prod(v.shape)) for v in variables]
+
+        def flat(tensors):
+            return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+
+        delta, m, v = general_update(
+            flat(grads), flat([optimizer._m[i].value for i in index]),
+            flat([optimizer._v[i].value for i in index]), optimizer.coefficient_map(), lr, step)
+        for var, i, d, m_i, v_i in zip(variables, index, tf.split(delta, sizes),
+                                       tf.split(m, sizes), tf.split(v, sizes), strict=True):
+            var.assign_sub(tf.reshape(d, var.shape))
+            optimizer._m[i].assign(tf.reshape(m_i, var.shape))
+            optimizer._v[i].assign(tf.reshape(v_i, var.shape))
         optimizer.iterations.assign_add(1)

@@ -15,10 +15,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from packexp.pack_options import XLA_MIN_STEPS, check_choice
+from packexp.pack_options import check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
-from packexp.packing.fused_graph import fused_ops, has_convolutions
+from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 
@@ -90,6 +90,7 @@ class Pack:
         jit_compile: bool | str = False,
         chunk_steps: int = 500,
         eval_batch_size: int = 1024,
+        batch_bucket: int | None = None,
     ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
@@ -106,10 +107,15 @@ class Pack:
         self._stream_step = 0
         # auto: XLA for fused Dense packs with a long stretch to train (see _fused_xla);
         # plain packs only when asked outright.
-        self.jit_compile = jit_compile is True
         self._jit_auto = jit_compile == "auto"
+        self.jit_compile = jit_compile is True or (self._jit_auto and not any(
+            convolutional(m.model) for m in self.members))
         self.chunk_steps = chunk_steps
         self.eval_batch_size = eval_batch_size
+        # Under XLA a batch of another size is another compile: members whose rows are
+        # independent take batches padded to the bucket (the search's largest batch size),
+        # their padded rows masked out of the loss, so one compiled program serves them all.
+        self.batch_bucket = batch_bucket
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._compiled: dict[tuple, Any] = {}
         self._eval_fns: dict[tuple[int, ...], Any] = {}
@@ -175,16 +181,9 @@ class Pack:
         return not self._unfused_reason
 
     def _fused_xla(self, steps: int) -> bool:
-        """Whether a fused pack about to train ``steps`` steps compiles with XLA.
-
-        Under ``jit_compile=auto``: for Dense packs of at least ``XLA_MIN_STEPS`` steps.
-        Measured on a 2-core CPU (scripts/bench_fused_phases.py, 8 mlp3 members): XLA
-        makes the fused step about 3x faster (0.16 against 0.48 ms) for about 0.5 s more
-        compiling, so it pays from about 1500 steps. Fused CNNs are left to ``true``.
-        """
-        if self.jit_compile or not self._jit_auto or steps < XLA_MIN_STEPS:
-            return self.jit_compile
-        return not has_convolutions(fused_ops([m.model for m in self.members]))
+        """Whether a fused pack compiles with XLA: as the plain pack decides (``auto``: Dense
+        models, whose program is compiled once and kept for every later pack)."""
+        return self.jit_compile
 
     def _train_fused(self, remaining: dict[str, int]) -> PackStats:
         xla = self._fused_xla(max(remaining.values()))
@@ -192,7 +191,8 @@ class Pack:
             t0 = time.perf_counter()
             self._fused = FusedPack(self.members, self.data, jit_compile=xla,
                                     width=self.chunk_steps if xla else 1,
-                                    grouped_conv=self.grouped_conv)
+                                    grouped_conv=self.grouped_conv,
+                                    batch=self._fused_batch(xla))
             trace_s = time.perf_counter() - t0
         else:
             trace_s = 0.0
@@ -200,7 +200,7 @@ class Pack:
         fused.read_horizons()
         stats = PackStats(members=len(self.members), fused=True, xla=fused.jit_compile,
                           grouped_conv=fused.grouped_conv, trace_s=trace_s)
-        batch = max(m.batch_size for m in self.members)
+        batch = fused.batch
         while True:
             ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
                   for m in self.members]
@@ -221,6 +221,19 @@ class Pack:
             self._account(self.members, ks, mean_losses, remaining)
         fused.write_back()
         return stats
+
+    def _fused_batch(self, xla: bool) -> int:
+        """The fused pack's padded batch: the bucket under XLA (one compile), else the
+        largest member's."""
+        largest = max(m.batch_size for m in self.members)
+        return max(self.batch_bucket or 0, largest) if xla else largest
+
+    def _pads(self, member: Member) -> bool:
+        """Whether ``member`` trains on batches padded to the bucket (XLA, gathered batches,
+        rows independent of each other: no BatchNormalization)."""
+        return bool(self.jit_compile and self.batch_bucket and self.data_sharing == "gather"
+                    and member.batch_size <= self.batch_bucket
+                    and not couples_rows(member.model))
 
     def _account(self, group: list[Member], ks: list[int], mean_losses: np.ndarray,
                  remaining: dict[str, int]) -> None:
@@ -331,16 +344,18 @@ class Pack:
         else:
             idxs = []
             for m, k in zip(group, ks, strict=True):
-                batches = np.zeros((width, m.batch_size), np.int32)
-                batches[:k] = m.next_batches(k)
+                batches = np.zeros((width, self.batch_bucket if self._pads(m) else m.batch_size),
+                                   np.int32)
+                batches[:k, : m.batch_size] = m.next_batches(k)
                 idxs.append(tf.constant(batches))
             idxs = tuple(idxs)
             starts = [m.step for m in group]
         seeds = [m.trial.seed for m in ([self._leader(group)] if self.data_sharing == "slice"
                                         else group)]
         t0 = time.perf_counter()
+        sizes = [m.batch_size for m in group]
         mean_losses = fn(idxs, tf.constant(ks, tf.int32), tf.constant(starts, tf.int64),
-                         tf.constant(seeds, tf.int64)).numpy()
+                         tf.constant(seeds, tf.int64), tf.constant(sizes, tf.int32)).numpy()
         elapsed = time.perf_counter() - t0
         stats.steps += n
         stats.train_s += elapsed
@@ -382,21 +397,31 @@ class Pack:
             return [lambda m=m: (shared[m.preprocessing][: m.batch_size], labels[: m.batch_size])
                     for m in members]
 
-        def member_loss(m: Member, batch) -> tf.Tensor:
+        pads = [self._pads(m) for m in members]
+
+        def member_loss(i: int, batch, sizes) -> tf.Tensor:
+            m = members[i]
             inputs, labels = batch()
-            loss = loss_fn(labels, m.model(inputs, training=True))
+            logits = m.model(inputs, training=True)
+            if pads[i]:  # the mean over the member's own rows; padded rows weigh nothing
+                rows = tf.cast(tf.range(tf.shape(labels)[0]) < sizes[i], tf.float32)
+                per_row = keras.losses.sparse_categorical_crossentropy(labels, logits,
+                                                                       from_logits=True)
+                loss = tf.reduce_sum(per_row * rows) / tf.cast(sizes[i], tf.float32)
+            else:
+                loss = loss_fn(labels, logits)
             # Regularizers' and add_loss terms of this call, which Keras's fit adds too.
             extra = [tf.reduce_sum(tf.cast(t, loss.dtype)) for t in m.model.losses]
             return tf.add_n([loss, *extra]) if extra else loss
 
-        def member_step(i: int, batch) -> tf.Tensor:
+        def member_step(i: int, batch, sizes) -> tf.Tensor:
             with tf.GradientTape() as tape:
-                loss = member_loss(members[i], batch)
+                loss = member_loss(i, batch, sizes)
             apply_gradients(members[i].optimizer, tape.gradient(loss, variables[i]),
                             variables[i])
             return loss
 
-        def joint_step(batches, active=None):
+        def joint_step(batches, sizes, active=None):
             """One step of every member, in one graph.
 
             With ``active`` (a boolean per member), a member whose budget is spent skips the
@@ -404,15 +429,16 @@ class Pack:
             optimizer state stay as they are, bit for bit.
             """
             if active is None:
-                return tf.stack([member_step(i, b) for i, b in enumerate(batches)])
-            return tf.stack([tf.cond(active[i], lambda i=i, b=b: member_step(i, b),
+                return tf.stack([member_step(i, b, sizes) for i, b in enumerate(batches)])
+            return tf.stack([tf.cond(active[i], lambda i=i, b=b: member_step(i, b, sizes),
                                      lambda: tf.constant(0.0))
                              for i, b in enumerate(batches)])
 
-        def train_chunk(idxs, ks, starts, seeds):
+        def train_chunk(idxs, ks, starts, seeds, sizes):
             def body(t, sums):
                 batches = member_batches(idxs, starts, seeds, t)
-                losses = joint_step(batches, t < ks) if masked else joint_step(batches)
+                losses = (joint_step(batches, sizes, t < ks) if masked
+                          else joint_step(batches, sizes))
                 return t + 1, sums + losses
 
             # An explicit while_loop: autograph would otherwise convert every function the
@@ -429,13 +455,15 @@ class Pack:
             tf.TensorSpec([len(members)], tf.int32),
             tf.TensorSpec([len(streams)], tf.int64),
             tf.TensorSpec([len(streams)], tf.int64),
+            tf.TensorSpec([len(members)], tf.int32),
         )
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile,
                          autograph=False)
         width = self.chunk_steps if self.jit_compile else 1
-        fn(tuple(tf.zeros([width, m.batch_size], tf.int32) for m in streams),
+        fn(tuple(tf.zeros([width, self.batch_bucket if self._pads(m) else m.batch_size],
+                          tf.int32) for m in streams),
            tf.zeros([len(members)], tf.int32), tf.zeros([len(streams)], tf.int64),
-           tf.zeros([len(streams)], tf.int64))
+           tf.zeros([len(streams)], tf.int64), tf.constant([m.batch_size for m in members]))
         return fn
 
     def _eval_fn(self, members: list[Member]):

@@ -48,6 +48,8 @@ class RungContext:
         structures: How many member structures the search space holds; ``math.inf`` when
             a float range shapes the model or optimizer.
         replayed: Member structures whose fresh initial weights are replayed, not built.
+        model_runtime: The model's hyper-parameters that a built member takes at run time
+            (its builder's ``RUNTIME_HPARAMS``), for ``member_key``.
     """
 
     steps: Mapping[str, int]
@@ -57,6 +59,7 @@ class RungContext:
     future_trials: int = 0
     structures: int | float = 1
     replayed: frozenset[tuple] = frozenset()
+    model_runtime: tuple[str, ...] = ()
 
 
 # A planned pack: its trials, and its ``pack.fusion`` setting (None: the run's).

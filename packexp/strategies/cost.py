@@ -292,7 +292,7 @@ class CostStrategy(Strategy):
         if parts is None:
             structures: dict[tuple, int] = {}
             for t in group:
-                key = member_key(t, self.costs.sliced)
+                key = member_key(t, self.costs.sliced, rung.model_runtime)
                 structures[key] = structures.get(key, 0) + 1
             batches = [int(t.hparams["batch_size"]) for t in group]
             steps = [rung.steps[t.trial_id] for t in group]
@@ -300,7 +300,8 @@ class CostStrategy(Strategy):
                                           checkpoint=rung.checkpoint)
             setup = self.costs.duration_s(batches, steps, fusion, new=True, builds=0,
                                           checkpoint=rung.checkpoint) - ready
-            parts = (pack_key(group, self.costs.sliced, fusion), ready, setup, structures)
+            parts = (pack_key(group, self.costs.sliced, fusion, rung.model_runtime), ready,
+                     setup, structures)
             self._memo[memo_key] = parts
         return parts
 
@@ -333,7 +334,8 @@ class CostStrategy(Strategy):
                      rung: RungContext) -> list[list[Trial]]:
         """The cheapest split of the trials, sorted by batch size and steps, into runs."""
         order = sorted(trials, key=lambda t: (t.hparams["batch_size"], rung.steps[t.trial_id],
-                                              member_key(t), t.trial_id))
+                                              member_key(t, False, rung.model_runtime),
+                                              t.trial_id))
         cap = capacity.max_members or len(order)
         best = [0.0] + [np.inf] * len(order)
         cut = [0] * (len(order) + 1)

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from packexp.config import (
+    batch_bucket,
     check_pairing,
     check_preprocessing,
     check_search,
@@ -24,8 +25,9 @@ from packexp.config import (
     probe_model,
     reuse_setting,
 )
-from packexp.device import device_capacity, facts_here
+from packexp.device import apply_threads, device_capacity, facts_here
 from packexp.files import write_json
+from packexp.models import runtime_hparams
 from packexp.plots import write_plots
 from packexp.report import print_summary
 from packexp.results import PHASES, prediction_error, speedup_metrics
@@ -51,13 +53,13 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
     check_pairing(cfg, build_model, dataset)
+    apply_threads(cfg.device)  # before TensorFlow's runtime starts (the probe below)
     probe_model(build_model, dataset, space)
-    pack_options = pack_settings(cfg.pack)
+    pack_settings(cfg.pack)
     check_preprocessing(cfg.preprocess, space, dataset.input_shape)
     executor = instantiate(cfg.executor, "executor")(cfg=cfg, run_dir=run_dir)
 
     from packexp.packing import DeviceData
-    from packexp.packing.cache import PackCache
     from packexp.progress import SearchProgress
     from packexp.tuner import PackedSearch, journaled_checkpoints
 
@@ -67,8 +69,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     # This process's data and cache: its packs under the local executor; wherever packs
     # train, the members the memory estimate measures and the pack structures planned.
     data = DeviceData(dataset)
-    cache = PackCache(member_factory(cfg, build_model, dataset, data), data, pack_options,
-                      keep=reuse_setting(cfg.pack))
+    cache = search_cache(cfg, build_model, dataset, data, space)
     with closing(executor.start(cache)):
         facts = executor.on_device(facts_here)  # the device packs train on
         log.info("device: %s", facts)
@@ -156,10 +157,20 @@ def worker_cache(cfg: DictConfig) -> Any:
     """An executor worker's ``PackCache``: the run's dataset on this process's device and
     its members built as the driver builds them, so a pack trains the same anywhere."""
     from packexp.packing import DeviceData
-    from packexp.packing.cache import PackCache
 
     dataset = instantiate(cfg.dataset, "dataset")
     build_model = instantiate(cfg.model, "model")
+    apply_threads(cfg.device)
     data = DeviceData(dataset)
+    return search_cache(cfg, build_model, dataset, data, check_search(cfg)[0])
+
+
+def search_cache(cfg: DictConfig, build_model: Any, dataset: Any, data: Any, space: Any) -> Any:
+    """The ``PackCache`` of a search: its members built from ``cfg``, the model's runtime
+    hyper-parameters left out of structures, and every batch padded to the search's largest
+    where a program is compiled (``Pack``'s ``batch_bucket``)."""
+    from packexp.packing.cache import PackCache
+
     return PackCache(member_factory(cfg, build_model, dataset, data), data,
-                     pack_settings(cfg.pack), keep=reuse_setting(cfg.pack))
+                     {**pack_settings(cfg.pack), "batch_bucket": batch_bucket(space)},
+                     keep=reuse_setting(cfg.pack), model_runtime=runtime_hparams(build_model))
