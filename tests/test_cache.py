@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -157,11 +158,12 @@ def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_
                                                                                   fusion):
     cache = make_cache(data, keep=8, fusion=fusion)
     a, b = regroup(cache), regroup(make_cache(data, keep=0, fusion=fusion))
+    # Structures here are activations: optimizers with update rules are runtime data.
     assert cache.hits == 0
-    assert a[("t10", 1)][2] == 1  # the adam/relu member; sgd/tanh was built
-    assert a[("t12", 1)][2] == 2  # both from the loose members
-    assert a[("t0", 2)][2] == 2  # two kept packs broken for one member each
-    assert a[("t12", 2)][2] == 1  # one momentum/tanh member was left; the other is built
+    assert a[("t10", 1)][2] == 2  # relu and tanh, from the broken first pack
+    assert a[("t12", 1)][2] == 2  # sigmoid left loose; tanh from the pack just kept
+    assert a[("t0", 2)][2] == 2  # relu left loose; sigmoid from another broken pack
+    assert a[("t12", 2)][2] == 1  # one tanh member was left; the other is built
     assert not any(r for _, _, r, _ in b.values())
     assert all(fused == (fusion == "on") for _, _, _, fused in a.values())
     assert_same(a, b, exact=fusion == "off")
@@ -170,16 +172,24 @@ def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_
 def test_loose_members_are_bounded_by_keep(data):
     cache = make_cache(data, keep=1, fusion="off")
     train_group([trial(0, *FIRST[0]), trial(1, *FIRST[1])], cache, 0.5, {})
-    train_group([trial(2, *FIRST[0]), trial(3, 30, "sgd", 1e-1, "tanh")], cache, 0.5, {})
+    train_group([trial(2, *FIRST[0]), trial(3, 30, "sgd", 1e-1, "sigmoid")], cache, 0.5, {})
     assert cache.members_reused == 1
     assert sum(map(len, cache._loose.values())) <= 1
 
 
-def test_the_structure_key_leaves_out_batch_size_and_learning_rate():
-    a, b = trial(0, 20, "adam", 1e-3, "relu"), trial(1, 70, "adam", 1e-1, "relu")
+def test_the_structure_key_leaves_out_runtime_hyper_parameters():
+    """Batch size, learning rate, an optimizer with an update rule and its options, and what
+    the model declares (mlp3's activation) are runtime data; the rest is structure."""
+    a, b = trial(0, 20, "adam", 1e-3, "relu"), trial(1, 70, "sgd", 1e-1, "relu")
     assert member_key(a) == member_key(b)
     assert member_key(a) != member_key(trial(2, 20, "adam", 1e-3, "tanh"))
-    assert member_key(a) != member_key(trial(3, 20, "sgd", 1e-3, "relu"))
+    assert member_key(a, model=("activation",)) == member_key(trial(2, 20, "adam", 1e-3, "tanh"),
+                                                              model=("activation",))
+    # Keras's own update (no rule) and an option no rule has are structure.
+    assert member_key(a) != member_key(trial(3, 20, "rmsprop", 1e-3, "relu"))
+    nesterov = trial(4, 20, "momentum", 1e-3, "relu")
+    nesterov = dataclasses.replace(nesterov, hparams={**nesterov.hparams, "nesterov": True})
+    assert member_key(a) != member_key(nesterov)
     assert member_key(a, sliced=True) != member_key(b, sliced=True)  # slices cut at traced sizes
 
 

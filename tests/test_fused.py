@@ -105,27 +105,34 @@ def test_a_single_member_fuses_only_when_forced(data):
     assert Pack([m], data, fusion="on").fused
 
 
-def test_auto_xla_compiles_long_fused_runs_only(data, monkeypatch):
-    """``jit_compile=auto``: XLA for a fused Dense pack with a long stretch to train, the
-    same results to float32 rounding; short runs and plain packs stay uncompiled."""
-    from packexp.packing import pack as pack_module
-
-    monkeypatch.setattr(pack_module, "XLA_MIN_STEPS", 40)
-    configs = [c for c in enumerate(CONFIGS) if c[1][1] != "adam"]
+@pytest.mark.parametrize("fusion", ["auto", "off"])
+def test_auto_xla_compiles_dense_packs_to_float_rounding(data, fusion):
+    """``jit_compile=auto``: XLA for every Dense pack, fused or plain (one compile serves
+    the search), with batches padded to the bucket; the same results to float32 rounding
+    as the uncompiled pack of unpadded batches."""
+    configs = list(enumerate(CONFIGS))
     runs = {}
-    for steps, jit in ((45, "auto"), (45, False), (20, "auto")):
+    for jit in ("auto", False):
         ms = members(data, configs)
-        stats = Pack(ms, data, fusion="auto", jit_compile=jit).train(
-            {m.trial_id: steps for m in ms})
-        runs[steps, jit] = ms, stats
-    assert runs[45, "auto"][1].xla and runs[45, "auto"][1].fused
-    assert not runs[45, False][1].xla and not runs[20, "auto"][1].xla
-    for a, b in zip(runs[45, "auto"][0], runs[45, False][0], strict=True):
+        stats = Pack(ms, data, fusion=fusion, jit_compile=jit, batch_bucket=80,
+                     chunk_steps=30).train({m.trial_id: 45 for m in ms})
+        runs[jit] = ms, stats
+    assert runs["auto"][1].xla and not runs[False][1].xla
+    assert runs["auto"][1].fused == runs[False][1].fused == (fusion == "auto")
+    for a, b in zip(runs["auto"][0], runs[False][0], strict=True):
         assert_close(a, b)
-    plain = members(data, configs)
-    stats = Pack(plain, data, fusion="off", jit_compile="auto").train(
-        {m.trial_id: 45 for m in plain})
-    assert not stats.fused and not stats.xla
+
+
+def test_auto_xla_leaves_cnn_packs_uncompiled(data):
+    from tests.test_fused_cnn import every_layer_cnn
+
+    images = DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=3, train_size=60,
+                                       val_size=10))
+    ds = images.dataset
+    ms = [Member.create(trial(i, *c), every_layer_cnn, ds.input_shape, ds.num_classes,
+                        images.train_size) for i, c in enumerate(CONFIGS[:2])]
+    stats = Pack(ms, images, jit_compile="auto").train({m.trial_id: 2 for m in ms})
+    assert not stats.xla
 
 
 def test_fusion_off_forces_the_plain_pack(data):

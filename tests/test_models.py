@@ -179,9 +179,37 @@ def test_mlp3_takes_feature_vectors():
 
 
 def test_mlp3_takes_width_and_depth_from_hparams_over_its_settings():
-    model = mlp3.build([64], 10, {"width": 8, "depth": 2}, width=64, depth=3)
-    assert [layer.units for layer in model.layers] == [8, 8, 10]
-    assert [layer.units for layer in mlp3.build([64], 10, {}, width=5).layers] == [5, 5, 5, 10]
+    def units(model):
+        return [layer.units for layer in model.layers if hasattr(layer, "units")]
+
+    assert units(mlp3.build([64], 10, {"width": 8, "depth": 2}, width=64, depth=3)) == [8, 8, 10]
+    assert units(mlp3.build([64], 10, {}, width=5)) == [5, 5, 5, 10]
+
+
+@pytest.mark.parametrize("activation", mlp3.ACTIVATIONS)
+def test_mlp3_with_its_activation_selected_computes_what_a_fixed_one_does(activation):
+    """SelectActivation: one built mlp3 serves every activation, bit for bit, values and
+    gradients, against the same model built with Keras's own activation."""
+    import tensorflow as tf
+
+    from packexp.models.activation import set_activation
+
+    keras.utils.set_random_seed(3)
+    selected = mlp3.build([6], 3, {"activation": "relu"})
+    set_activation(selected, {"activation": activation})
+    fixed = keras.Sequential([keras.Input((6,))] + [
+        keras.layers.Dense(64, activation=activation) for _ in range(3)]
+        + [keras.layers.Dense(3)])
+    fixed.set_weights(selected.get_weights())
+    x = tf.constant(np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32))
+    outs = []
+    for model in (selected, fixed):
+        with tf.GradientTape() as tape:
+            y = model(x)
+            loss = tf.reduce_sum(y * y)
+        outs.append([y, *tape.gradient(loss, model.trainable_variables)])
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @pytest.mark.parametrize("hparams", [{"width": 0}, {"depth": 1.5}, {"width": True}])
