@@ -1,5 +1,5 @@
 """What the pack engine accepts, without TensorFlow: the pack settings' choices, the
-optimizers, the learning-rate schedules and the XLA threshold. The config checks a run
+optimizers and the learning-rate schedules. The config checks a run
 against it; ``Pack`` its arguments; the cost model asks it which trials can fuse."""
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ EXTRAS = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
 # Variants of an update rule that the fused rules do not have.
 VARIANTS = ("nesterov", "amsgrad")
 
-# Under jit_compile=auto, a fused Dense pack compiles with XLA when it trains at least this
-# many steps in one go (above the measured break-even; see Pack._fused_xla).
-XLA_MIN_STEPS = 2000
 
 
 def check_choice(setting: str, value: Any) -> None:
@@ -102,7 +99,7 @@ def rule_for(hparams: Mapping[str, Any], keras_args: frozenset[str] = KERAS_ARGS
     name = hparams.get("optimizer")
     if name not in RULES or any(hparams.get(a) for a in (*EXTRAS, *VARIANTS)):
         return None
-    if any(a in hparams and a not in RULES[name].DEFAULTS for a in keras_args):
+    if any(hparams.get(a) is not None and a not in RULES[name].DEFAULTS for a in keras_args):
         return None
     return name
 

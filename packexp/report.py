@@ -26,7 +26,10 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
     console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "
                   f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
                   f"models and steps; {results.get('reused_members', 0)} members of other packs "
-                  "on reused models)")
+                  "on reused models); "
+                  f"{results.get('programs', 0)} step programs built "
+                  f"({sum(bool(p.get('xla')) and p.get('programs', 0) for p in results['packs'])}"
+                  f" compiled with XLA), {results.get('eval_programs', 0)} evaluation programs")
     phases = results.get("phases")
     if phases:
         console.print(f"training {results['train_share']:.0%} of the search; "

@@ -61,12 +61,26 @@ def member_key(trial: Trial, sliced: bool = False, model: Sequence[str] = ()) ->
     return tuple(sorted((k, repr(v)) for k, v in trial.hparams.items() if k not in runtime))
 
 
+def member_bucket(n: int) -> int:
+    """The member count a compiled program of ``n`` members is built for: the next power of
+    two (1, 2, 4, 8, ...); a smaller pack fills the rest with idle seats."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
 def pack_key(trials: Sequence[Trial], sliced: bool = False, fusion: str | None = None,
-             model: Sequence[str] = ()) -> tuple:
+             model: Sequence[str] = (), bucketed: bool = False) -> tuple:
     """A pack's structure: its members' structures in a canonical order, whether their batch
     sizes differ (a fused pack masks padded rows only then) and its fusion setting. Packs of
-    one structure run on the same built models and traced step functions."""
+    one structure run on the same built models and traced step functions.
+
+    ``bucketed``: the pack runs a compiled program, its batches padded to the search's
+    bucket (so differing sizes are no structure) and, when its members share one structure,
+    its member count rounded up to ``member_bucket``."""
     keys = sorted(member_key(t, sliced, model) for t in trials)
+    if bucketed:
+        if len(set(keys)) == 1:
+            keys = keys[:1] * member_bucket(len(keys))
+        return (*keys, None, fusion)
     mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
     return (*keys, mixed, fusion)
 

@@ -169,7 +169,8 @@ class PackedSearch:
                            checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
                            future_trials=future,
                            structures=self.space.count_structures(self.cache.model_runtime),
-                           replayed=view.replayed, model_runtime=self.cache.model_runtime)
+                           replayed=view.replayed, model_runtime=self.cache.model_runtime,
+                           bucketed=self.cache.bucketed)
 
     def _planned(self, bracket: int, rung: int,
                  todo: list[Trial]) -> list[tuple[int, list[Trial], str | None]] | None:
@@ -248,6 +249,7 @@ class PackedSearch:
             "checkpoint_s": round(now - t0, 4), "probe_s": round(probed - self._probed, 4),
             "duration_s": round(now - pack_run.started, 4),
             "predicted_s": None if predicted_s is None else round(predicted_s, 4),
+            "programs": stats.programs, "eval_programs": stats.eval_programs,
             "switches": stats.switches,
             "switch_overhead_s": round(stats.switch_overhead_s, 4),
             "step_time_ms": stats.step_time_ms,

@@ -134,7 +134,9 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, mi
 
 @pytest.mark.parametrize(
     ("width", "depth", "optimizer"),
-    [(32, 3, "adam"), (8, 3, "adam"), (16, 4, "adam"), (16, 2, "adam"), (16, 3, "momentum")],
+    # Optimizers with an update rule share one state layout (their rule is data, set from
+    # the trial); Keras's own rmsprop keeps another.
+    [(32, 3, "adam"), (8, 3, "adam"), (16, 4, "adam"), (16, 2, "adam"), (16, 3, "rmsprop")],
     ids=["wider", "narrower", "deeper", "shallower", "other-optimizer"],
 )
 def test_restore_into_a_different_architecture_fails_loudly(data, tmp_path, width, depth,

@@ -332,10 +332,7 @@ def test_several_outputs_do_not_fuse(images):
         fused_ops([two_heads(), two_heads()])
 
 
-def test_under_auto_xla_fused_cnns_stay_uncompiled(images, monkeypatch):
-    from packexp.packing import pack as pack_module
-
-    monkeypatch.setattr(pack_module, "XLA_MIN_STEPS", 5)
+def test_under_auto_xla_fused_cnns_stay_uncompiled(images):
     ms = cnn_members(images, MIXED[1:3])
     stats = Pack(ms, images, fusion="on", jit_compile="auto").train(
         {m.trial_id: 6 for m in ms})

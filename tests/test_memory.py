@@ -83,11 +83,12 @@ def oom_above_two(monkeypatch):
 
 @pytest.mark.tf
 @pytest.mark.parametrize(("optimizer", "slots"),
-                         [("sgd", 0), ("adam", 2), ("momentum", 1), ("adagrad", 1)])
+                         [("sgd", 2), ("adam", 2), ("momentum", 2), ("adagrad", 2),
+                          ("rmsprop", 1)])
 @pytest.mark.parametrize("batch_size", [1, 32])
 def test_estimate_of_a_tiny_mlp_is_the_hand_count(optimizer, slots, batch_size):
     params = (12 * 16 + 16) + 2 * (16 * 16 + 16) + (16 * 4 + 4)  # three hidden, one logits
-    activations = 16 + 16 + 16 + 4
+    activations = 16 + 16 + 16 + 4 + 3 * 16  # and each hidden layer's selected activation
     expected = 4 * (params * (2 + slots) + 2 * batch_size * activations)
     assert estimate_bytes(tiny_mlp(), optimizer, batch_size) == expected
 

@@ -94,6 +94,7 @@ class FakeTrainer:
                            "returned": {m.trial_id: m.state for m in members if not m.failed},
                            "journal": self.journal.read()})
         stats = SimpleNamespace(fused=False, xla=False, grouped_conv=None, steps=1, trace_s=0.0,
+                                programs=0, eval_programs=0,
                                 train_s=0.0, switches=0, switch_overhead_s=0.0, step_time_ms=1.0)
         return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
                                 peak_memory_bytes=0, splits=splits, reused=False,
@@ -136,6 +137,8 @@ class Tracker(NullTracker):
 
 class FakeCache:
     replayed: frozenset[tuple] = frozenset()
+    model_runtime: tuple[str, ...] = ()
+    bucketed = False
 
     def kept(self) -> tuple[frozenset[tuple], dict[tuple, int]]:
         return frozenset(), {}

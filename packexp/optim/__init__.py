@@ -9,6 +9,9 @@ The general update of a weight ``w`` with gradient ``g``, first slot ``m``, seco
     alpha = step_lr * (lr * sqrt(1 - beta_2 ** t)) / (1 - beta_1 ** t) + step_const
     w' = w - (m' * alpha) / (sqrt(v' + eps_in) + eps_out)
 
+and the first slot keeps ``m' * m_store``: a rule that keeps no first moment (SGD, where
+``m'`` is the gradient itself) leaves its slot at zero.
+
 A rule's coefficients reproduce its Keras optimizer's own arithmetic, operation for
 operation, wherever a coefficient is 0 or 1 (``x * 1``, ``x + 0`` and ``0 * x`` are exact),
 so SGD, momentum, Adagrad and Adam agree with Keras bit for bit. A rule is a module of this
@@ -36,6 +39,7 @@ class Coefficients:
     m_gain: float = 1.0
     m_gain_lr: float = 0.0
     m_decay: float = 0.0
+    m_store: float = 0.0
     v_keep: float = 0.0
     v_gain: float = 0.0
     v_decay: float = 0.0

@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from packexp.packing.data import DeviceData
+from packexp.packing.fused_graph import convolutional
 from packexp.packing.initial import InitialWeights
-from packexp.packing.member import Member, MemberState
+from packexp.packing.member import IDLE, Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, rule_options
 from packexp.packing.pack import Pack
 from packexp.packing.schedules import base_learning_rate
-from packexp.search_space import RUNTIME_HPARAMS, Trial, member_key, pack_key
+from packexp.search_space import RUNTIME_HPARAMS, Trial, member_bucket, member_key, pack_key
 
 __all__ = ["RUNTIME_HPARAMS", "PackCache", "member_key"]
 
@@ -66,10 +67,39 @@ class PackCache:
         self._replay: dict[tuple, InitialWeights | None] = {}
         self._confirmed: set[tuple] = set()  # see ``replayed``
         self._fresh_slots: dict[tuple, tuple[Any, int]] = {}
+        self._convolutional: bool | None = None  # of the run's model, once one is built
 
     def key(self, trials: Sequence[Trial], fusion: str | None = None) -> tuple:
         return pack_key(trials, self.pack_options.get("data_sharing") == "slice",
-                        fusion or self.pack_options.get("fusion"), self.model_runtime)
+                        fusion or self.pack_options.get("fusion"), self.model_runtime,
+                        self.bucketed)
+
+    @property
+    def bucketed(self) -> bool:
+        """Whether packs run compiled (XLA) programs on batches padded to the bucket, so a
+        program is kept per member-count bucket (``search_space.member_bucket``) and packs
+        of fewer members fill idle seats. Known once a member is built: under
+        ``jit_compile=auto``, only models without convolutions compile."""
+        jit = self.pack_options.get("jit_compile", False)
+        if (jit is False or not self.pack_options.get("batch_bucket")
+                or self.pack_options.get("data_sharing") == "slice"):
+            return False
+        return jit is True or self._convolutional is False
+
+    def _note(self, member: Member) -> Member:
+        if self._convolutional is None:
+            self._convolutional = convolutional(member.model)
+        return member
+
+    def _seats(self, order: list[Trial]) -> list[Trial]:
+        """The pack's trials, then idle seats up to its member-count bucket when bucketed
+        and its members share one structure (an idle seat trains nothing and reports
+        nothing; it only keeps the program's shape)."""
+        if not self.bucketed or len({self.member_key(t) for t in order}) != 1:
+            return order
+        first = order[0]
+        return order + [Trial(f"{IDLE}{i}", first.hparams, (), seed=first.seed)
+                        for i in range(member_bucket(len(order)) - len(order))]
 
     def member_key(self, trial: Trial, sliced: bool = False) -> tuple:
         return member_key(trial, sliced, self.model_runtime)
@@ -101,11 +131,18 @@ class PackCache:
         """
         sliced = self.pack_options.get("data_sharing") == "slice"
         order = sorted(trials, key=lambda t: (self.member_key(t, sliced), t.trial_id))
-        key = self.key(trials, fusion)
+        built: dict[str, Member] = {}
+        if self._convolutional is None:  # learn whether packs compile before keying them
+            built[order[0].trial_id] = self._note(self.make_member(order[0]))
+        order = self._seats(order)
+        key = self.key(order, fusion)
         pack = self._idle.pop(key, None)
         if pack is not None:
             self.hits += 1
             for seat, trial in zip(pack.members, order, strict=True):
+                if trial.trial_id.startswith(IDLE):
+                    seat.idle_as(trial)
+                    continue
                 state = states.get(trial.trial_id) or self.initial_state(trial)
                 seat.load(trial, state, seat.preprocessing)
             pack.reloaded()
@@ -113,13 +150,17 @@ class PackCache:
         self.misses += 1
         members = []
         for trial in order:
-            member = self._idle_member(trial)
+            if trial.trial_id.startswith(IDLE):
+                member = self._idle_member(trial) or self.make_member(trial)
+                members.append(member.idle_as(trial))
+                continue
+            member = None if trial.trial_id in built else self._idle_member(trial)
             if member is not None:
                 state = states.get(trial.trial_id) or self.initial_state(trial)
                 members.append(member.load(trial, state, member.preprocessing))
                 self.members_reused += 1
                 continue
-            member = self.make_member(trial)
+            member = built.get(trial.trial_id) or self._note(self.make_member(trial))
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
@@ -146,7 +187,7 @@ class PackCache:
             broken = next((k for k, pack in self._idle.items()
                            if any(self.member_key(m.trial, sliced) == key for m in pack.members)),
                           None)
-            if broken is None:
+            if broken is None or self.bucketed:  # a compiled program outweighs a build
                 return None
             for m in self._idle.pop(broken).members:
                 self._loose.setdefault(self.member_key(m.trial, sliced), []).append(m)

@@ -24,17 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from packexp.files import write_json
-from packexp.pack_options import XLA_MIN_STEPS
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
 from packexp.packing.fused_graph import convolutional
 from packexp.packing.member import write_state
-from packexp.packing.pack import Pack
-from packexp.search_space import Trial
+from packexp.search_space import Trial, member_bucket
 
 log = logging.getLogger(__name__)
 
-VERSION = 2  # bumped whenever a record's fields change
+VERSION = 3  # bumped whenever a record's fields change
 TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
 
@@ -108,23 +106,27 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     cnn = convolutional(probe.model)
     fusable = not why_not_fused([probe, cache.make_member(trials(1, low)[0])],
                                 cache.pack_options["data_sharing"], "on")
-    counts = sorted({n for n in (2, 4, max_members) if 1 < n <= min(max_members, 4 if cnn
-                                                                      else 8)})
-    specs = [("off", 1, b) for b in dict.fromkeys((middle, low, high))]
-    specs += [("off", n, b) for n in counts for b in (middle, high)]
-    if fusable and cache.pack_options["fusion"] != "off":
-        specs += [("on", n, b) for n in counts for b in (middle, high)]
-    jit = cache.pack_options.get("jit_compile")
-    xla = fusable and not cnn and (jit is True or (jit == "auto"
-                                                     and longest_steps >= XLA_MIN_STEPS))
+    fuse = fusable and cache.pack_options["fusion"] != "off"
+    if cache.bucketed:
+        # One compiled program per member-count bucket, every batch padded to the bucket:
+        # the fewest programs that fit a line in the member count, each kept for the search.
+        largest = member_bucket(min(max_members, 8))
+        specs = [("off", 1, high)] + [("off", largest, high)] * (largest > 1)
+        if fuse and largest > 1:
+            specs += [("on", n, high) for n in dict.fromkeys((2, largest))]
+    else:
+        counts = sorted({n for n in (2, 4, max_members) if 1 < n <= min(max_members, 4 if cnn
+                                                                          else 8)})
+        specs = [("off", 1, b) for b in dict.fromkeys((middle, low, high))]
+        specs += [("off", n, b) for n in counts for b in (middle, high)]
+        if fuse:
+            specs += [("on", n, b) for n in counts for b in (middle, high)]
     packs = []
     for fusion, n, batch in specs:
         group = trials(n, batch)
         if n > 1 and not fits(group):
             continue
         packs.append(_measure(cache, group, fusion))
-    if xla:
-        packs.append(_measure(cache, trials(counts[-1], middle), "on", xla=True))
     build_s, load_s = _member_times(cache, trials(3, middle))
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -136,19 +138,14 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     return {"packs": packs, "build_s": build_s, "load_s": load_s,
             "chunk_steps": cache.pack_options["chunk_steps"],
             "checkpoint_s": checkpoint_s,
-            "settings": {**settings, "xla_min_steps": XLA_MIN_STEPS, "fusable": fusable},
+            "settings": {**settings, "fusable": fusable, "bucketed": cache.bucketed},
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def _measure(cache: PackCache, group: list[Trial], fusion: str, xla: bool = False) -> dict:
-    """One pack: its set-up (if new), median step time and evaluation time."""
-    if xla:  # built outside the cache: the search's packs choose XLA by their steps
-        members = [cache.make_member(t) for t in group]
-        pack = Pack(members, cache.data, **{**cache.pack_options, "fusion": "on",
-                                            "jit_compile": True})
-        reused = False
-    else:
-        pack, reused = cache.checkout(group, {}, fusion)
+def _measure(cache: PackCache, group: list[Trial], fusion: str) -> dict:
+    """One pack as the search's engine runs it: its set-up (if new: tracing, and compiling
+    where it compiles), median step time and evaluation time."""
+    pack, reused = cache.checkout(group, {}, fusion)
     ids = [t.trial_id for t in group]
     first = pack.train(dict.fromkeys(ids, 3))
     setup = first.trace_s
@@ -167,8 +164,7 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str, xla: bool = Fals
         evals.append(time.perf_counter() - t0 - pack.eval_trace_s)
         setup += pack.eval_trace_s
     setup += max(0.0, evals[0] - min(evals[1:]))  # a new evaluation's first call
-    if not xla:
-        cache.checkin(pack)
+    cache.checkin(pack)
     return {"fusion": "on" if pack.fused else "off", "xla": bool(first.xla),
             "batches": [int(t.hparams["batch_size"]) for t in group], "steps": [short, long],
             "step_s": step_s, "call_s": call_s, "setup_s": None if reused else setup,

@@ -99,16 +99,16 @@ class FusedPack:
                  batch: int | None = None) -> None:
         """``width``: the steps per chunk the step function is warmed up (compiled) for.
         ``grouped_conv``: how fused Conv2D layers run (``grouped_conv_path``).
-        ``batch``: the padded batch every member's rows fill (None: the largest member's);
-        a bucket wider than every member makes every later pack one compiled shape."""
+        ``batch``: the bucket every member's rows are padded to, always masked, so every
+        later pack of the search runs the one compiled shape (None: the largest member's
+        batch, masked only when sizes differ)."""
         members = list(members)
         self.members = members
         self.data = data
         self.jit_compile = jit_compile
         # Whether batch sizes differ is traced (padded rows need masks); the sizes are not.
-        largest = max(m.batch_size for m in members)
-        self.batch = max(batch or largest, largest)
-        self.padded = len({m.batch_size for m in members}) > 1 or self.batch > largest
+        self.bucket = batch
+        self.padded = batch is not None or len({m.batch_size for m in members}) > 1
         self.graph = FusedGraph([m.model for m in members])
         #: "native" or "split" when the pack has grouped convolutions, else None
         self.grouped_conv = None
@@ -262,7 +262,8 @@ class FusedPack:
         fn = tf.function(train_chunk, autograph=False, jit_compile=self.jit_compile,
                          input_signature=(tf.TensorSpec([n, None, None], tf.int32),
                                           tf.TensorSpec([n], tf.int32)))
-        fn(tf.zeros([n, width, self.batch], tf.int32), tf.zeros([n], tf.int32))
+        batch = self.bucket or max(m.batch_size for m in self.members)
+        fn(tf.zeros([n, width, batch], tf.int32), tf.zeros([n], tf.int32))
         return fn
 
     def _apply(self, w: tf.Tensor, g: tf.Tensor, m: tf.Tensor, v: tf.Tensor,

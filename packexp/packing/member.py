@@ -23,6 +23,8 @@ from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_optio
 from packexp.packing.schedules import set_horizon
 from packexp.search_space import Trial
 
+IDLE = "idle-"  # the trial ids of a pack's idle seats begin so
+
 ModelBuilder = Callable[[Sequence[int], int, Mapping[str, Any]], keras.Model]
 
 
@@ -96,6 +98,16 @@ class Member:
     @property
     def trial_id(self) -> str:
         return self.trial.trial_id
+
+    @property
+    def idle(self) -> bool:
+        """An idle seat of a pack (``PackCache``): it trains and reports nothing."""
+        return self.trial.trial_id.startswith(IDLE)
+
+    def idle_as(self, trial: Trial) -> Member:
+        """Makes this member the idle seat ``trial``, keeping whatever state it holds."""
+        self.trial, self.step, self.failed, self.train_loss = trial, 0, False, None
+        return self
 
     @property
     def steps_per_epoch(self) -> int:

@@ -38,7 +38,7 @@ def general_update(g: tf.Tensor, m: tf.Tensor, v: tf.Tensor, c: Mapping[str, tf.
     v = c["v_keep"] * v + c["v_gain"] * (g * g - c["v_decay"] * v)
     alpha = (c["step_lr"] * ((lr * tf.sqrt(1.0 - tf.pow(c["beta_2"], step)))
                              / (1.0 - tf.pow(c["beta_1"], step))) + c["step_const"])
-    return (m * alpha) / (tf.sqrt(v + c["eps_in"]) + c["eps_out"]), m, v
+    return (m * alpha) / (tf.sqrt(v + c["eps_in"]) + c["eps_out"]), m * c["m_store"], v
 
 
 class RuleOptimizer(keras.optimizers.Optimizer):
@@ -54,6 +54,13 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         super().__init__(learning_rate=learning_rate, name=name or "rule_optimizer")
         self.rule = rule
         self.options = dict(options or {})
+
+    def __getattr__(self, name: str) -> Any:
+        """The rule's options read as Keras's optimizers read theirs (``beta_1``, ...)."""
+        options = self.__dict__.get("options")
+        if options is not None and name in options:
+            return options[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def build(self, variables: Sequence[keras.Variable]) -> None:
         if self.built:
@@ -98,10 +105,11 @@ class RuleOptimizer(keras.optimizers.Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         """Keras's per-weight path (``optimizer.apply``); ``apply_gradients`` joins them."""
-        i = self._get_variable_index(variable)
-        step = tf.cast(self.iterations + 1, tf.float32)
-        delta, m, v = general_update(gradient, self._m[i], self._v[i], self.coefficient_map(),
-                                     tf.cast(learning_rate, tf.float32), step)
+        i, dtype = self._get_variable_index(variable), variable.dtype
+        coefficients = {k: tf.cast(c, dtype) for k, c in self.coefficient_map().items()}
+        step = tf.cast(self.iterations + 1, dtype)
+        delta, m, v = general_update(tf.cast(gradient, dtype), self._m[i], self._v[i],
+                                     coefficients, tf.cast(learning_rate, dtype), step)
         self.assign(self._m[i], m)
         self.assign(self._v[i], v)
         self.assign_sub(variable, delta)
@@ -181,7 +189,7 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
     member trained alone takes this path. Keras classes, and variables with constraints
     (Keras applies them), go through ``optimizer.apply``.
     """
-    if (not isinstance(optimizer, RuleOptimizer)
+    if (not isinstance(optimizer, RuleOptimizer) or not variables
             or any(v.dtype != "float32" for v in variables) or any(g is None for g in grads)
             or any(v.constraint is not None for v in variables)):
         optimizer.apply(grads, variables)
@@ -198,9 +206,11 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
         delta, m, v = general_update(
             flat(grads), flat([optimizer._m[i].value for i in index]),
             flat([optimizer._v[i].value for i in index]), optimizer.coefficient_map(), lr, step)
+        # The TensorFlow variables' own assignments: one operation each (Keras's
+        # ``assign_sub`` reads, subtracts and assigns), the same arithmetic.
         for var, i, d, m_i, v_i in zip(variables, index, tf.split(delta, sizes),
                                        tf.split(m, sizes), tf.split(v, sizes), strict=True):
-            var.assign_sub(tf.reshape(d, var.shape))
-            optimizer._m[i].assign(tf.reshape(m_i, var.shape))
-            optimizer._v[i].assign(tf.reshape(v_i, var.shape))
-        optimizer.iterations.assign_add(1)
+            var.value.assign_sub(tf.reshape(d, var.shape))
+            optimizer._m[i].value.assign(tf.reshape(m_i, var.shape))
+            optimizer._v[i].value.assign(tf.reshape(v_i, var.shape))
+        optimizer.iterations.value.assign_add(1)

@@ -36,6 +36,8 @@ class PackStats:
     steps: int = 0
     train_s: float = 0.0
     trace_s: float = 0.0  # step functions traced or compiled (and warmed up) for this call
+    programs: int = 0  # step programs traced (and compiled, under XLA) for this call
+    eval_programs: int = 0  # evaluation programs traced (counted by the trainer)
     switches: int = 0
     switch_overhead_s: float = 0.0
     chunk_step_ms: list[float] = field(default_factory=list)
@@ -146,7 +148,7 @@ class Pack:
         remaining = {m.trial_id: int(steps.get(m.trial_id, 0)) for m in self.members}
         if self._fusable():
             return self._train_fused(remaining)
-        stats = PackStats(members=len(self.members), xla=self.jit_compile)
+        stats = PackStats(members=self._real, xla=self.jit_compile)
         while True:
             active = [m for m in self.members if remaining[m.trial_id] > 0 and not m.failed]
             if not active:
@@ -162,6 +164,10 @@ class Pack:
                       for m in group]
             fn = self._step_fn(group, masked, stats)
             self._account(group, ks, self._run_chunk(fn, group, ks, stats), remaining)
+
+    @property
+    def _real(self) -> int:
+        return sum(not m.idle for m in self.members)
 
     @property
     def fused(self) -> bool:
@@ -192,15 +198,16 @@ class Pack:
             self._fused = FusedPack(self.members, self.data, jit_compile=xla,
                                     width=self.chunk_steps if xla else 1,
                                     grouped_conv=self.grouped_conv,
-                                    batch=self._fused_batch(xla))
-            trace_s = time.perf_counter() - t0
+                                    batch=self.batch_bucket if xla else None)
+            trace_s, programs = time.perf_counter() - t0, 1
         else:
-            trace_s = 0.0
+            trace_s, programs = 0.0, 0
         fused = self._fused
         fused.read_horizons()
-        stats = PackStats(members=len(self.members), fused=True, xla=fused.jit_compile,
-                          grouped_conv=fused.grouped_conv, trace_s=trace_s)
-        batch = fused.batch
+        stats = PackStats(members=self._real, fused=True, xla=fused.jit_compile,
+                          grouped_conv=fused.grouped_conv, trace_s=trace_s, programs=programs)
+        # The bucket (one compiled shape), or the largest batch of the members it now holds.
+        batch = fused.bucket or max(m.batch_size for m in self.members)
         while True:
             ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
                   for m in self.members]
@@ -221,12 +228,6 @@ class Pack:
             self._account(self.members, ks, mean_losses, remaining)
         fused.write_back()
         return stats
-
-    def _fused_batch(self, xla: bool) -> int:
-        """The fused pack's padded batch: the bucket under XLA (one compile), else the
-        largest member's."""
-        largest = max(m.batch_size for m in self.members)
-        return max(self.batch_bucket or 0, largest) if xla else largest
 
     def _pads(self, member: Member) -> bool:
         """Whether ``member`` trains on batches padded to the bucket (XLA, gathered batches,
@@ -257,7 +258,7 @@ class Pack:
             fn = self._fused.evaluate
             traced = self._fused.trace_eval()
         else:
-            scored = [m for m in self.members if not m.failed]
+            scored = [m for m in self.members if not m.failed and not m.idle]
             if not scored:
                 return out
             positions = tuple(self.members.index(m) for m in scored)
@@ -324,6 +325,7 @@ class Pack:
         if key not in self._compiled:
             t0 = time.perf_counter()
             self._compiled[key] = self._compile_train(group, masked)
+            stats.programs += 1
             built = time.perf_counter() - t0
             stats.trace_s += built
             if switch:

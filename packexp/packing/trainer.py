@@ -100,9 +100,12 @@ def train_group(
             t0 = time.perf_counter()
             evaluation = pack.evaluate()
             stats.trace_s += pack.eval_trace_s
+            stats.eval_programs += pack.eval_trace_s > 0
             eval_s = time.perf_counter() - t0 - pack.eval_trace_s
             results = [MemberResult(m.trial, m.state(), m.failed, m.train_loss)
-                       for m in pack.members]
+                       for m in pack.members if not m.idle]
+            evaluation = {k: v for k, v in evaluation.items()
+                          if any(r.trial_id == k for r in results)}
         cache.checkin(pack)
         return [PackRun(results, stats, evaluation, peak.growth_bytes, splits, reused,
                         reused_members=cache.members_reused - taken,

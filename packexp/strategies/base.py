@@ -50,6 +50,8 @@ class RungContext:
         replayed: Member structures whose fresh initial weights are replayed, not built.
         model_runtime: The model's hyper-parameters that a built member takes at run time
             (its builder's ``RUNTIME_HPARAMS``), for ``member_key``.
+        bucketed: Whether packs run compiled programs of bucketed batch sizes and member
+            counts (``search_space.pack_key``).
     """
 
     steps: Mapping[str, int]
@@ -60,6 +62,7 @@ class RungContext:
     structures: int | float = 1
     replayed: frozenset[tuple] = frozenset()
     model_runtime: tuple[str, ...] = ()
+    bucketed: bool = False
 
 
 # A planned pack: its trials, and its ``pack.fusion`` setting (None: the run's).

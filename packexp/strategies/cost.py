@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from packexp.pack_options import XLA_MIN_STEPS, why_not_fusable
-from packexp.search_space import Trial, member_key, pack_key
+from packexp.pack_options import why_not_fusable
+from packexp.search_space import Trial, member_bucket, member_key, pack_key
 from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,10 @@ class CostModel:
             the members still training.
         fused: ``(a, f0, f1)``: a fused pack's step takes ``a + n * (f0 + f1 * max batch)``;
             None where the architecture does not fuse here.
-        xla: ``(ratio, compile_s)``: a fused step under XLA, relative to without, and the
-            extra set-up; None where XLA is never used.
-        plain_setup, fused_setup: ``(s0, s1)``: tracing a new pack of n members, step and
-            evaluation functions: ``s0 + s1 * n``.
+        plain_setup, fused_setup: ``(s0, s1)``: setting up a new pack's programs (tracing
+            its step and evaluation functions, and compiling the step where it compiles),
+            n members: ``s0 + s1 * n``. Paid once per program: later packs of its key reuse
+            it.
         evaluate: ``(e0, e1)``: one evaluation of a pack of n: ``e0 + e1 * n``.
         call_s: The fixed cost of one call of the step function (one chunk of steps).
         build_s: A member built afresh (or, once per member structure, to confirm that its
@@ -85,7 +85,6 @@ class CostModel:
 
     plain: tuple[float, float, float]
     fused: tuple[float, float, float] | None
-    xla: tuple[float, float] | None
     plain_setup: tuple[float, float]
     fused_setup: tuple[float, float] | None
     evaluate: tuple[float, float]
@@ -101,13 +100,14 @@ class CostModel:
         """Fits the model to a calibration (``packing.calibrate.calibrate``'s record)."""
         rows = calibration["packs"]
         plain = [r for r in rows if r["fusion"] == "off"]
-        fused = [r for r in rows if r["fusion"] == "on" and not r["xla"]]
-        xla = [r for r in rows if r["fusion"] == "on" and r["xla"]]
+        fused = [r for r in rows if r["fusion"] == "on"]
         if not plain:
             raise ValueError("calibration: no plain pack measured")
+        bucketed = bool(calibration["settings"].get("bucketed"))
 
-        def n(r):
-            return len(r["batches"])
+        def n(r):  # a compiled fused program computes its idle seats too
+            count = len(r["batches"])
+            return member_bucket(count) if bucketed and r["fusion"] == "on" else count
 
         plain_step = _fit([[1, n(r), sum(r["batches"])] for r in plain],
                           [r["step_s"] for r in plain], 3)
@@ -119,21 +119,14 @@ class CostModel:
             return _fit([[1, n(r)] for r in timed], [r["setup_s"] for r in timed], 2)
 
         model = cls(
-            plain=plain_step, fused=fused_step, xla=None,
+            plain=plain_step, fused=fused_step,
             plain_setup=setup(plain), fused_setup=setup(fused) if fused else None,
             evaluate=_fit([[1, n(r)] for r in rows], [r["eval_s"] for r in rows], 2),
             call_s=statistics.median(r["call_s"] for r in rows),
             build_s=float(calibration["build_s"]), load_s=float(calibration["load_s"]),
             checkpoint_s=float(calibration["checkpoint_s"]),
             settings={**calibration["settings"], "chunk_steps": calibration["chunk_steps"]})
-        if xla and fused_step is not None:
-            ratio = statistics.median(
-                r["step_s"] / model.step_s(r["batches"], "on", xla=False) for r in xla)
-            compile_s = statistics.median(
-                max(0.0, r["setup_s"] - model.setup_s(n(r), "on")) for r in xla
-                if r["setup_s"] is not None)
-            model = cls(**{**model.__dict__, "xla": (ratio, compile_s)})
-        errors = [abs(model.step_s(r["batches"], r["fusion"], r["xla"]) - r["step_s"])
+        errors = [abs(model.step_s(r["batches"], r["fusion"]) - r["step_s"])
                   / r["step_s"] for r in rows if r["step_s"] > 0]
         error = {"median": statistics.median(errors), "max": max(errors), "packs": len(errors)}
         return cls(**{**model.__dict__, "error": error})
@@ -156,27 +149,27 @@ class CostModel:
             return ("on",)
         return ("off", "on") if len(group) > 1 else ("off",)
 
-    def uses_xla(self, fusion: str, steps: int) -> bool:
-        jit = self.settings.get("jit_compile", "auto")
-        if fusion != "on" or self.xla is None:
-            return False
-        threshold = self.settings.get("xla_min_steps", XLA_MIN_STEPS)
-        return jit is True or (jit == "auto" and steps >= threshold)
+    @property
+    def bucketed(self) -> bool:
+        return bool(self.settings.get("bucketed"))
 
-    def step_s(self, batches: Sequence[int], fusion: str, xla: bool = False) -> float:
-        """One step of a pack whose members all train, with these batch sizes."""
+    def step_s(self, batches: Sequence[int], fusion: str) -> float:
+        """One step of a pack whose members all train, with these batch sizes (as the
+        calibration ran them: compiled, and padded to the bucket, where the search is)."""
         if fusion == "on" and self.fused is not None:
             a, f0, f1 = self.fused
-            step = a + len(batches) * (f0 + f1 * max(batches))
-            return step * self.xla[0] if xla and self.xla else step
+            n = member_bucket(len(batches)) if self.bucketed else len(batches)
+            return a + n * (f0 + f1 * max(batches))
         a, c0, c1 = self.plain
         return a + sum(c0 + c1 * b for b in batches)
 
-    def setup_s(self, members: int, fusion: str, xla: bool = False) -> float:
-        """Tracing a new pack's step and evaluation functions."""
+    def setup_s(self, members: int, fusion: str) -> float:
+        """Setting up a new pack's programs (traced, and compiled where they compile)."""
         s0, s1 = (self.fused_setup if fusion == "on" and self.fused_setup
                   else self.plain_setup)
-        return s0 + s1 * members + (self.xla[1] if xla and self.xla else 0.0)
+        if self.bucketed:
+            members = member_bucket(members)
+        return s0 + s1 * members
 
     def train_s(self, batches: Sequence[int], steps: Sequence[int], fusion: str) -> float:
         """Training members with these batch sizes for their own numbers of steps.
@@ -187,7 +180,7 @@ class CostModel:
         longest = max(steps)
         calls = -(-longest // int(self.settings.get("chunk_steps", 500))) * self.call_s
         if fusion == "on" and self.fused is not None:
-            return calls + longest * self.step_s(batches, "on", self.uses_xla("on", longest))
+            return calls + longest * self.step_s(batches, "on")
         a, c0, c1 = self.plain
         total = a * longest + sum(s * (c0 + c1 * b) for b, s in zip(batches, steps,
                                                                      strict=True))
@@ -207,10 +200,9 @@ class CostModel:
             checkpoint: Whether members write checkpoints after it.
         """
         n = len(batches)
-        xla = self.uses_xla(fusion, max(steps))
         e0, e1 = self.evaluate
         return (builds * self.build_s + (n - builds) * self.load_s
-                + (self.setup_s(n, fusion, xla) if new else 0.0)
+                + (self.setup_s(n, fusion) if new else 0.0)
                 + self.train_s(batches, steps, fusion) + e0 + e1 * n
                 + (n * self.checkpoint_s if checkpoint else 0.0))
 
@@ -300,8 +292,8 @@ class CostStrategy(Strategy):
                                           checkpoint=rung.checkpoint)
             setup = self.costs.duration_s(batches, steps, fusion, new=True, builds=0,
                                           checkpoint=rung.checkpoint) - ready
-            parts = (pack_key(group, self.costs.sliced, fusion, rung.model_runtime), ready,
-                     setup, structures)
+            parts = (pack_key(group, self.costs.sliced, fusion, rung.model_runtime,
+                              rung.bucketed), ready, setup, structures)
             self._memo[memo_key] = parts
         return parts
 

@@ -3,7 +3,6 @@ fitted (``strategy=cost``; the measuring itself is ``packexp/packing/calibrate.p
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.config import component_name, pack_settings
+from packexp.config import pack_settings
 from packexp.errors import ConfigError
 from packexp.hyperband import Hyperband, steps_for
 from packexp.search_space import SearchSpace, Trial
@@ -25,11 +24,18 @@ log = logging.getLogger(__name__)
 
 def calibration_facts(cfg: DictConfig, scheduler: Hyperband, space: SearchSpace, dataset: Any,
                       max_members: int, device: DeviceFacts) -> dict:
-    """What a calibration depends on: device, model, data shape, structure, pack settings."""
+    """What a calibration depends on: the device, the model and its member structure (the
+    search space's first configuration but its runtime hyper-parameters), the data's shape,
+    the batch bucket and the pack settings. Not R, the seed or the other values of the
+    space: every search of the same architecture on the same device reuses it."""
     import tensorflow as tf
 
-    first = space.first
-    train_size = len(dataset.x_train)
+    from packexp.config import batch_bucket, instantiate
+    from packexp.models import runtime_hparams
+    from packexp.search_space import member_key
+
+    first = Trial("first", space.first, ())
+    structure = dict(member_key(first, model=runtime_hparams(instantiate(cfg.model, "model"))))
     return {
         # The device packs train on: a Ray worker sees its own GPU, a local run them all.
         "device": {"cpu": device.cpu, "onednn": device.onednn,
@@ -38,33 +44,26 @@ def calibration_facts(cfg: DictConfig, scheduler: Hyperband, space: SearchSpace,
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "dataset": {"name": dataset.name, "input_shape": list(dataset.input_shape),
                     "val_size": len(dataset.x_val)},
-        "structure": {k: v for k, v in first.items() if k != "batch_size"},
-        "batch_sizes": sorted(space.params["batch_size"]),
+        "structure": structure,
+        "batch_bucket": batch_bucket(space),
         "preprocess": OmegaConf.to_container(cfg.preprocess, resolve=True),
-        "pack": {**pack_settings(cfg.pack), "max_members": max_members},
-        "longest_steps": steps_for(scheduler.R, min(space.params["batch_size"]), train_size),
+        "pack": {**{k: v for k, v in pack_settings(cfg.pack).items() if k != "reuse"},
+                 "max_members": max_members},
+        "threads": [cfg.device.get("intra_op_threads"), cfg.device.get("inter_op_threads")],
     }
 
 
 
 def use_calibration(cfg: DictConfig, strategy: Strategy, scheduler: Hyperband,
                     space: SearchSpace, dataset: Any, max_members: int, run_dir: Path,
-                    device: DeviceFacts, measure: Callable[[], dict] | None) -> None:
+                    device: DeviceFacts, measure: Callable[[], dict]) -> None:
     """Gives a cost-weighing strategy its calibration for ``device`` (where packs train):
     kept, or measured with ``measure``."""
-    from packexp.packing.calibrate import calibration_key, load_or_calibrate
+    from packexp.packing.calibrate import load_or_calibrate
 
     facts = calibration_facts(cfg, scheduler, space, dataset, max_members, device)
     directory = getattr(strategy, "calibration_dir", None)
     kept = Path(hydra.utils.to_absolute_path(directory)) if directory else None
-    if measure is None:  # task=plan trains nothing: a kept calibration or none
-        path = kept / f"{calibration_key(facts)}.json" if kept else None
-        if path is None or not path.exists():
-            raise ConfigError(f"strategy={component_name(cfg, 'strategy')}: no calibration "
-                              f"for this device and structure in {kept}; a search "
-                              "(task=tune) measures one")
-        fit_costs(strategy, json.loads(path.read_text()), path)
-        return
     record, measured = load_or_calibrate(run_dir / "calibration.json", kept, facts, measure,
                                          fresh=bool(getattr(strategy, "recalibrate", False)))
     fit_costs(strategy, record, run_dir / "calibration.json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -26,6 +27,22 @@ def plan_dict(scheduler: Hyperband) -> dict:
 
 
 
+def measure_here(cfg: DictConfig, space: Any, scheduler: Hyperband, dataset: Any,
+                 capacity: Any) -> dict:
+    """A calibration measured in this process, for a plan that finds none kept."""
+    from packexp.device import apply_threads
+    from packexp.packing import DeviceData
+    from packexp.tasks.calibration import calibrate_here, calibration_args
+    from packexp.tasks.tune import search_cache
+
+    build_model = instantiate(cfg.model, "model")
+    apply_threads(cfg.device)
+    data = DeviceData(dataset)
+    cache = search_cache(cfg, build_model, dataset, data, space)
+    return calibrate_here(cache, *calibration_args(scheduler, space, capacity,
+                                                   capacity.max_members, data.train_size))
+
+
 def plan(cfg: DictConfig, run_dir: Path) -> float:
     """Prints and writes the bracket table and each bracket's first-rung packs; trains nothing.
 
@@ -36,9 +53,10 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     payload = plan_dict(scheduler)
     dataset = instantiate(cfg.dataset, "dataset")
     capacity, source = planning_capacity(cfg, space, dataset)
-    if strategy.needs_costs:
+    if strategy.needs_costs:  # a kept calibration, or one measured here (seconds)
         use_calibration(cfg, strategy, scheduler, space, dataset, capacity.max_members,
-                        run_dir, device_facts(), measure=None)
+                        run_dir, device_facts(),
+                        measure=lambda: measure_here(cfg, space, scheduler, dataset, capacity))
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         trials = space.sample(bracket.rungs[0].n, cfg.seed, bracket.s)
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,

@@ -114,6 +114,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                        "startup_s": startup, "phases": phases,
                        "train_share": round(phases["train_s"] / wall, 4) if wall > 0 else None,
                        "reused_packs": sum(bool(p.get("reused")) for p in search.packs),
+                       "programs": sum(p.get("programs", 0) for p in search.packs),
+                       "eval_programs": sum(p.get("eval_programs", 0) for p in search.packs),
                        "reused_members": sum(p.get("reused_members", 0) for p in search.packs),
                        "calibration_s": round(calibration_s, 3),
                        "prediction_error": prediction_error(search.packs),
