@@ -270,22 +270,22 @@ fit_dataset_to_model(cfg)
 cache = worker_cache(cfg)  # the driver's: it trains nothing here
 executor = RayExecutor(cfg, sys.argv[1], num_workers=2).start(cache)
 try:
-    def job(key, activation, first):
+    def job(key, width, first):  # mlp3's activation is runtime data: widths differ
         hparams = {"batch_size": 32, "optimizer": "adam", "learning_rate": 0.01,
-                   "activation": activation}
+                   "activation": "relu", "width": width}
         group = [Trial(f"{key}{i}", hparams, (), seed=first + i) for i in range(2)]
         return PackJob(key, group, 0.05, {t.trial_id: None for t in group})
 
     out = {"limit": executor.on_device(limit_here, {"memory_budget_mb": 64,
                                                     "gpu_memory_fraction": 0.9}),
            "facts": executor.on_device(facts_here).tags()}
-    relu, tanh = job("a", "relu", 1), job("b", "tanh", 3)
+    relu, tanh = job("a", 16, 1), job("b", 32, 3)
     first = [run for _, runs in executor.run([relu, tanh]) for run in runs]
     out["first_reused"] = [run.reused for run in first]
     out["kept"] = sorted(map(str, executor.view().kept))
     out["keys"] = sorted(map(str, [cache.key(relu.group), cache.key(tanh.group)]))
     # Both workers are free: the tanh pack's structure is kept by the second only.
-    [(_, [again])] = list(executor.run([job("c", "tanh", 5)]))
+    [(_, [again])] = list(executor.run([job("c", 32, 5)]))
     out["again_reused"] = again.reused
     out["driver_built"] = cache.misses + cache.hits
 finally:

@@ -46,13 +46,17 @@ class PackCache:
             every pack afresh.
         model_runtime: The model's hyper-parameters a built member takes at run time
             (``models.runtime_hparams``): no part of a structure.
+        template: A configuration of the search (its space's first), built once when the
+            cache must know whether its packs compile before it has built a member.
     """
 
     def __init__(self, make_member: Callable[[Trial], Member], data: DeviceData,
                  pack_options: Mapping[str, Any], keep: int = 32,
-                 model_runtime: Sequence[str] = ()) -> None:
+                 model_runtime: Sequence[str] = (),
+                 template: Mapping[str, Any] | None = None) -> None:
         self.make_member = make_member
         self.model_runtime = tuple(model_runtime)
+        self.template = template
         self.data = data
         self.pack_options = dict(pack_options)
         self.keep = keep
@@ -84,6 +88,10 @@ class PackCache:
         if (jit is False or not self.pack_options.get("batch_bucket")
                 or self.pack_options.get("data_sharing") == "slice"):
             return False
+        if jit is not True and self._convolutional is None and self.template is not None:
+            template = Trial("template", self.template, ())
+            member = self._note(self.make_member(template))
+            self._loose.setdefault(self.member_key(template), []).append(member)
         return jit is True or self._convolutional is False
 
     def _note(self, member: Member) -> Member:

@@ -175,4 +175,5 @@ def search_cache(cfg: DictConfig, build_model: Any, dataset: Any, data: Any, spa
 
     return PackCache(member_factory(cfg, build_model, dataset, data), data,
                      {**pack_settings(cfg.pack), "batch_bucket": batch_bucket(space)},
-                     keep=reuse_setting(cfg.pack), model_runtime=runtime_hparams(build_model))
+                     keep=reuse_setting(cfg.pack), model_runtime=runtime_hparams(build_model),
+                     template=space.first)
