@@ -38,6 +38,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--cases", nargs="+",
                    default=["single", "fused8-same", "fused8-mixed", "plain8-mixed"])
+    p.add_argument("--bucket", type=int, default=None,
+                   help="pack.batch_bucket: pad batches to this size (a tree that has it)")
     p.add_argument("--json", action="store_true", help="print one JSON line instead")
     args = p.parse_args()
 
@@ -77,7 +79,8 @@ def main() -> None:
     packs = {}
     for name in args.cases:
         ms, fusion = cases[name]
-        pack = Pack(ms, data, fusion=fusion, jit_compile=jit, chunk_steps=args.steps)
+        extra = {"batch_bucket": args.bucket} if args.bucket else {}
+        pack = Pack(ms, data, fusion=fusion, jit_compile=jit, chunk_steps=args.steps, **extra)
         pack.train({m.trial_id: args.steps for m in ms})  # warm-up: trace and compile
         packs[name] = pack
     times: dict[str, list[float]] = {name: [] for name in packs}

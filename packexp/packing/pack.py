@@ -154,7 +154,9 @@ class Pack:
             if not active:
                 return stats
             budgets = {remaining[m.trial_id] for m in active}
-            if self.misaligned == "switch" or (len(budgets) == 1 and active == self.members):
+            # A compiled pack always runs its masked program: one compile, whatever the budgets.
+            if self.misaligned == "switch" or (len(budgets) == 1 and active == self.members
+                                               and not self.jit_compile):
                 group, masked = active, False
                 k = min(min(budgets), self.chunk_steps)
                 ks = [k] * len(group)
@@ -257,11 +259,9 @@ class Pack:
             scored = self.members
             fn = self._fused.evaluate
             traced = self._fused.trace_eval()
-        else:
-            scored = [m for m in self.members if not m.failed and not m.idle]
-            if not scored:
-                return out
-            positions = tuple(self.members.index(m) for m in scored)
+        else:  # every member, idle and failed ones included: one program for the pack
+            scored = self.members
+            positions = tuple(range(len(scored)))
             traced = positions not in self._eval_fns
             if traced:
                 self._eval_fns[positions] = self._eval_fn(scored)
@@ -280,7 +280,7 @@ class Pack:
             correct += c
             loss_sum += s
         for m, c, s in zip(scored, correct, loss_sum, strict=True):
-            if m.failed:
+            if m.failed or m.idle:
                 continue
             loss = s / n
             ok = math.isfinite(loss)
