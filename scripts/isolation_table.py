@@ -87,7 +87,8 @@ def main() -> None:
                 packed = run(data, group, fusion, xla, args.bucket, args.epochs, reuse)
                 same, worst_w, worst_a = 0, 0.0, 0.0
                 for t in group:
-                    (s, e, fused, reused), (s0, e0, _, _) = packed[t.trial_id], alone[xla][t.trial_id]
+                    s, e, fused, reused = packed[t.trial_id]
+                    s0, e0, _, _ = alone[xla][t.trial_id]
                     assert fused == (fusion == "on") and reused == reuse
                     arrays = list(zip(s.weights + s.slots, s0.weights + s0.slots, strict=True))
                     same += all(np.array_equal(a, b) for a, b in arrays)

@@ -42,10 +42,16 @@ def run(optimizer: keras.optimizers.Optimizer, apply, steps: int, graph: bool) -
     return [v.numpy() for v in variables] + [v.numpy() for v in optimizer.variables]
 
 
+@pytest.mark.parametrize("join", [True, False], ids=["joined", "weight-by-weight"])
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "traced"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_apply_gradients_is_the_optimizers_own_apply(name, graph):
-    """The joined update of every weight at once is the per-weight one, bit for bit."""
+def test_apply_gradients_is_the_optimizers_own_apply(name, graph, join, monkeypatch):
+    """The joined update of every weight at once (small models), and the one weight by
+    weight (large ones), are the per-weight ``update_step``, bit for bit."""
+    from packexp.packing import optimizers
+
+    if not join:
+        monkeypatch.setattr(optimizers, "JOIN_LIMIT", 0)
     ours = run(make_optimizer(name, 0.01), apply_gradients, 5, graph)
     keras_own = run(make_optimizer(name, 0.01),
                     lambda o, g, v: o.apply(g, v), 5, graph)

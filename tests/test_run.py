@@ -189,10 +189,16 @@ def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_
     assert scores(again) == scores(first) == scores(none)
 
 
-def test_planning_with_the_cost_strategy_needs_a_kept_calibration(tmp_path):
-    from packexp.errors import ConfigError
-
-    cfg = compose_config(["task=plan", "strategy=cost",
-                          f"strategy.calibration_dir={tmp_path / 'none'}"])
-    with pytest.raises(ConfigError, match="strategy=cost: no calibration for this device"):
-        run(cfg, run_dir=tmp_path / "run")
+def test_planning_with_the_cost_strategy_measures_a_calibration_once_for_every_r(tmp_path):
+    """A fresh checkout plans under the default strategy: task=plan measures the calibration
+    it lacks and keeps it; a plan at another R reads it back (R is not in its key)."""
+    kept = tmp_path / "kept"
+    for i, r in enumerate((9, 27)):
+        cfg = compose_config(["task=plan", "strategy=cost", f"scheduler.R={r}",
+                              f"strategy.calibration_dir={kept}"])
+        assert run(cfg, run_dir=tmp_path / f"run{i}") > 0
+        assert json.loads((tmp_path / f"run{i}" / "plan.json").read_text())["R"] == r
+        assert len(list(kept.glob("*.json"))) == 1
+    first, second = (json.loads((tmp_path / f"run{i}" / "calibration.json").read_text())
+                     for i in range(2))
+    assert first == second

@@ -110,10 +110,14 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     if cache.bucketed:
         # One compiled program per member-count bucket, every batch padded to the bucket:
         # the fewest programs that fit a line in the member count, each kept for the search.
+        # A plain pack of several compiles longest (one subgraph per member): measured only
+        # where packs cannot fuse, and otherwise predicted as its members trained alone.
         largest = member_bucket(min(max_members, 8))
-        specs = [("off", 1, high)] + [("off", largest, high)] * (largest > 1)
+        specs = [("off", 1, high)]
         if fuse and largest > 1:
             specs += [("on", n, high) for n in dict.fromkeys((2, largest))]
+        elif largest > 1:
+            specs += [("off", largest, high)]
     else:
         counts = sorted({n for n in (2, 4, max_members) if 1 < n <= min(max_members, 4 if cnn
                                                                           else 8)})

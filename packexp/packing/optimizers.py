@@ -25,6 +25,10 @@ def optimizer_args(name: str) -> frozenset[str]:
                      if p not in ("self", "learning_rate", "name", "kwargs"))
 
 
+# Most parameters a member's update joins into one vector (``apply_gradients``).
+JOIN_LIMIT = 1 << 20
+
+
 def general_update(g: tf.Tensor, m: tf.Tensor, v: tf.Tensor, c: Mapping[str, tf.Tensor],
                    lr: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """``packexp.optim``'s general update: the weight's decrement and the new slots.
@@ -200,16 +204,27 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
         index = [optimizer._get_variable_index(v) for v in variables]
         sizes = [int(np.prod(v.shape)) for v in variables]
 
+        coefficients = optimizer.coefficient_map()
+
         def flat(tensors):
             return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
 
-        delta, m, v = general_update(
-            flat(grads), flat([optimizer._m[i].value for i in index]),
-            flat([optimizer._v[i].value for i in index]), optimizer.coefficient_map(), lr, step)
+        # Joined, a small model's update is a few operations; a large one's (CNNs) would pay
+        # the joining copies on every weight, so it updates weight by weight. Elementwise
+        # arithmetic is the same either way, bit for bit.
+        if sum(sizes) <= JOIN_LIMIT:
+            delta, m, v = general_update(
+                flat(grads), flat([optimizer._m[i].value for i in index]),
+                flat([optimizer._v[i].value for i in index]), coefficients, lr, step)
+            updates = zip(tf.split(delta, sizes), tf.split(m, sizes), tf.split(v, sizes),
+                          strict=True)
+        else:
+            updates = (general_update(g, optimizer._m[i].value, optimizer._v[i].value,
+                                      coefficients, lr, step) for g, i in zip(grads, index,
+                                                                              strict=True))
         # The TensorFlow variables' own assignments: one operation each (Keras's
         # ``assign_sub`` reads, subtracts and assigns), the same arithmetic.
-        for var, i, d, m_i, v_i in zip(variables, index, tf.split(delta, sizes),
-                                       tf.split(m, sizes), tf.split(v, sizes), strict=True):
+        for var, i, (d, m_i, v_i) in zip(variables, index, updates, strict=True):
             var.value.assign_sub(tf.reshape(d, var.shape))
             optimizer._m[i].value.assign(tf.reshape(m_i, var.shape))
             optimizer._v[i].value.assign(tf.reshape(v_i, var.shape))

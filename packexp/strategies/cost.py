@@ -109,8 +109,12 @@ class CostModel:
             count = len(r["batches"])
             return member_bucket(count) if bucketed and r["fusion"] == "on" else count
 
-        plain_step = _fit([[1, n(r), sum(r["batches"])] for r in plain],
-                          [r["step_s"] for r in plain], 3)
+        if len({n(r) for r in plain}) > 1:
+            plain_step = _fit([[1, n(r), sum(r["batches"])] for r in plain],
+                              [r["step_s"] for r in plain], 3)
+        else:  # singles only: a plain pack costs its members alone, and no less
+            plain_step = (0.0, *_fit([[n(r), sum(r["batches"])] for r in plain],
+                                     [r["step_s"] for r in plain], 2))
         fused_step = (_fit([[1, n(r), n(r) * max(r["batches"])] for r in fused],
                            [r["step_s"] for r in fused], 3) if fused else None)
 
