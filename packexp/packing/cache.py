@@ -91,6 +91,7 @@ class PackCache:
         if jit is not True and self._convolutional is None and self.template is not None:
             template = Trial("template", self.template, ())
             member = self._note(self.make_member(template))
+            self._learn_structure(template, member)
             self._loose.setdefault(self.member_key(template), []).append(member)
         return jit is True or self._convolutional is False
 
