@@ -118,6 +118,7 @@ class Pack:
         # independent take batches padded to the bucket (the search's largest batch size),
         # their padded rows masked out of the loss, so one compiled program serves them all.
         self.batch_bucket = batch_bucket
+        self._couples_rows: dict[int, bool] = {}
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._compiled: dict[tuple, Any] = {}
         self._eval_fns: dict[tuple[int, ...], Any] = {}
@@ -234,9 +235,14 @@ class Pack:
     def _pads(self, member: Member) -> bool:
         """Whether ``member`` trains on batches padded to the bucket (XLA, gathered batches,
         rows independent of each other: no BatchNormalization)."""
-        return bool(self.jit_compile and self.batch_bucket and self.data_sharing == "gather"
-                    and member.batch_size <= self.batch_bucket
-                    and not couples_rows(member.model))
+        if not (self.jit_compile and self.batch_bucket and self.data_sharing == "gather"
+                and member.batch_size <= self.batch_bucket):
+            return False
+        # Per chunk and member: the model's layers are walked once per model, not every call.
+        coupled = self._couples_rows.get(id(member.model))
+        if coupled is None:
+            coupled = self._couples_rows[id(member.model)] = couples_rows(member.model)
+        return not coupled
 
     def _account(self, group: list[Member], ks: list[int], mean_losses: np.ndarray,
                  remaining: dict[str, int]) -> None:
