@@ -115,9 +115,38 @@ def test_the_table_describes_the_optimizer(name):
     optimizer.build(variables)
     assert optimizer_kind(optimizer) == (name if OPTIMIZERS[name].fused else None)
     slots = OPTIMIZERS[name].slots
-    assert all(len(getattr(optimizer, a)) == len(SHAPES) for a in slots.values())
-    per_weight = [v for v in optimizer.variables if v.shape in SHAPES]
-    assert len(per_weight) == len(slots) * len(SHAPES)
+    size = sum(int(np.prod(s)) for s in SHAPES)
+    if optimizer_kind(optimizer):  # joined: one vector per slot for these few weights
+        assert all([v.shape for v in getattr(optimizer, a)] == [(size,)]
+                   for a in slots.values())
+        for kind in slots:
+            values = optimizer.slot_values(kind, variables)
+            assert [v.shape for v in values] == SHAPES
+    else:
+        assert all(len(getattr(optimizer, a)) == len(SHAPES) for a in slots.values())
+        per_weight = [v for v in optimizer.variables if v.shape in SHAPES]
+        assert len(per_weight) == len(slots) * len(SHAPES)
+
+
+@pytest.mark.parametrize("limit", [0, 12, 100])
+def test_weights_join_in_groups_under_the_limit(limit, monkeypatch):
+    """Slots are one vector per group of consecutive weights of at most JOIN_LIMIT values,
+    and the slot of each weight reads back what was set."""
+    from packexp.packing import optimizers
+
+    monkeypatch.setattr(optimizers, "JOIN_LIMIT", limit)
+    assert optimizers.join_groups([12, 4, 30]) == {0: [[0], [1], [2]], 12: [[0], [1], [2]],
+                                                   100: [[0, 1, 2]]}[limit]
+    assert optimizers.join_groups([5, 5, 2, 9], 10) == [[0, 1], [2], [3]]
+    optimizer = make_optimizer("adam", 0.01)
+    variables = [keras.Variable(np.zeros(s, np.float32)) for s in SHAPES]
+    optimizer.build(variables)
+    values = [np.arange(np.prod(s), dtype=np.float32).reshape(s) + i
+              for i, s in enumerate(SHAPES)]
+    optimizer.set_slot_values("v", variables[::-1], values[::-1])
+    for a, b in zip(optimizer.slot_values("v", variables), values, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert all(not a.any() for a in optimizer.slot_values("m", variables))
 
 
 def test_optimizers_with_extras_go_through_keras():

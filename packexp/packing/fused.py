@@ -160,10 +160,10 @@ class FusedPack:
         if stack:
             self.graph.restack()
         trainable = [self.graph.stacked[i] for i in self.graph.trainable]
-        for flat, slot in ((self.slot_m, "_m"), (self.slot_v, "_v")):
+        for flat, kind in ((self.slot_m, "m"), (self.slot_v, "v")):
             flat.assign(np.stack([
-                np.concatenate([_slot_value(m.optimizer, slot, s.weights[i]).reshape(-1)
-                                for s in trainable])
+                np.concatenate([a.reshape(-1) for a in m.optimizer.slot_values(
+                    kind, [s.weights[i] for s in trainable])])
                 for i, m in enumerate(members)]))
         self.sizes.assign([m.batch_size for m in members])
         self.lr.assign([float(base_learning_rate(o).numpy()) for o in opts])
@@ -186,11 +186,10 @@ class FusedPack:
         iterations = self.iterations.numpy()
         for i, m in enumerate(self.members):
             m.optimizer.iterations.assign(iterations[i])
-            for j, index in enumerate(self.graph.trainable):
-                weight = self.graph.stacked[index].weights[i]
-                slot = m.optimizer._get_variable_index(weight)
-                for slots, values in ((m.optimizer._m, slot_m), (m.optimizer._v, slot_v)):
-                    slots[slot].assign(values[j][i].reshape(slots[slot].shape))
+            weights = [self.graph.stacked[index].weights[i] for index in self.graph.trainable]
+            for kind, values in (("m", slot_m), ("v", slot_v)):
+                m.optimizer.set_slot_values(kind, weights, [values[j][i]
+                                                            for j in range(len(weights))])
 
     def run_chunk(self, idxs: np.ndarray, ks: Sequence[int]) -> np.ndarray:
         """Trains ``ks[i]`` steps of member i from indices ``[members, steps, batch]``.
@@ -304,9 +303,3 @@ class FusedPack:
         x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
         return tf.function(evaluate, autograph=False,
                            input_signature=(x_spec, tf.TensorSpec([None], tf.int32)))
-
-
-def _slot_value(optimizer: keras.optimizers.Optimizer, slots: str,
-                weight: keras.Variable) -> np.ndarray:
-    """A member's slot ``slots`` (``_m`` or ``_v``) of ``weight``."""
-    return getattr(optimizer, slots)[optimizer._get_variable_index(weight)].numpy()

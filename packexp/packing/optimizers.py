@@ -25,8 +25,25 @@ def optimizer_args(name: str) -> frozenset[str]:
                      if p not in ("self", "learning_rate", "name", "kwargs"))
 
 
-# Most parameters a member's update joins into one vector (``apply_gradients``).
+# Most parameters a group of weights joins into one vector: a member's slots are kept, and
+# its update runs, per group (``RuleOptimizer``). A bound keeps the update's temporaries
+# small on large models; a weight larger than it is a group of its own.
 JOIN_LIMIT = 1 << 20
+
+
+def join_groups(sizes: Sequence[int], limit: int | None = None) -> list[list[int]]:
+    """Consecutive indices of ``sizes`` in groups of at most ``limit`` (``JOIN_LIMIT``)
+    elements each; a size over the limit alone."""
+    limit = JOIN_LIMIT if limit is None else limit
+    groups: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if not groups or total + n > limit:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
 
 
 def general_update(g: tf.Tensor, m: tf.Tensor, v: tf.Tensor, c: Mapping[str, tf.Tensor],
@@ -48,9 +65,12 @@ def general_update(g: tf.Tensor, m: tf.Tensor, v: tf.Tensor, c: Mapping[str, tf.
 class RuleOptimizer(keras.optimizers.Optimizer):
     """A member's optimizer of any ``packexp.optim`` rule: its rule is data.
 
-    It keeps two slots per weight (``_m``, ``_v``) and the rule's coefficients as a variable,
-    so ``configure`` turns it into another rule, or the same with other options, without a
-    new step function: kept packs serve trials of every rule.
+    It keeps the rule's coefficients as a variable, so ``configure`` turns it into another
+    rule, or the same with other options, without a new step function: kept packs serve
+    trials of every rule. Its two slots (``_m``, ``_v``) are kept joined: one flat variable
+    per group of weights (``join_groups``), so a step updates a group's slots in one
+    operation each, whatever the number of weights in it. ``slot_values`` and
+    ``set_slot_values`` read and write them weight by weight.
     """
 
     def __init__(self, rule: str, learning_rate: Any, options: Mapping[str, Any] | None = None,
@@ -71,9 +91,44 @@ class RuleOptimizer(keras.optimizers.Optimizer):
             return
         super().build(variables)
         self.coefficients = self.add_variable((len(optim.FIELDS),), name="coefficients")
-        self._m = self.add_optimizer_variables(variables, "m")
-        self._v = self.add_optimizer_variables(variables, "v")
+        sizes = [int(np.prod(v.shape)) for v in variables]
+        self._groups = join_groups(sizes)
+        # Where weight i's slots sit: its group and its span in the group's vector.
+        self._where: list[tuple[int, int, int]] = []
+        for g, group in enumerate(self._groups):
+            start = 0
+            for i in group:
+                self._where.append((g, start, sizes[i]))
+                start += sizes[i]
+        totals = [sum(sizes[i] for i in group) for group in self._groups]
+        self._m = [self.add_variable((n,), name=f"m{g}") for g, n in enumerate(totals)]
+        self._v = [self.add_variable((n,), name=f"v{g}") for g, n in enumerate(totals)]
         self.configure(self.rule, self.options, fresh=True)
+
+    def _slot(self, kind: str, i: int) -> tuple[keras.Variable, int, int]:
+        g, start, size = self._where[i]
+        return (self._m if kind == "m" else self._v)[g], start, size
+
+    def slot_values(self, kind: str, variables: Sequence[keras.Variable]) -> list[np.ndarray]:
+        """Slot ``kind`` (``"m"`` or ``"v"``) of each of ``variables``, shaped as it."""
+        flats: dict[int, np.ndarray] = {}
+        out = []
+        for var in variables:
+            slot, start, size = self._slot(kind, self._get_variable_index(var))
+            flat = flats.setdefault(id(slot), slot.numpy())
+            out.append(flat[start:start + size].reshape(var.shape))
+        return out
+
+    def set_slot_values(self, kind: str, variables: Sequence[keras.Variable],
+                        values: Sequence[np.ndarray]) -> None:
+        """Sets slot ``kind`` of each of ``variables`` to the matching array of ``values``."""
+        flats: dict[int, tuple[keras.Variable, np.ndarray]] = {}
+        for var, value in zip(variables, values, strict=True):
+            slot, start, size = self._slot(kind, self._get_variable_index(var))
+            _, flat = flats.setdefault(id(slot), (slot, slot.numpy().copy()))
+            flat[start:start + size] = np.reshape(value, -1)
+        for slot, flat in flats.values():
+            slot.assign(flat)
 
     def configure(self, rule: str, options: Mapping[str, Any], fresh: bool = False) -> None:
         """Makes this optimizer ``rule`` with ``options``; ``fresh`` also resets the slots."""
@@ -112,10 +167,16 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         i, dtype = self._get_variable_index(variable), variable.dtype
         coefficients = {k: tf.cast(c, dtype) for k, c in self.coefficient_map().items()}
         step = tf.cast(self.iterations + 1, dtype)
-        delta, m, v = general_update(tf.cast(gradient, dtype), self._m[i], self._v[i],
+        (m_slot, start, size), (v_slot, _, _) = self._slot("m", i), self._slot("v", i)
+
+        def read(slot):
+            return tf.cast(tf.reshape(slot.value[start:start + size], variable.shape), dtype)
+
+        delta, m, v = general_update(tf.cast(gradient, dtype), read(m_slot), read(v_slot),
                                      coefficients, tf.cast(learning_rate, dtype), step)
-        self.assign(self._m[i], m)
-        self.assign(self._v[i], v)
+        for slot, value in ((m_slot, m), (v_slot, v)):
+            slot.value[start:start + size].assign(tf.cast(tf.reshape(value, [-1]),
+                                                          slot.dtype))
         self.assign_sub(variable, delta)
 
     def get_config(self) -> dict:
@@ -186,46 +247,41 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
                     variables: Sequence[keras.Variable]) -> None:
     """``optimizer.apply(grads, variables)`` in a few operations per step.
 
-    A ``RuleOptimizer`` updates every weight at once: gradients and slots are flattened and
-    joined, the general update runs once on them, and each weight takes its slice of the
-    decrement. Elementwise arithmetic does not depend on the layout, so this is its
-    per-weight ``update_step`` bit for bit, and every member of every plain pack and every
-    member trained alone takes this path. Keras classes, and variables with constraints
-    (Keras applies them), go through ``optimizer.apply``.
+    A ``RuleOptimizer`` updates each group of weights at once: the group's gradients are
+    flattened and joined, the general update runs once on them and its joined slots, and
+    each weight takes its slice of the decrement. Elementwise arithmetic does not depend on
+    the layout, so this is its per-weight ``update_step`` bit for bit, and every member of
+    every plain pack and every member trained alone takes this path. Keras classes, and
+    variables with constraints (Keras applies them), go through ``optimizer.apply``.
     """
     if (not isinstance(optimizer, RuleOptimizer) or not variables
             or any(v.dtype != "float32" for v in variables) or any(g is None for g in grads)
             or any(v.constraint is not None for v in variables)):
         optimizer.apply(grads, variables)
         return
+    if not optimizer.built:
+        optimizer.build(variables)
+    index = [optimizer._get_variable_index(v) for v in variables]
+    if sorted(index) != list(range(len(optimizer._where))):  # not every weight: per weight
+        optimizer.apply(grads, variables)
+        return
+    by_index = dict(zip(index, zip(grads, variables, strict=True), strict=True))
     with tf.name_scope(optimizer.name):
         lr = tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
         step = tf.cast(optimizer.iterations + 1, tf.float32)
-        index = [optimizer._get_variable_index(v) for v in variables]
-        sizes = [int(np.prod(v.shape)) for v in variables]
-
         coefficients = optimizer.coefficient_map()
-
-        def flat(tensors):
-            return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
-
-        # Joined, a small model's update is a few operations; a large one's (CNNs) would pay
-        # the joining copies on every weight, so it updates weight by weight. Elementwise
-        # arithmetic is the same either way, bit for bit.
-        if sum(sizes) <= JOIN_LIMIT:
-            delta, m, v = general_update(
-                flat(grads), flat([optimizer._m[i].value for i in index]),
-                flat([optimizer._v[i].value for i in index]), coefficients, lr, step)
-            updates = zip(tf.split(delta, sizes), tf.split(m, sizes), tf.split(v, sizes),
-                          strict=True)
-        else:
-            updates = (general_update(g, optimizer._m[i].value, optimizer._v[i].value,
-                                      coefficients, lr, step) for g, i in zip(grads, index,
-                                                                              strict=True))
-        # The TensorFlow variables' own assignments: one operation each (Keras's
-        # ``assign_sub`` reads, subtracts and assigns), the same arithmetic.
-        for var, i, (d, m_i, v_i) in zip(variables, index, updates, strict=True):
-            var.value.assign_sub(tf.reshape(d, var.shape))
-            optimizer._m[i].value.assign(tf.reshape(m_i, var.shape))
-            optimizer._v[i].value.assign(tf.reshape(v_i, var.shape))
+        for group, m_slot, v_slot in zip(optimizer._groups, optimizer._m, optimizer._v,
+                                         strict=True):
+            pairs = [by_index[i] for i in group]
+            g = (tf.reshape(pairs[0][0], [-1]) if len(pairs) == 1 else
+                 tf.concat([tf.reshape(grad, [-1]) for grad, _ in pairs], axis=0))
+            delta, m, v = general_update(g, m_slot.value, v_slot.value, coefficients, lr, step)
+            m_slot.value.assign(m)
+            v_slot.value.assign(v)
+            deltas = ([delta] if len(pairs) == 1 else
+                      tf.split(delta, [optimizer._where[i][2] for i in group]))
+            # The TensorFlow variables' own assignments: one operation each (Keras's
+            # ``assign_sub`` reads, subtracts and assigns), the same arithmetic.
+            for (_, var), d in zip(pairs, deltas, strict=True):
+                var.value.assign_sub(tf.reshape(d, var.shape))
         optimizer.iterations.value.assign_add(1)
