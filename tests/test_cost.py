@@ -80,6 +80,38 @@ def test_the_fit_recovers_a_devices_curves():
         30 * (1e-3 + 2 * (5e-4 + 64 * 2e-5)))
 
 
+def test_a_singles_bookkeeping_comes_from_its_timed_cycles():
+    """Cycles timed whole (the search's path for a kept single) give ``pack_s``: what such a
+    pack takes beyond its steps and evaluation; traced cycles are left out."""
+    record = device(plain=(2e-3, 1e-3, 1e-5), evaluate=(3e-3, 1e-3), load_s=0.004)
+    cycles = [(30, 0.011), (20, 0.013), (30, 0.012), (25, 0.5)]
+    record["cycles"] = [{"batches": [64], "steps": [k], "traced": i == 3,
+                         "duration_s": k * (2e-3 + 1e-3 + 64e-5) + 4e-3 + extra}
+                        for i, (k, extra) in enumerate(cycles)]
+    model = CostModel.fit(record)
+    assert model.pack_s == pytest.approx(0.012)
+    ready = model.duration_s([64], [40], "off", new=False, builds=0, checkpoint=False)
+    assert ready == pytest.approx(0.012 + model.train_s([64], [40], "off") + 4e-3)
+    # Further members load their states; without cycles each member is one load.
+    pair = model.duration_s([64, 64], [40, 40], "off", new=False, builds=0, checkpoint=False)
+    assert pair == pytest.approx(0.012 + 0.004 + model.train_s([64, 64], [40, 40], "off")
+                                 + 5e-3)
+    assert CostModel.fit(device(load_s=0.004)).duration_s(
+        [64], [40], "off", new=False, builds=0, checkpoint=False) == pytest.approx(
+        0.004 + CostModel.fit(device()).train_s([64], [40], "off"))
+
+
+def test_members_padded_to_the_bucket_step_at_its_size():
+    record = device(plain=(0.0, 1e-4, 1e-5), fused=(0.0, 1e-4, 1e-5))
+    model = CostModel.fit({**record, "settings": {**record["settings"], "batch_bucket": 64}})
+    unpadded = CostModel.fit(record)
+    assert model.step_s([16], "off") == pytest.approx(unpadded.step_s([64], "off"))
+    assert model.train_s([16, 64], [10, 30], "off") == pytest.approx(
+        unpadded.train_s([64, 64], [10, 30], "off"))
+    assert model.step_s([16, 16], "on") == pytest.approx(unpadded.step_s([64, 64], "on"))
+    assert unpadded.step_s([16], "off") < unpadded.step_s([64], "off")
+
+
 def test_the_planner_finds_the_known_optimum_of_a_small_rung():
     """Packing saves a per-step cost, set-up grows with members, memory holds three: the
     best partition is found by trying all 203 partitions of six trials."""

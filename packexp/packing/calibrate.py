@@ -26,15 +26,17 @@ from typing import Any
 from packexp.files import write_json
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
-from packexp.packing.fused_graph import convolutional
+from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
+from packexp.packing.trainer import train_group
 from packexp.search_space import Trial, member_bucket
 
 log = logging.getLogger(__name__)
 
-VERSION = 3  # bumped whenever a record's fields change
+VERSION = 4  # bumped whenever a record's fields change
 TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
+CYCLES = 5  # whole single packs timed as the search runs them (``pack_s``)
 
 
 def calibration_key(facts: Mapping[str, Any]) -> str:
@@ -131,6 +133,7 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
         if n > 1 and not fits(group):
             continue
         packs.append(_measure(cache, group, fusion))
+    cycles = _cycles(cache, trials(CYCLES, high))
     build_s, load_s = _member_times(cache, trials(3, middle))
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -139,7 +142,10 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
         checkpoint_s = (time.perf_counter() - t0) / 3
     settings = {k: cache.pack_options[k] for k in ("fusion", "misaligned", "data_sharing",
                                                    "jit_compile")}
-    return {"packs": packs, "build_s": build_s, "load_s": load_s,
+    # Members whose batches are padded to the bucket step at its size, whatever their own.
+    padded = cache.bucketed and not couples_rows(probe.model)
+    settings["batch_bucket"] = cache.pack_options.get("batch_bucket") if padded else None
+    return {"packs": packs, "cycles": cycles, "build_s": build_s, "load_s": load_s,
             "chunk_steps": cache.pack_options["chunk_steps"],
             "checkpoint_s": checkpoint_s,
             "settings": {**settings, "fusable": fusable, "bucketed": cache.bucketed},
@@ -154,13 +160,13 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str) -> dict:
     first = pack.train(dict.fromkeys(ids, 3))
     setup = first.trace_s
     step = first.train_s / max(first.steps, 1)
-    # Two chunk lengths part a call's fixed cost from a step's.
-    short = max(3, min(100, round(TARGET_S / 4 / max(step, 1e-6))))
-    long = 4 * short
+    # A one-step chunk and a long one part a call's fixed cost from a step's (the widest
+    # span: two close lengths gave slopes half the steps' time on a noisy machine).
+    long = max(12, min(400, round(TARGET_S / max(step, 1e-6))))
     times = {k: statistics.median(pack.train(dict.fromkeys(ids, k)).train_s
-                                  for _ in range(REPEATS)) for k in (short, long)}
-    step_s = max(0.0, (times[long] - times[short]) / (long - short))
-    call_s = max(0.0, times[short] - short * step_s)
+                                  for _ in range(REPEATS)) for k in (1, long)}
+    step_s = max(0.0, (times[long] - times[1]) / (long - 1))
+    call_s = max(0.0, times[1] - step_s)
     evals = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -170,9 +176,22 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str) -> dict:
     setup += max(0.0, evals[0] - min(evals[1:]))  # a new evaluation's first call
     cache.checkin(pack)
     return {"fusion": "on" if pack.fused else "off", "xla": bool(first.xla),
-            "batches": [int(t.hparams["batch_size"]) for t in group], "steps": [short, long],
+            "batches": [int(t.hparams["batch_size"]) for t in group], "steps": [1, long],
             "step_s": step_s, "call_s": call_s, "setup_s": None if reused else setup,
             "eval_s": min(evals[1:])}
+
+
+def _cycles(cache: PackCache, group: list[Trial]) -> list[dict]:
+    """Fresh trials trained one epoch each as singles, the way the search trains a pack
+    (``train_group``: a kept pack checked out, trained, evaluated, its states taken and
+    checked in), each timed whole: what a pack costs beyond its steps and evaluation."""
+    out = []
+    for trial in group:
+        [run] = train_group([trial], cache, epochs=1.0, states={}, fusion="off")
+        out.append({"batches": [int(trial.hparams["batch_size"])],
+                    "steps": [run.stats.steps], "traced": run.stats.trace_s > 0,
+                    "duration_s": time.perf_counter() - run.started})
+    return out
 
 
 def _member_times(cache: PackCache, group: list[Trial]) -> tuple[float, float]:

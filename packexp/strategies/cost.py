@@ -78,6 +78,10 @@ class CostModel:
         build_s: A member built afresh (or, once per member structure, to confirm that its
             initial weights replay exactly).
         load_s: A state loaded into a built member.
+        pack_s: A kept single's whole pack beyond its steps and evaluation, as the search
+            runs it (its state loaded, horizons set, its state taken and checked in),
+            fitted to the calibration's timed cycles; a pack of n adds ``load_s`` for each
+            further member.
         checkpoint_s: A member's state copied and written.
         settings: The pack settings the calibration ran under.
         error: Relative error of the fitted step times over the calibration's packs.
@@ -92,6 +96,7 @@ class CostModel:
     build_s: float
     load_s: float
     checkpoint_s: float
+    pack_s: float | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     error: Mapping[str, float] = field(default_factory=dict)
 
@@ -130,6 +135,13 @@ class CostModel:
             build_s=float(calibration["build_s"]), load_s=float(calibration["load_s"]),
             checkpoint_s=float(calibration["checkpoint_s"]),
             settings={**calibration["settings"], "chunk_steps": calibration["chunk_steps"]})
+        cycles = [c for c in calibration.get("cycles", ()) if not c["traced"]]
+        if cycles:  # the rest of a measured single's time: one load and the bookkeeping
+            e0, e1 = model.evaluate
+            rest = [c["duration_s"] - model.train_s(c["batches"], c["steps"], "off") - e0 - e1
+                    for c in cycles]
+            model = cls(**{**model.__dict__, "pack_s": max(statistics.median(rest),
+                                                           model.load_s)})
         errors = [abs(model.step_s(r["batches"], r["fusion"]) - r["step_s"])
                   / r["step_s"] for r in rows if r["step_s"] > 0]
         error = {"median": statistics.median(errors), "max": max(errors), "packs": len(errors)}
@@ -157,9 +169,15 @@ class CostModel:
     def bucketed(self) -> bool:
         return bool(self.settings.get("bucketed"))
 
+    def padded(self, batches: Sequence[int]) -> list[int]:
+        """The batch sizes members step at: the bucket where the search pads their rows."""
+        bucket = self.settings.get("batch_bucket")
+        return [max(b, bucket) for b in batches] if bucket else list(batches)
+
     def step_s(self, batches: Sequence[int], fusion: str) -> float:
         """One step of a pack whose members all train, with these batch sizes (as the
         calibration ran them: compiled, and padded to the bucket, where the search is)."""
+        batches = self.padded(batches)
         if fusion == "on" and self.fused is not None:
             a, f0, f1 = self.fused
             n = member_bucket(len(batches)) if self.bucketed else len(batches)
@@ -186,8 +204,8 @@ class CostModel:
         if fusion == "on" and self.fused is not None:
             return calls + longest * self.step_s(batches, "on")
         a, c0, c1 = self.plain
-        total = a * longest + sum(s * (c0 + c1 * b) for b, s in zip(batches, steps,
-                                                                     strict=True))
+        total = a * longest + sum(s * (c0 + c1 * b) for b, s in zip(self.padded(batches),
+                                                                     steps, strict=True))
         if self.settings.get("misaligned") == "switch":  # a re-trace per member that leaves
             total += sum(self.setup_s(k, "off") for k in range(1, len(set(steps))))
         return calls + total
@@ -205,7 +223,10 @@ class CostModel:
         """
         n = len(batches)
         e0, e1 = self.evaluate
-        return (builds * self.build_s + (n - builds) * self.load_s
+        loads = (n - builds) * self.load_s
+        if self.pack_s is not None:  # measured whole: one load and a pack's bookkeeping
+            loads += self.pack_s - self.load_s
+        return (builds * self.build_s + loads
                 + (self.setup_s(n, fusion) if new else 0.0)
                 + self.train_s(batches, steps, fusion) + e0 + e1 * n
                 + (n * self.checkpoint_s if checkpoint else 0.0))
