@@ -111,13 +111,14 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     fuse = fusable and cache.pack_options["fusion"] != "off"
     if cache.bucketed:
         # One compiled program per member-count bucket, every batch padded to the bucket:
-        # the fewest programs that fit a line in the member count, each kept for the search.
-        # A plain pack of several compiles longest (one subgraph per member): measured only
-        # where packs cannot fuse, and otherwise predicted as its members trained alone.
+        # the single and the largest fused bucket, two points of a line in the member count
+        # (``CostModel.fit``), each program kept for the search. A plain pack of several
+        # compiles longest (one subgraph per member): measured only where packs cannot
+        # fuse, and otherwise predicted as its members trained alone.
         largest = member_bucket(min(max_members, 8))
         specs = [("off", 1, high)]
         if fuse and largest > 1:
-            specs += [("on", n, high) for n in dict.fromkeys((2, largest))]
+            specs += [("on", largest, high)]
         elif largest > 1:
             specs += [("off", largest, high)]
     else:

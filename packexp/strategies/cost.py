@@ -120,6 +120,11 @@ class CostModel:
         else:  # singles only: a plain pack costs its members alone, and no less
             plain_step = (0.0, *_fit([[n(r), sum(r["batches"])] for r in plain],
                                      [r["step_s"] for r in plain], 2))
+        if bucketed and len({n(r) for r in fused}) == 1:
+            # One fused bucket measured (the largest): the single is the line's other end,
+            # a compiled program of one member (measured: a fused pack of 2 within 10% of
+            # the line through them).
+            fused = fused + [r for r in plain if n(r) == 1]
         fused_step = (_fit([[1, n(r), n(r) * max(r["batches"])] for r in fused],
                            [r["step_s"] for r in fused], 3) if fused else None)
 
