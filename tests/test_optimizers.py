@@ -188,3 +188,34 @@ def test_a_pack_with_an_optimizer_without_a_fused_rule_trains_plain():
     ms = members(data, [(0, (20, "adam", 0.01, "relu")), (1, (20, "rmsprop", 0.01, "relu"))])
     assert why_not_fused(ms, "gather", "auto") == (
         "member t1: optimizer=rmsprop has no fused update rule")
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_keras_fit_with_a_rule_optimizer_trains_as_its_keras_class(name):
+    """A user's ``model.compile(optimizer=make_optimizer(...))`` (KerasTuner's comparison
+    does this): Keras builds the optimizer symbolically inside its compiled train step,
+    where assignments are dropped, so the initial coefficients and slots must come from
+    initializers (they once stayed 0: SGD divided by 0, Adam's second slot started at the
+    parameter count)."""
+    from packexp.models import mlp3
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 8)).astype(np.float32)
+    y = rng.integers(0, 3, size=64)
+
+    def fitted(optimizer) -> list[np.ndarray]:
+        keras.utils.set_random_seed(0)
+        model = mlp3.build((8,), 3, {"activation": "relu"}, width=16)
+        model.compile(optimizer=optimizer, jit_compile=False,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        assert all(np.isfinite(history.history["loss"]))
+        return model.get_weights()
+
+    ours = fitted(make_optimizer(name, 0.01))
+    theirs = fitted(getattr(keras.optimizers, RULES[name].KERAS_CLASS)(
+        learning_rate=0.01, **options_of(name)))
+    start = fitted(make_optimizer(name, 1e-30))
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert any(not np.allclose(a, s) for a, s in zip(ours, start, strict=True))

@@ -90,7 +90,15 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(variables)
-        self.coefficients = self.add_variable((len(optim.FIELDS),), name="coefficients")
+        # Initial values through initializers, never assignments after: Keras builds an
+        # optimizer symbolically inside its compiled train step (``fit``), where assignments
+        # are dropped (the coefficients stayed 0 and SGD divided by 0).
+        coefficients = np.asarray(list(optim.coefficients(self.rule, self.options).values()),
+                                  np.float32)
+        v_start = optim.second_slot_start(self.rule, self.options)
+        self.coefficients = self.add_variable(
+            (len(optim.FIELDS),), initializer=keras.initializers.Constant(coefficients),
+            name="coefficients")
         sizes = [int(np.prod(v.shape)) for v in variables]
         self._groups = join_groups(sizes)
         # Where weight i's slots sit: its group and its span in the group's vector.
@@ -102,8 +110,8 @@ class RuleOptimizer(keras.optimizers.Optimizer):
                 start += sizes[i]
         totals = [sum(sizes[i] for i in group) for group in self._groups]
         self._m = [self.add_variable((n,), name=f"m{g}") for g, n in enumerate(totals)]
-        self._v = [self.add_variable((n,), name=f"v{g}") for g, n in enumerate(totals)]
-        self.configure(self.rule, self.options, fresh=True)
+        self._v = [self.add_variable((n,), initializer=keras.initializers.Constant(v_start),
+                                     name=f"v{g}") for g, n in enumerate(totals)]
 
     def _slot(self, kind: str, i: int) -> tuple[keras.Variable, int, int]:
         g, start, size = self._where[i]
