@@ -70,7 +70,7 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
     from hydra.utils import instantiate
 
     from packexp.config import fit_dataset_to_model
-    from packexp.packing.optimizers import make_optimizer
+    from packexp.pack_options import OPTIMIZERS
     from packexp.search_space import FloatRange, IntRange
 
     cfg = compose(overrides)
@@ -91,12 +91,32 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
                             sampling="log" if dim.log else "linear")
         return hp.Choice(dim.name, list(dim.values))
 
+    def plain_model(hparams: dict) -> keras.Model:
+        """What a KerasTuner user writes: mlp3's layers with the activation built in (packexp's
+        mlp3 selects it at run time, computing every choice), other models as packexp
+        builds them."""
+        if cfg.model._target_ != "packexp.models.mlp3.build":
+            return build_model(dataset.input_shape, dataset.num_classes, hparams)
+        width = hparams.get("width", cfg.model.get("width", 64))
+        layers = [keras.Input(tuple(dataset.input_shape))]
+        if len(dataset.input_shape) > 1:
+            layers.append(keras.layers.Flatten())
+        layers += [keras.layers.Dense(width, activation=hparams.get("activation", "relu"))
+                   for _ in range(hparams.get("depth", cfg.model.get("depth", 3)))]
+        return keras.Sequential([*layers, keras.layers.Dense(dataset.num_classes)])
+
+    def keras_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+        """Keras's own class with packexp's defaults for the name (packexp runs its rules)."""
+        spec = OPTIMIZERS[name]
+        return getattr(keras.optimizers, spec.keras_class)(learning_rate=learning_rate,
+                                                           **spec.options)
+
     class PackexpHyperModel(kt.HyperModel):
         def build(self, hp: kt.HyperParameters) -> keras.Model:
             hparams = {name: hyperparameter(hp, dim) for name, dim in space.dims.items()}
-            model = build_model(dataset.input_shape, dataset.num_classes, hparams)
-            model.compile(optimizer=make_optimizer(hparams["optimizer"],
-                                                   hparams["learning_rate"]),
+            model = plain_model(hparams)
+            model.compile(optimizer=keras_optimizer(hparams["optimizer"],
+                                                    hparams["learning_rate"]),
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                           metrics=["accuracy"])
             return model
