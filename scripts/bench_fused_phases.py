@@ -32,7 +32,7 @@ from packexp.data import digits
 from packexp.models import mlp3
 from packexp.packing import DeviceData
 from packexp.packing.fused import FusedPack
-from packexp.packing.fused_graph import Context
+from packexp.packing.fused_ops import Context
 from packexp.telemetry import device_facts
 
 

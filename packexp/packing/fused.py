@@ -1,6 +1,6 @@
 """Horizontal fusion: members of one architecture trained as one fused model (HFTA).
 
-The members' layers run as fused operations (``fused_graph``): Dense layers as one batched
+The members' layers run as fused operations (``fused_ops``): Dense layers as one batched
 matmul over stacked kernels ``[members, in, out]``, convolutions as one grouped
 convolution over member-major folded channels. Each member keeps its own activation,
 optimizer type and hyper-parameters (vectors over the member axis), batch size (padded
@@ -20,9 +20,9 @@ import tensorflow as tf
 from packexp import optim, telemetry
 from packexp.pack_options import check_choice, why_not_fusable
 from packexp.packing.data import DeviceData
-from packexp.packing.fused_graph import (
+from packexp.packing.fused_graph import FusedGraph
+from packexp.packing.fused_ops import (
     Context,
-    FusedGraph,
     Unfusable,
     fused_ops,
     has_convolutions,

@@ -1,0 +1,541 @@
+"""Keras layers in fused form: one operation computes the same layer of every member.
+
+A fused tensor holds all members' activations in one of two layouts, chosen by the rank a
+member's own tensor has:
+
+- images (``[batch, height, width, channels]`` per member) are *folded* to
+  ``[batch, height, width, members * channels]`` with member-major channels. N Conv2D
+  layers are then one grouped convolution (``groups=N``), N DepthwiseConv2D layers one
+  depthwise convolution, and per-channel operations (BatchNorm, pooling, padding,
+  resizing) act on each member's own channels by construction (HFTA's layout);
+- vectors (``[batch, features]`` per member) are *stacked* to ``[members, batch, features]``:
+  N Dense layers are one batched matmul over kernels ``[members, in, out]``.
+
+``fused_ops`` checks that the members' models are one architecture made of layers with a
+fused form and returns the fused operations (``fused_graph.FusedGraph`` runs them). A layer
+has a fused form only if it is one of ``OPS``'s Keras classes itself (a subclass may
+compute something else), float32, and free of what the fused step leaves out: random draws,
+regularization losses and weight constraints. Anything else raises ``Unfusable`` naming the
+layer, and the pack trains plain. ``convolutional`` and ``couples_rows`` read the same
+facts off one model for the plain engine.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from packexp.models.activation import SelectActivation
+from packexp.packing.layout import (
+    IMAGE_RANK,
+    VECTOR_RANK,
+    by_choice,
+    per_member,
+    stack_vectors,
+    unfold,
+)
+
+
+class Unfusable(ValueError):
+    """The members cannot train fused; the message says why."""
+
+
+@dataclass
+class Stacked:
+    """One weight of every member as a variable ``[members, *shape]``.
+
+    ``shape`` may differ from the member's own weight shape by unit axes (Dense biases are
+    kept as ``[members, 1, out]`` so they broadcast over the batch).
+    """
+
+    variable: tf.Variable
+    weights: list[keras.Variable]  # the members' own, in member order
+    trainable: bool
+
+
+@dataclass
+class Context:
+    """What one call of the fused graph needs beyond its input.
+
+    The graph's state is passed in and out as tensors rather than read from and assigned
+    to its variables, so a training loop can carry it from step to step with no stateful
+    operation in the loop body.
+
+    Attributes:
+        members: How many members are fused.
+        params: The value of each of ``FusedGraph.stacked``, in order.
+        training: Training mode (batch statistics, moving-statistic updates).
+        rows: ``[members, batch]`` float mask of each member's real rows when batch sizes
+            differ (padded rows are left out of BatchNorm statistics); None when they agree.
+        active: ``[members]`` bool, the members that take this step; others' BatchNorm
+            statistics are left as they are.
+        updates: Filled in training: index into ``params`` -> its new value (BatchNorm
+            moving statistics).
+    """
+
+    members: int
+    params: Sequence[tf.Tensor]
+    training: bool = False
+    rows: tf.Tensor | None = None
+    active: tf.Tensor | None = None
+    updates: dict[int, tf.Tensor] = field(default_factory=dict)
+
+    def __getitem__(self, index: int | None) -> tf.Tensor | None:
+        return None if index is None else self.params[index]
+
+
+def _rank(tensor: Any) -> int:
+    return len(tensor.shape)
+
+
+def _input_rank(layer: keras.layers.Layer) -> int:
+    return _rank(layer.input)  # layers are called once (``_flat_layers`` checks)
+
+
+def named(layer: keras.layers.Layer) -> str:
+    """``name (Class)``: how reasons name a layer."""
+    return f"{layer.name} ({type(layer).__name__})"
+
+
+# Keras activations that mix elements, so a member's slice would see its pack-mates'.
+NOT_ELEMENTWISE = ("softmax", "log_softmax", "glu", "sparsemax")
+
+
+def _check_activations(layers: Sequence[keras.layers.Layer]) -> None:
+    """Fused activations act on all members' tensors at once: only Keras's own elementwise
+    functions are known to leave each member's slice to itself."""
+    for layer in layers:
+        fn = getattr(layer, "activation", None)
+        if fn is None:
+            continue
+        name = getattr(fn, "__name__", "")
+        if name in NOT_ELEMENTWISE:
+            raise Unfusable(f"layer {named(layer)}: activation {name} is not elementwise")
+        if getattr(keras.activations, name, None) is not fn:
+            raise Unfusable(f"layer {named(layer)}: activation {name or repr(fn)} is not one of "
+                            "Keras's elementwise activations")
+
+
+def _check_extras(layer: keras.layers.Layer) -> None:
+    """What no fused operation reproduces: other dtypes, regularization losses (the fused
+    loss is the cross-entropy alone) and weight constraints (the fused update leaves them
+    out)."""
+    dtype = layer.dtype_policy.compute_dtype
+    weights = {str(w.dtype) for w in layer.weights}
+    if dtype != "float32" or weights - {"float32"}:
+        raise Unfusable(f"layer {named(layer)} computes in {dtype} with "
+                        f"{sorted(weights) or 'no'} weights; fused packs are float32")
+    regularizers = sorted(k for k, v in vars(layer).items()
+                          if k.endswith("_regularizer") and v is not None)
+    if regularizers:
+        raise Unfusable(f"layer {named(layer)} has {', '.join(regularizers)}; the fused step "
+                        "adds no regularization loss")
+    constrained = [w.name for w in layer.weights if w.constraint is not None]
+    if constrained:
+        raise Unfusable(f"layer {named(layer)} constrains {', '.join(constrained)}; the fused "
+                        "update applies no constraint")
+
+
+class FusedOp:
+    """The same layer of every member, computed as one operation."""
+
+    #: per-member input ranks the operation accepts
+    ranks: tuple[int, ...] = (IMAGE_RANK, VECTOR_RANK)
+
+    def __init__(self, layers: Sequence[keras.layers.Layer]) -> None:
+        self.layers = list(layers)
+        self.layer = layers[0]
+        if not isinstance(self.layer, keras.layers.Add | keras.layers.Concatenate):
+            rank = _input_rank(self.layer)
+            if rank not in self.ranks:
+                raise Unfusable(f"layer {named(self.layer)} on a rank-{rank} input has no "
+                                "fused form")
+        for layer in self.layers:
+            _check_extras(layer)
+        self.check()
+
+    def check(self) -> None:
+        """Raises Unfusable when the members' layers differ beyond what fusion allows."""
+        shapes = {tuple(tuple(w.shape) for w in layer.weights) for layer in self.layers}
+        if len(shapes) != 1:
+            raise Unfusable(f"members' layer shapes differ ({named(self.layer)})")
+        if any(layer.weights and not layer.trainable for layer in self.layers):
+            raise Unfusable(f"layer {named(self.layer)} is frozen")
+        configs = [_config(layer) for layer in self.layers]
+        if any(c != configs[0] for c in configs[1:]):
+            raise Unfusable(f"members' {named(self.layer)} layers are configured differently")
+
+    def build(self, stack: Callable[..., int]) -> None:
+        """Stacks the members' weights through ``stack(weights, shape=None)``, which returns
+        the index of the stacked value in ``Context.params``."""
+
+    def __call__(self, ctx: Context, x: Any) -> tf.Tensor:
+        return self.layer.call(x)
+
+
+def _config(layer: keras.layers.Layer) -> dict:
+    config = dict(layer.get_config())
+    for key in ("name", "activation", "selected", "trainable"):
+        config.pop(key, None)
+    return config
+
+
+def _activation_key(layer: keras.layers.Layer) -> Any:
+    if isinstance(layer, keras.layers.Activation):
+        return layer.activation
+    return (type(layer).__name__, repr(sorted(_config(layer).items())))
+
+
+class Elementwise(FusedOp):
+    """Activation layers; members may differ in which (ReLU6 in one, tanh in another)."""
+
+    def check(self) -> None:
+        _check_activations(self.layers)
+
+    def __call__(self, ctx: Context, x: tf.Tensor) -> tf.Tensor:
+        return per_member(x, [layer.call for layer in self.layers],
+                          [_activation_key(layer) for layer in self.layers])
+
+
+class Selected(FusedOp):
+    """``SelectActivation`` layers: each member's choice is read when the step runs, so one
+    traced step serves members of every activation."""
+
+    def check(self) -> None:
+        super().check()
+        names = self.layer.choices
+        for name in names:
+            if name in NOT_ELEMENTWISE or getattr(keras.activations, name, None) is None:
+                raise Unfusable(f"layer {named(self.layer)}: activation {name} is not one of "
+                                "Keras's elementwise activations")
+
+    def __call__(self, ctx: Context, x: tf.Tensor) -> tf.Tensor:
+        choice = tf.stack([layer.choice for layer in self.layers])
+        return by_choice(x, choice, self.layer.functions)
+
+
+class _Weighted(FusedOp):
+    """A layer with a kernel, an optional bias and an activation of its own."""
+
+    def check(self):
+        super().check()
+        _check_activations(self.layers)
+        if any(getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None)
+               for layer in self.layers):
+            raise Unfusable(f"layer {named(self.layer)} is LoRA-adapted or quantized")
+
+    def build(self, stack):
+        self.kernel = stack([layer.kernel for layer in self.layers])
+        self.bias = stack([layer.bias for layer in self.layers], self.bias_shape) \
+            if self.layer.use_bias else None
+
+    bias_shape: Sequence[int] | None = None  # the stacked bias's shape per member
+
+    def __call__(self, ctx, x):
+        h = self.apply_kernel(x, ctx[self.kernel])
+        if self.bias is not None:
+            h = h + self.bias_view(ctx[self.bias])
+        fns = [layer.activation for layer in self.layers]
+        return per_member(h, fns, fns)
+
+    def apply_kernel(self, x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        raise NotImplementedError
+
+    def bias_view(self, bias: tf.Tensor) -> tf.Tensor:
+        return bias
+
+
+class Dense(_Weighted):
+    ranks = (VECTOR_RANK,)
+
+    @property
+    def bias_shape(self):
+        return [1, self.layer.units]  # broadcasts over the batch: [members, 1, out]
+
+    def apply_kernel(self, x, kernel):
+        return tf.matmul(x, kernel)  # [members, batch, in] x [members, in, out]
+
+
+class _Convolution(_Weighted):
+    ranks = (IMAGE_RANK,)
+
+    def check(self):
+        super().check()
+        if self.layer.data_format != "channels_last" or getattr(self.layer, "groups", 1) != 1:
+            raise Unfusable(f"layer {named(self.layer)} is grouped or channels-first")
+
+    def bias_view(self, bias):
+        return tf.reshape(bias, [-1])  # [members, c] -> member-major, like folded channels
+
+
+class Conv2D(_Convolution):
+    """N convolutions as one grouped convolution over folded channels.
+
+    With ``split`` (set by ``FusedGraph``), N convolutions over the members' channel blocks
+    and one concatenation instead: the same numbers where a device cannot differentiate a
+    grouped convolution (a CPU without oneDNN).
+    """
+
+    split = False
+
+    def apply_kernel(self, x, kernel):
+        n, kh, kw, cin, cout = kernel.shape  # [members, kh, kw, in, out]
+        conv = functools.partial(tf.nn.conv2d, strides=self.layer.strides,
+                                 padding=self.layer.padding.upper(),
+                                 dilations=self.layer.dilation_rate)
+        if self.split and n > 1:
+            return tf.concat([conv(x[..., i * cin : (i + 1) * cin], kernel[i])
+                              for i in range(n)], axis=-1)
+        return conv(x, tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]), [kh, kw, cin, n * cout]))
+
+
+class DepthwiseConv2D(_Convolution):
+    """N depthwise convolutions as one over the folded channels."""
+
+    def apply_kernel(self, x, kernel):
+        n, kh, kw, c, mult = kernel.shape  # [members, kh, kw, c, multiplier]
+        folded = tf.reshape(tf.transpose(kernel, [1, 2, 0, 3, 4]), [kh, kw, n * c, mult])
+        return tf.nn.depthwise_conv2d(x, folded, strides=(1, *self.layer.strides, 1),
+                                      padding=self.layer.padding.upper(),
+                                      dilations=self.layer.dilation_rate)
+
+
+class BatchNormalization(FusedOp):
+    """Per-member BatchNorm: statistics per folded channel, or per member when stacked.
+
+    Padded rows (smaller batch sizes) are left out of the batch statistics, and moving
+    statistics change only for members that take the step.
+    """
+
+    def check(self):
+        super().check()
+        layer = self.layer
+        if layer.axis not in (-1, _input_rank(layer) - 1) or layer.renorm or layer.synchronized:
+            raise Unfusable(f"layer {named(layer)} is not over the last axis")
+
+    def build(self, stack):
+        def weights(name):
+            return stack([getattr(layer, name) for layer in self.layers])
+
+        self.gamma = weights("gamma") if self.layer.scale else None
+        self.beta = weights("beta") if self.layer.center else None
+        self.moving_mean = weights("moving_mean")
+        self.moving_variance = weights("moving_variance")
+
+    def __call__(self, ctx, x):
+        folded = x.shape.rank == IMAGE_RANK
+
+        def view(index):  # [members, c] -> folded [members * c] or stacked [members, 1, c]
+            if index is None:
+                return None
+            v = ctx[index]
+            return tf.reshape(v, [-1]) if folded else v[:, None, :]
+
+        if ctx.training:
+            axes = [0, 1, 2] if folded else [1]
+            if ctx.rows is None:
+                mean, variance = tf.nn.moments(x, axes, keepdims=not folded)
+            else:
+                c = x.shape[-1] // ctx.members
+                w = (tf.repeat(tf.transpose(ctx.rows), c, axis=1)[:, None, None, :] if folded
+                     else ctx.rows[:, :, None])
+                mean, variance = tf.nn.weighted_moments(x, axes, w, keepdims=not folded)
+            momentum = self.layer.momentum
+            for index, stat in ((self.moving_mean, mean), (self.moving_variance, variance)):
+                old = ctx[index]
+                new = old * momentum + tf.reshape(stat, old.shape) * (1.0 - momentum)
+                ctx.updates[index] = tf.where(ctx.active[:, None], new, old)
+        else:
+            mean, variance = view(self.moving_mean), view(self.moving_variance)
+        return tf.nn.batch_normalization(x, mean, variance, view(self.beta), view(self.gamma),
+                                         self.layer.epsilon)
+
+
+class Channelwise(FusedOp):
+    """Weightless layers that act on each channel alone (padding, pooling, resizing)."""
+
+    ranks = (IMAGE_RANK,)
+
+    def check(self):
+        super().check()
+        if getattr(self.layer, "data_format", "channels_last") != "channels_last":
+            raise Unfusable(f"layer {named(self.layer)} is channels-first")
+
+
+class Rescaling(FusedOp):
+    def check(self):
+        super().check()
+        if np.size(self.layer.scale) != 1 or np.size(self.layer.offset) != 1:
+            raise Unfusable(f"layer {named(self.layer)} has per-channel factors")
+
+
+class GlobalPooling2D(Channelwise):
+    def __call__(self, ctx, x):
+        h = self.layer.call(x)  # [batch, members * c], or [batch, 1, 1, members * c]
+        return h if self.layer.keepdims else stack_vectors(h, ctx.members)
+
+
+class Flatten(FusedOp):
+    def check(self):
+        super().check()
+        if self.layer.data_format != "channels_last":
+            raise Unfusable(f"layer {named(self.layer)} is channels-first")
+
+    def __call__(self, ctx, x):
+        if x.shape.rank == IMAGE_RANK:
+            x = unfold(x, ctx.members)
+            return tf.reshape(x, [ctx.members, -1, x.shape[2] * x.shape[3] * x.shape[4]])
+        return x
+
+
+class Add(FusedOp):
+    def __call__(self, ctx, xs):
+        return functools.reduce(tf.add, xs)  # Keras's order
+
+
+class Concatenate(FusedOp):
+    """Concatenation over channels, member by member in the folded layout."""
+
+    def check(self):
+        super().check()
+        ranks = {_rank(t) for t in self.layer.input}
+        if len(ranks) != 1 or self.layer.axis not in (-1, ranks.pop() - 1):
+            raise Unfusable(f"layer {named(self.layer)} is not over the last axis")
+
+    def __call__(self, ctx, xs):
+        if xs[0].shape.rank != IMAGE_RANK:
+            return tf.concat(xs, axis=-1)
+        n = ctx.members
+        h, w = xs[0].shape[1], xs[0].shape[2]
+        parts = [tf.reshape(x, [-1, h, w, n, x.shape[-1] // n]) for x in xs]
+        joined = tf.concat(parts, axis=-1)
+        return tf.reshape(joined, [-1, h, w, joined.shape[3] * joined.shape[4]])
+
+
+class Identity(FusedOp):
+    def check(self):
+        super().check()
+        rate = getattr(self.layer, "rate", 0)
+        if rate:
+            # Each member's mask is Keras's draw at its own batch size; padded to the
+            # largest, the fused draw would differ.
+            raise Unfusable(f"layer {named(self.layer)} draws random masks (rate {rate}), "
+                            "which fused packs do not")
+
+    def __call__(self, ctx, x):
+        return x
+
+
+ACTIVATION_LAYERS = (keras.layers.Activation, keras.layers.ReLU, keras.layers.LeakyReLU,
+                     keras.layers.ELU)
+
+#: Keras layer classes -> their fused operation. A layer's own class must be listed: a
+#: subclass may compute something else.
+OPS: tuple[tuple[type | tuple[type, ...], type[FusedOp]], ...] = (
+    (keras.layers.Dense, Dense),
+    (keras.layers.DepthwiseConv2D, DepthwiseConv2D),
+    (keras.layers.Conv2D, Conv2D),
+    (keras.layers.BatchNormalization, BatchNormalization),
+    (ACTIVATION_LAYERS, Elementwise),
+    (SelectActivation, Selected),
+    (keras.layers.Add, Add),
+    (keras.layers.Concatenate, Concatenate),
+    ((keras.layers.GlobalAveragePooling2D, keras.layers.GlobalMaxPooling2D), GlobalPooling2D),
+    ((keras.layers.ZeroPadding2D, keras.layers.Cropping2D, keras.layers.MaxPooling2D,
+      keras.layers.AveragePooling2D, keras.layers.Resizing), Channelwise),
+    (keras.layers.Rescaling, Rescaling),
+    (keras.layers.Flatten, Flatten),
+    (keras.layers.Dropout, Identity),
+)
+
+
+def _flat_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """The model's layers in graph order, nested models' layers in their place.
+
+    Raises:
+        Unfusable: an operation that is not a layer (``x + y`` in a functional model), a
+            layer called more than once, or several outputs.
+    """
+    graph = functional_graph(model)
+    if len(graph.outputs) != 1:
+        raise Unfusable(f"model {model.name} has several outputs")
+    calls = Counter(id(node.operation) for nodes in graph._nodes_by_depth.values()
+                    for node in nodes if node.operation is not None and not node.is_input)
+    out = []
+    for op in graph.operations:
+        if isinstance(op, keras.layers.InputLayer):
+            continue
+        if calls[id(op)] > 1:
+            raise Unfusable(f"layer {named(op)} is called more than once")
+        if isinstance(op, keras.Model):
+            out += _flat_layers(op)
+        elif isinstance(op, keras.layers.Layer):
+            out.append(op)
+        else:
+            raise Unfusable(f"operation {op.name} ({type(op).__name__}) is not a layer")
+    return out
+
+
+def functional_graph(model: keras.Model) -> keras.Model:
+    """The functional graph of a model (a Sequential model's built one)."""
+    graph = getattr(model, "_functional", None) or model
+    if not hasattr(graph, "_run_through_graph") or len(graph.inputs) != 1:
+        raise Unfusable(f"model {named(model)} is not a single-input functional model")
+    return graph
+
+
+def fused_ops(models: Sequence[keras.Model]) -> list[FusedOp]:
+    """The fused operation of each layer of the template (first) model.
+
+    Raises:
+        Unfusable: the models differ in architecture, or a layer has no fused form.
+    """
+    per_model = [_flat_layers(m) for m in models]
+    if len({len(layers) for layers in per_model}) != 1:
+        raise Unfusable("members' models have different numbers of layers")
+    for m in models:
+        if _rank(m.inputs[0]) not in (IMAGE_RANK, VECTOR_RANK) or _rank(m.outputs[0]) != 2:
+            raise Unfusable("only classifiers of vectors or images fuse")
+    ops = []
+    for layers in zip(*per_model, strict=True):
+        template = layers[0]
+        activation = type(template) in ACTIVATION_LAYERS
+        if any((type(x) in ACTIVATION_LAYERS) != activation or
+               (not activation and type(x) is not type(template)) for x in layers):
+            raise Unfusable(f"members' models have different layers ({named(template)})")
+        op = next((cls for types, cls in OPS
+                   if type(template) in (types if isinstance(types, tuple) else (types,))),
+                  None)
+        if op is None:
+            raise Unfusable(f"layer {named(template)} has no fused form")
+        ops.append(op(layers))
+    return ops
+
+
+def has_convolutions(ops: Sequence[FusedOp]) -> bool:
+    return any(isinstance(op, Conv2D | DepthwiseConv2D) for op in ops)
+
+
+def convolutional(model: keras.Model) -> bool:
+    """Whether ``model`` holds convolutions, fusable or not."""
+    return any(isinstance(layer, keras.layers.Conv2D | keras.layers.DepthwiseConv2D)
+               for layer in model._flatten_layers(include_self=False))
+
+
+def couples_rows(model: keras.Model) -> bool:
+    """Whether a row of ``model``'s batch affects another's output (BatchNormalization's
+    batch statistics), so padded rows would change it."""
+    return any(isinstance(layer, keras.layers.BatchNormalization)
+               for layer in model._flatten_layers(include_self=False))
+
+
+def has_grouped_convolutions(ops: Sequence[FusedOp]) -> bool:
+    """Whether fusing makes grouped convolutions (Conv2D layers of several members)."""
+    return any(isinstance(op, Conv2D) and len(op.layers) > 1 for op in ops)
