@@ -123,7 +123,9 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         out = []
         for var in variables:
             slot, start, size = self._slot(kind, self._get_variable_index(var))
-            flat = flats.setdefault(id(slot), slot.numpy())
+            if id(slot) not in flats:  # one read per group, not per weight
+                flats[id(slot)] = slot.numpy()
+            flat = flats[id(slot)]
             out.append(flat[start:start + size].reshape(var.shape))
         return out
 
@@ -133,8 +135,9 @@ class RuleOptimizer(keras.optimizers.Optimizer):
         flats: dict[int, tuple[keras.Variable, np.ndarray]] = {}
         for var, value in zip(variables, values, strict=True):
             slot, start, size = self._slot(kind, self._get_variable_index(var))
-            _, flat = flats.setdefault(id(slot), (slot, slot.numpy().copy()))
-            flat[start:start + size] = np.reshape(value, -1)
+            if id(slot) not in flats:  # one read per group, not per weight
+                flats[id(slot)] = (slot, slot.numpy().copy())
+            flats[id(slot)][1][start:start + size] = np.reshape(value, -1)
         for slot, flat in flats.values():
             slot.assign(flat)
 
