@@ -123,6 +123,26 @@ def test_auto_xla_compiles_dense_packs_to_float_rounding(data, fusion):
         assert_close(a, b)
 
 
+@pytest.mark.parametrize(("misaligned", "sharing", "xla"), [
+    ("mask", "gather", True), ("switch", "gather", False), ("mask", "slice", False)])
+def test_auto_xla_compiles_only_where_one_program_serves_the_pack(data, misaligned, sharing,
+                                                                  xla):
+    """Switching rebuilds the step whenever a member finishes and slicing cuts batches at
+    traced sizes: under auto neither compiles (each rebuild would be an XLA compile), nor
+    does the cache bucket their packs."""
+    from packexp.packing.cache import PackCache
+
+    ms = members(data, list(enumerate(CONFIGS[:2])))
+    pack = Pack(ms, data, fusion="off", jit_compile="auto", misaligned=misaligned,
+                data_sharing=sharing)
+    assert pack.jit_compile is xla
+    options = {"jit_compile": "auto", "batch_bucket": 80, "misaligned": misaligned,
+               "data_sharing": sharing}
+    cache = PackCache(lambda t: None, data, options)  # builds nothing: no template
+    cache._convolutional = False
+    assert cache.bucketed is xla
+
+
 def test_auto_xla_leaves_cnn_packs_uncompiled(data):
     from tests.test_fused_cnn import every_layer_cnn
 

@@ -86,8 +86,9 @@ class PackCache:
         ``jit_compile=auto``, only models without convolutions compile."""
         jit = self.pack_options.get("jit_compile", False)
         if (jit is False or not self.pack_options.get("batch_bucket")
-                or self.pack_options.get("data_sharing") == "slice"):
-            return False
+                or self.pack_options.get("data_sharing") == "slice"
+                or (jit is not True and self.pack_options.get("misaligned") == "switch")):
+            return False  # (``Pack``: auto compiles only masked, gathered packs)
         if jit is not True and self._convolutional is None and self.template is not None:
             template = Trial("template", self.template, ())
             member = self._note(self.make_member(template))
