@@ -25,7 +25,8 @@ from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import grouped_conv_path, why_not_fused
-from packexp.packing.fused_ops import Unfusable, fused_ops
+from packexp.packing.fused_graph import fused_ops
+from packexp.packing.fused_ops import Unfusable
 from tests.test_packing import CONFIGS, trial
 
 pytestmark = pytest.mark.tf

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from packexp.packing.data import DeviceData
-from packexp.packing.fused_ops import convolutional
+from packexp.packing.fused_graph import convolutional
 from packexp.packing.initial import InitialWeights
 from packexp.packing.member import IDLE, Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, rule_options

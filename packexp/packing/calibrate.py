@@ -26,7 +26,7 @@ from typing import Any
 from packexp.files import write_json
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
-from packexp.packing.fused_ops import convolutional, couples_rows
+from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
 from packexp.packing.trainer import train_group
 from packexp.search_space import Trial, member_bucket

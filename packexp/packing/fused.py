@@ -20,14 +20,13 @@ import tensorflow as tf
 from packexp import optim, telemetry
 from packexp.pack_options import check_choice, why_not_fusable
 from packexp.packing.data import DeviceData
-from packexp.packing.fused_graph import FusedGraph
-from packexp.packing.fused_ops import (
-    Context,
-    Unfusable,
+from packexp.packing.fused_graph import (
+    FusedGraph,
     fused_ops,
     has_convolutions,
     has_grouped_convolutions,
 )
+from packexp.packing.fused_ops import Context, Unfusable
 from packexp.packing.member import Member
 from packexp.packing.optimizers import general_update, optimizer_kind
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of

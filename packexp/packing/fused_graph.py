@@ -1,15 +1,116 @@
-"""The members' models as one: their weights stacked, and the template model's graph run with
-the fused operations of ``fused_ops`` in place of its layers."""
+"""The members' models as one: ``fused_ops`` walks the template model's graph and checks that
+every member's is the same architecture of layers with a fused form; ``FusedGraph`` stacks
+their weights and runs the template's graph with those operations in place of its layers.
+``convolutional`` and ``couples_rows`` read the same facts off one model for the plain
+engine."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
-from packexp.packing.fused_ops import Context, Conv2D, Stacked, functional_graph, fused_ops
-from packexp.packing.layout import IMAGE_RANK, fold
+from packexp.packing.fused_ops import (
+    ACTIVATION_LAYERS,
+    OPS,
+    Context,
+    Conv2D,
+    DepthwiseConv2D,
+    FusedOp,
+    Stacked,
+    Unfusable,
+    named,
+    tensor_rank,
+)
+from packexp.packing.layout import IMAGE_RANK, VECTOR_RANK, fold
+
+
+def _flat_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """The model's layers in graph order, nested models' layers in their place.
+
+    Raises:
+        Unfusable: an operation that is not a layer (``x + y`` in a functional model), a
+            layer called more than once, or several outputs.
+    """
+    graph = functional_graph(model)
+    if len(graph.outputs) != 1:
+        raise Unfusable(f"model {model.name} has several outputs")
+    calls = Counter(id(node.operation) for nodes in graph._nodes_by_depth.values()
+                    for node in nodes if node.operation is not None and not node.is_input)
+    out = []
+    for op in graph.operations:
+        if isinstance(op, keras.layers.InputLayer):
+            continue
+        if calls[id(op)] > 1:
+            raise Unfusable(f"layer {named(op)} is called more than once")
+        if isinstance(op, keras.Model):
+            out += _flat_layers(op)
+        elif isinstance(op, keras.layers.Layer):
+            out.append(op)
+        else:
+            raise Unfusable(f"operation {op.name} ({type(op).__name__}) is not a layer")
+    return out
+
+
+def functional_graph(model: keras.Model) -> keras.Model:
+    """The functional graph of a model (a Sequential model's built one)."""
+    graph = getattr(model, "_functional", None) or model
+    if not hasattr(graph, "_run_through_graph") or len(graph.inputs) != 1:
+        raise Unfusable(f"model {named(model)} is not a single-input functional model")
+    return graph
+
+
+def fused_ops(models: Sequence[keras.Model]) -> list[FusedOp]:
+    """The fused operation of each layer of the template (first) model.
+
+    Raises:
+        Unfusable: the models differ in architecture, or a layer has no fused form.
+    """
+    per_model = [_flat_layers(m) for m in models]
+    if len({len(layers) for layers in per_model}) != 1:
+        raise Unfusable("members' models have different numbers of layers")
+    for m in models:
+        if (tensor_rank(m.inputs[0]) not in (IMAGE_RANK, VECTOR_RANK)
+                or tensor_rank(m.outputs[0]) != 2):
+            raise Unfusable("only classifiers of vectors or images fuse")
+    ops = []
+    for layers in zip(*per_model, strict=True):
+        template = layers[0]
+        activation = type(template) in ACTIVATION_LAYERS
+        if any((type(x) in ACTIVATION_LAYERS) != activation or
+               (not activation and type(x) is not type(template)) for x in layers):
+            raise Unfusable(f"members' models have different layers ({named(template)})")
+        op = next((cls for types, cls in OPS
+                   if type(template) in (types if isinstance(types, tuple) else (types,))),
+                  None)
+        if op is None:
+            raise Unfusable(f"layer {named(template)} has no fused form")
+        ops.append(op(layers))
+    return ops
+
+
+def has_convolutions(ops: Sequence[FusedOp]) -> bool:
+    return any(isinstance(op, Conv2D | DepthwiseConv2D) for op in ops)
+
+
+def convolutional(model: keras.Model) -> bool:
+    """Whether ``model`` holds convolutions, fusable or not."""
+    return any(isinstance(layer, keras.layers.Conv2D | keras.layers.DepthwiseConv2D)
+               for layer in model._flatten_layers(include_self=False))
+
+
+def couples_rows(model: keras.Model) -> bool:
+    """Whether a row of ``model``'s batch affects another's output (BatchNormalization's
+    batch statistics), so padded rows would change it."""
+    return any(isinstance(layer, keras.layers.BatchNormalization)
+               for layer in model._flatten_layers(include_self=False))
+
+
+def has_grouped_convolutions(ops: Sequence[FusedOp]) -> bool:
+    """Whether fusing makes grouped convolutions (Conv2D layers of several members)."""
+    return any(isinstance(op, Conv2D) and len(op.layers) > 1 for op in ops)
 
 
 class FusedGraph:

@@ -18,7 +18,7 @@ import tensorflow as tf
 from packexp.pack_options import check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
-from packexp.packing.fused_ops import convolutional, couples_rows
+from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 
