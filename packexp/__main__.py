@@ -14,6 +14,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from packexp.errors import ConfigError, ExecutorError
+from packexp.interrupts import exit_interrupted, sigterm_interrupts
 from packexp.tracking import TrackingError
 
 log = logging.getLogger("packexp")
@@ -71,15 +72,22 @@ def main(cfg: DictConfig) -> float:
     from packexp.run import check, run
 
     try:
-        check(cfg)  # before TensorFlow loads: a bad value is reported at once
-        _import_tensorflow_quietly(use_gpu=_trains_here(cfg))
-        return run(cfg)
+        with sigterm_interrupts():
+            check(cfg)  # before TensorFlow loads: a bad value is reported at once
+            _import_tensorflow_quietly(use_gpu=_trains_here(cfg))
+            return run(cfg)
     except (ConfigError, ExecutorError, TrackingError) as e:
         print(f"packexp: error: {e}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # the launcher records the failed job and runs the rest of the sweep
         sys.exit(2)
+    except KeyboardInterrupt as interrupt:
+        # SystemExit passes Hydra's launchers, which record only Exceptions: a sweep stops.
+        exit_interrupted(interrupt, str(cfg.get("task")))
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as interrupt:  # outside a job: while Hydra composes, say
+        exit_interrupted(interrupt, None)

@@ -1,0 +1,105 @@
+"""Ctrl-C and SIGTERM: the job's cleanup runs, then one line says what is kept and how to resume."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from packexp.journal import Journal, JournalError
+
+# Overrides the resume command sets itself.
+RESUME_KEYS = ("resume", "hydra.run.dir")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt``, so the same
+    ``finally`` blocks run: the journal stays whole and the MLflow runs end ``KILLED``."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> NoReturn:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``Terminated``; the previous handler returns after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The shell's convention, 128 plus the signal's number: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+
+
+def resume_command(overrides: Sequence[str], run_dir: str) -> str:
+    """The shell command that resumes the run in ``run_dir`` started with ``overrides``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    kept = [text for text, o in zip(overrides, parsed, strict=True)
+            if o.key_or_group not in RESUME_KEYS]
+    return shlex.join(["python", "-m", "packexp", *kept, "resume=true",
+                       f"hydra.run.dir={run_dir}"])
+
+
+def interrupted_line(task: str, run_dir: Path, overrides: Sequence[str], cwd: Path) -> str:
+    """What an interrupted job says: where its run is and, for a search, how to resume it."""
+    shown = str(run_dir.relative_to(cwd) if run_dir.is_relative_to(cwd) else run_dir)
+    if task != "tune":
+        return (f"packexp: interrupted; task={task} does not resume: run it again (its partial "
+                f"outputs are in {shown})")
+    try:
+        events = {r["event"] for r in Journal(run_dir).read()}
+    except JournalError:
+        return f"packexp: interrupted before the search began; {shown} holds nothing to resume"
+    if "finished" in events:
+        return f"packexp: interrupted after the search finished; its results are in {shown}"
+    return (f"packexp: interrupted; the run in {shown} is kept: resume it with "
+            f"{resume_command(overrides, shown)}")
+
+
+def _job_line(task: str | None) -> str:
+    """``interrupted_line`` for the job Hydra is running; a bare line outside a job."""
+    if task is None:
+        return "packexp: interrupted"
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        hydra = HydraConfig.get()
+        return interrupted_line(task, Path(hydra.runtime.output_dir),
+                                list(hydra.overrides.task), Path(hydra.runtime.cwd))
+    except ValueError:
+        return "packexp: interrupted"
+
+
+def exit_interrupted(interrupt: KeyboardInterrupt, task: str | None) -> NoReturn:
+    """Prints the one line for an interrupted job of ``task`` and exits with the signal's code.
+
+    A further Ctrl-C or SIGTERM is ignored while the line is written and then ends the process
+    at once, so the interpreter's shutdown (atexit hooks) cannot print tracebacks.
+    """
+    code = exit_code(interrupt)
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    print(_job_line(task), file=sys.stderr, flush=True)
+    if main_thread:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: os._exit(code))
+    sys.exit(code)

@@ -1,0 +1,151 @@
+"""Ctrl-C and SIGTERM: one line naming the resume command, the signal's exit code, and a run
+that resumes to the scores of an unbroken one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
+from packexp.journal import Journal
+from tests.helpers import ROOT, packexp
+
+SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
+RESUME = ": resume it with "
+
+
+def interrupt(sig: int, *args: str, journal: Path) -> tuple[int, list[str], str]:
+    """Runs ``python -m packexp *args``, sends ``sig`` once ``journal`` holds a finished pack,
+    and returns the exit code, stderr's non-empty lines and stderr."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "packexp", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if journal.exists() and '"event": "pack"' in journal.read_text():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before the signal"
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    return proc.returncode, [line for line in stderr.splitlines() if line.strip()], stderr
+
+
+def resume(line: str) -> subprocess.CompletedProcess:
+    """Runs the command the interrupted run's line names."""
+    argv = shlex.split(line.split(RESUME, 1)[1])
+    assert argv[:3] == ["python", "-m", "packexp"]
+    return packexp(*argv[3:])
+
+
+def scores(run_dir: Path) -> dict:
+    results = json.loads((run_dir / "results.json").read_text())
+    return {t["trial_id"]: [(r["rung"], r["val_accuracy"]) for r in t["rungs"]]
+            for t in results["trials"]}
+
+
+def expected_line(run_dir: Path, *args: str) -> str:
+    return (f"packexp: interrupted; the run in {run_dir} is kept{RESUME}"
+            + shlex.join(["python", "-m", "packexp", *args, "resume=true",
+                          f"hydra.run.dir={run_dir}"]))
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_the_resume_command_and_the_resumed_run_ends_as_an_unbroken_one(
+        tmp_path):
+    whole = packexp(*SEARCH, f"hydra.run.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    run_dir = tmp_path / "run"
+    code, lines, stderr = interrupt(signal.SIGINT, *SEARCH, f"hydra.run.dir={run_dir}",
+                                    journal=run_dir / "journal.jsonl")
+    assert code == 130, stderr[-3000:]
+    assert lines == [expected_line(run_dir, *SEARCH)]
+    assert not (run_dir / "results.json").exists()
+
+    resumed = resume(lines[0])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert scores(run_dir) == scores(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_mlflow_runs_killed_and_resume_finishes_them(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    args = [*SEARCH, "tracking=mlflow", f"tracking.store_dir={tmp_path}"]
+    run_dir = tmp_path / "run"
+    code, lines, stderr = interrupt(signal.SIGTERM, *args, f"hydra.run.dir={run_dir}",
+                                    journal=run_dir / "journal.jsonl")
+    assert code == 143, stderr[-3000:]
+    *store, line = lines  # a new store announces its tables
+    assert line == expected_line(run_dir, *args)
+    assert all(" INFO mlflow." in s for s in store) and "Traceback" not in stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("packexp").experiment_id
+
+    def statuses() -> tuple[list[str], set[str]]:
+        runs = client.search_runs([experiment])
+        return ([r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags],
+                {r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags})
+
+    parents, trials = statuses()
+    assert parents == ["KILLED"]
+    assert "RUNNING" not in trials
+
+    resumed = resume(line)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    parents, trials = statuses()
+    assert parents == ["FINISHED"]
+    assert "RUNNING" not in trials
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_multirun_sweep(tmp_path):
+    code, lines, stderr = interrupt(
+        signal.SIGINT, "-m", "strategy=knn,none", *SEARCH[:1], *SEARCH[2:],
+        f"hydra.sweep.dir={tmp_path}", journal=tmp_path / "0" / "journal.jsonl")
+    assert code == 130, stderr[-3000:]
+    assert lines == [expected_line(tmp_path / "0", "strategy=knn", *SEARCH[:1], *SEARCH[2:])]
+    assert not (tmp_path / "1").exists()
+
+
+def test_the_resume_command_quotes_for_the_shell_and_sets_resume_and_the_run_dir():
+    overrides = ["strategy=knn", "resume=true", "+search_space.params.width=[32,64]",
+                 "tracking.experiment=my runs", "~summary_top_k", "hydra.run.dir=elsewhere"]
+    assert resume_command(overrides, "outputs/runs/X") == (
+        "python -m packexp strategy=knn '+search_space.params.width=[32,64]' "
+        "'tracking.experiment=my runs' '~summary_top_k' resume=true "
+        "hydra.run.dir=outputs/runs/X")
+
+
+def test_the_line_says_what_is_kept(tmp_path):
+    run_dir = tmp_path / "runs" / "X"
+    run_dir.mkdir(parents=True)
+    assert interrupted_line("tune", run_dir, [], tmp_path) == (
+        "packexp: interrupted before the search began; runs/X holds nothing to resume")
+    assert interrupted_line("profile", run_dir, [], tmp_path) == (
+        "packexp: interrupted; task=profile does not resume: run it again (its partial "
+        "outputs are in runs/X)")
+    Journal(run_dir).append("start", config={}, overrides=[])
+    assert interrupted_line("tune", run_dir, ["seed=1"], tmp_path / "elsewhere") == (
+        f"packexp: interrupted; the run in {run_dir} is kept: resume it with "
+        f"python -m packexp seed=1 resume=true hydra.run.dir={run_dir}")
+    Journal(run_dir).append("finished", wall_time_s=1.0)
+    assert interrupted_line("tune", run_dir, [], tmp_path) == (
+        "packexp: interrupted after the search finished; its results are in runs/X")
+
+
+def test_sigterm_raises_a_keyboard_interrupt_only_inside_the_block():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated), sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at the next bytecode; this is never reached in full
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert issubclass(Terminated, KeyboardInterrupt)
