@@ -12,10 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.config import check_pairing, instantiate, member_cap, model_hparams, probe_model
+from packexp.config import model_hparams
 from packexp.errors import ConfigError
 from packexp.files import write_json
-from packexp.search_space import SearchSpace, Trial
+from packexp.search_space import Trial
 from packexp.strategies import Capacity
 
 PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models
@@ -143,16 +143,12 @@ def device_limit(device: DictConfig) -> tuple[int, str]:
 
 
 
-def planning_capacity(cfg: DictConfig, space: SearchSpace,
-                      dataset: Any) -> tuple[Capacity, str]:
+def planning_capacity(device: DictConfig, build_model: Callable, dataset: Any,
+                      max_members: int) -> tuple[Capacity, str]:
     """The device capacity with estimated member costs (no probe: planning trains nothing)."""
     from packexp.packing.memory import MemoryModel
 
-    max_members = member_cap(cfg.pack.max_members)
-    build_model = instantiate(cfg.model, "model")
-    check_pairing(cfg, build_model, dataset)
-    probe_model(build_model, dataset, space)
-    limit, source = device_limit(cfg.device)
+    limit, source = device_limit(device)
     memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
                                                t.hparams), architecture=architecture)
     return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source

@@ -48,13 +48,10 @@ def exit_code(interrupt: KeyboardInterrupt) -> int:
 
 def resume_command(overrides: Sequence[str], run_dir: str) -> str:
     """The shell command that resumes the run in ``run_dir`` started with ``overrides``."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from packexp.config import without_keys
 
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    kept = [text for text, o in zip(overrides, parsed, strict=True)
-            if o.key_or_group not in RESUME_KEYS]
-    return shlex.join(["python", "-m", "packexp", *kept, "resume=true",
-                       f"hydra.run.dir={run_dir}"])
+    return shlex.join(["python", "-m", "packexp", *without_keys(overrides, RESUME_KEYS),
+                       "resume=true", f"hydra.run.dir={run_dir}"])
 
 
 def interrupted_line(task: str, run_dir: Path, overrides: Sequence[str], cwd: Path) -> str:

@@ -1,26 +1,55 @@
-"""Arithmetic over a search's records: phase totals, the cost model's prediction error and the
-speedup over sequential training. It reads ``results.json``-shaped dicts and writes nothing."""
+"""A search's results: ``results.json`` made from the collected records, and arithmetic over
+them (phase totals, the cost model's prediction error, the speedup over sequential
+training). It writes nothing."""
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-
-def prediction_error(packs: list[dict]) -> float | None:
-    """Median relative error of the packs' ``predicted_s`` against their ``duration_s``."""
-
-    errors = [abs(p["predicted_s"] - p["duration_s"]) / p["duration_s"] for p in packs
-              if p.get("predicted_s") is not None and p.get("duration_s")]
-    return round(statistics.median(errors), 4) if errors else None
-
-
+from packexp.events import PackRecord
 
 # A pack's time by phase, in its record and summed over the search (see README).
-PHASES = ("build_s", "trace_s", "train_s", "eval_s", "checkpoint_s", "probe_s")
+PHASES = PackRecord.PHASES
+
+
+def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: dict | None,
+                   *, wall_time_s: float, **facts: Any) -> dict[str, Any]:
+    """``results.json``: ``facts`` (names, seed, schedule, timings the task measured), the
+    totals over ``packs``, every trial (``events.TrialRecord``) and pack, and the best."""
+    phases = {k: round(sum(getattr(p, k) for p in packs), 4) for k in PHASES}
+    return {**facts, "wall_time_s": round(wall_time_s, 3), "phases": phases,
+            "train_share": round(phases["train_s"] / wall_time_s, 4) if wall_time_s > 0
+            else None,
+            "reused_packs": sum(p.reused for p in packs),
+            "programs": sum(p.programs for p in packs),
+            "eval_programs": sum(p.eval_programs for p in packs),
+            "reused_members": sum(p.reused_members for p in packs),
+            "prediction_error": prediction_error(packs),
+            "trials": [t.to_dict() for t in trials], "packs": [p.to_dict() for p in packs],
+            "best": best}
+
+
+def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
+    """The parent run's summary metrics of a search's ``results.json``."""
+    best = results["best"]["val_accuracy"] if results["best"] else math.nan
+    return {"wall_time_s": results["wall_time_s"], "best_val_accuracy": best,
+            "startup_s": results.get("startup_s"), "train_share": results["train_share"],
+            "calibration_s": results.get("calibration_s"),
+            "prediction_error_median": results["prediction_error"],
+            **{f"total_{k}": v for k, v in results["phases"].items()},
+            **speedup_metrics(results)}
+
+
+def prediction_error(packs: Sequence[PackRecord]) -> float | None:
+    """Median relative error of the packs' ``predicted_s`` against their ``duration_s``."""
+    errors = [abs(p.predicted_s - p.duration_s) / p.duration_s for p in packs
+              if p.predicted_s is not None and p.duration_s]
+    return round(statistics.median(errors), 4) if errors else None
 
 
 def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:

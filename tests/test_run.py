@@ -10,7 +10,7 @@ from omegaconf import open_dict
 
 from packexp.run import run
 from packexp.tracking import TrackingError
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 
 pytestmark = pytest.mark.tf
 
@@ -154,7 +154,7 @@ def test_unreachable_tracking_server_fails_before_training(tmp_path):
 def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import packexp.tuner as tuner
+    import packexp.driver as tuner
 
     def explode(*args, **kwargs):
         raise RuntimeError("boom")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import http.server
-import inspect
 import json
 import logging
 import threading
@@ -19,8 +18,8 @@ from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.results import speedup_metrics
 from packexp.run import run
-from packexp.tracking import MlflowTracker, NullTracker, TrackingError, hydra_tags
-from tests.conftest import compose_config
+from packexp.tracking import MlflowTracker, TrackingError, hydra_tags
+from tests.helpers import compose_config
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
 
@@ -49,15 +48,6 @@ def store(tmp_path, experiment: str = "packexp"):
 def history(client, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in
             sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))]
-
-
-def test_null_tracker_takes_every_call_the_mlflow_tracker_takes():
-    public = {n for n in dir(MlflowTracker) if not n.startswith("_")}
-    assert public <= set(dir(NullTracker))
-    for name in public & set(vars(NullTracker)):
-        member = getattr(MlflowTracker, name)
-        if callable(member):
-            assert inspect.signature(member) == inspect.signature(getattr(NullTracker, name))
 
 
 @pytest.mark.tf
@@ -331,9 +321,9 @@ def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeyp
 
 @pytest.mark.tf
 def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
-    import packexp.tuner as tuner
+    import packexp.driver as tuner
 
-    original = tuner.PackedSearch._finish_pack
+    original = tuner.PackedSearch.commit
     done = []
 
     def finish(self, *args, **kwargs):
@@ -343,7 +333,7 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return out
 
-    monkeypatch.setattr(tuner.PackedSearch, "_finish_pack", finish)
+    monkeypatch.setattr(tuner.PackedSearch, "commit", finish)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path)
     _, [parent], children = store(tmp_path)
@@ -352,7 +342,7 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
     assert interrupted
     assert {c.info.status for c in children if c.info.run_name in interrupted} == {"KILLED"}
 
-    monkeypatch.setattr(tuner.PackedSearch, "_finish_pack", original)
+    monkeypatch.setattr(tuner.PackedSearch, "commit", original)
     _, results, _ = tune(tmp_path, "resume=true")
     _, [parent], children = store(tmp_path)
     assert parent.info.status == "FINISHED"

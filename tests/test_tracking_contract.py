@@ -13,13 +13,25 @@ from omegaconf import open_dict
 
 from packexp.config import instantiate
 from packexp.data import Dataset
+from packexp.events import (
+    Listener,
+    MemberScored,
+    PackFinished,
+    PackRecord,
+    RungPlanned,
+    RungResult,
+    Summary,
+    TrialEnded,
+)
 from packexp.search_space import Trial
 from packexp.tracking import NullTracker, Tracker
-from tests.conftest import CONF_DIR, compose_config
+from tests.helpers import CONF_DIR, compose_config
 
 TRACKERS = sorted(p.stem for p in Path(CONF_DIR, "tracking").glob("*.yaml"))
-METHODS = sorted(n for n in Tracker.__abstractmethods__
-                 if not isinstance(inspect.getattr_static(Tracker, n), property))
+# What a tracker implements: its abstract members and the event handlers of a listener.
+METHODS = sorted({n for n in Tracker.__abstractmethods__
+                  if not isinstance(inspect.getattr_static(Tracker, n), property)}
+                 | {n for n in vars(Listener) if n.startswith("on_")})
 
 
 def unimplemented(cls: type) -> set[str]:
@@ -51,10 +63,14 @@ def test_every_tracking_config_is_found():
     assert {"mlflow", "none"} <= set(TRACKERS)
 
 
+def test_the_tracker_base_is_small():
+    assert sorted(Tracker.__abstractmethods__) == ["end", "start"]
+
+
 def test_a_tracker_that_forgets_a_method_is_caught():
-    members = {k: v for k, v in vars(NullTracker).items() if k not in ("log_pack", "run_id")}
+    members = {k: v for k, v in vars(NullTracker).items() if k != "end"}
     forgetful = type("Forgetful", (Tracker,), members)
-    assert unimplemented(forgetful) == {"log_pack", "run_id"}
+    assert unimplemented(forgetful) == {"end"}
     with pytest.raises(TypeError, match="abstract"):
         forgetful()
 
@@ -78,21 +94,22 @@ class TestTrackerContract:
                       tags={"task": "tune"}, config_yaml="seed: 0\n",
                       dataset=dataset, dataset_source=None)
         assert tracker.run_id is None or isinstance(tracker.run_id, str)
-        tracker.log_rung_plan(0, 0, 1.0, [trials[:2], trials[2:]])
+        tracker.on_rung_planned(RungPlanned(0, 0, 1.0, [trials[:2], trials[2:]], [None, None]))
+        pack = PackRecord("b0-r0-p00", 0, 0, 1.0, ["t0", "t1"], fused=True, step_time_ms=2.0,
+                          train_s=0.1)
         for trial in trials:
-            tracker.log_trial_rung(trial.trial_id, trial.hparams,
-                                   {"rung": 0, "pack_id": "b0-r0-p00", "promoted_from": None},
-                                   1.0, {"val_accuracy": 0.5, "val_loss": None})
-        tracker.log_pack(0, {"members": ["t0", "t1"], "step_time_ms": 2.0, "fused": True,
-                             "train_s": 0.1, "predicted_s": None}, best_val_accuracy=0.5)
-        tracker.end_trial("t0", "KILLED")
-        tracker.end_trial("t1", "FINISHED")
-        tracker.end_trial("never-logged", "FAILED")
-        tracker.log_metrics({"wall_time_s": 1.0, "best_val_accuracy": 0.5, "missing": None})
-        tracker.log_artifact(tmp_path / "missing.json")
+            result = RungResult(trial.trial_id, 0, 0, 1.0, 3, 0.5, None, 0.25, pack.pack_id,
+                                None)
+            tracker.on_member_scored(MemberScored(result, trial, pack, {"model": "tiny"}))
+        tracker.on_pack_finished(PackFinished(pack, 0, best=0.5))
+        tracker.on_trial_ended(TrialEnded("t0", "killed"))
+        tracker.on_trial_ended(TrialEnded("t1", "finished"))
+        tracker.on_trial_ended(TrialEnded("never-logged", "failed"))
         (tmp_path / "results.json").write_text("{}")
-        tracker.log_artifact(tmp_path / "results.json")
-        tracker.log_artifact(tmp_path / "results.json", "plots")
+        tracker.on_summary(Summary(
+            {"wall_time_s": 1.0, "best_val_accuracy": 0.5, "missing": None},
+            [(tmp_path / "missing.json", None), (tmp_path / "results.json", None),
+             (tmp_path / "results.json", "plots")]))
         tracker.end("FINISHED")
         assert tracker.location is None or isinstance(tracker.location, str)
         assert not [r.getMessage() for r in caplog.records

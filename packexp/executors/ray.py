@@ -49,7 +49,7 @@ class PackWorker:
             from packexp import telemetry
 
             telemetry.leave_gpu()
-        from packexp.tasks.tune import worker_cache
+        from packexp.components import worker_cache
 
         self.shared_dir = Path(shared_dir)
         self.cache = worker_cache(OmegaConf.create(cfg))

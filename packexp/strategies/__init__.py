@@ -1,5 +1,12 @@
 """Packing strategies: one module per strategy, named as its config file."""
 
-from packexp.strategies.base import Capacity, Planned, RungContext, Strategy, greedy_fill
+from packexp.strategies.base import (
+    Capacity,
+    Device,
+    Planned,
+    RungContext,
+    Strategy,
+    greedy_fill,
+)
 
-__all__ = ["Capacity", "Planned", "RungContext", "Strategy", "greedy_fill"]
+__all__ = ["Capacity", "Device", "Planned", "RungContext", "Strategy", "greedy_fill"]

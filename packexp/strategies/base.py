@@ -6,6 +6,7 @@ import abc
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,23 @@ class RungContext:
     bucketed: bool = False
 
 
+@dataclass(frozen=True)
+class Device:
+    """The device packs train on, as a strategy prepares for it (``Strategy.prepare``).
+
+    Attributes:
+        run_dir: The run directory, where a strategy keeps what it measured.
+        facts: What a measurement there depends on (device, model and its structure, data
+            shape, pack settings); called only by a strategy that measures.
+        measure: A calibration measured there (``packing.calibrate.calibrate``), as a plain
+            record.
+    """
+
+    run_dir: Path
+    facts: Callable[[], Mapping[str, Any]]
+    measure: Callable[[], dict]
+
+
 # A planned pack: its trials, and its ``pack.fusion`` setting (None: the run's).
 Planned = tuple[list[Trial], str | None]
 
@@ -72,8 +90,8 @@ Planned = tuple[list[Trial], str | None]
 class Strategy(abc.ABC):
     """Partitions trials into packs; pure Python, deterministic under its seed.
 
-    A strategy that weighs measured costs sets ``needs_costs`` and receives the device's
-    cost model (``use_costs``) before the first rung; it may also choose each pack's fusion
+    A strategy that weighs measured costs sets ``needs_costs``, gets its cost model ready
+    for the device in ``prepare`` before the first rung, and may choose each pack's fusion
     setting (``plan``) and predict its duration (``predict``).
     """
 
@@ -81,6 +99,9 @@ class Strategy(abc.ABC):
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
+
+    def prepare(self, device: Device) -> None:  # noqa: B027 (a hook; most need nothing)
+        """Readies the strategy for the device packs train on, before the first rung."""
 
     def use_costs(self, costs: Any) -> None:  # noqa: B027 (a hook; most strategies need none)
         """Takes the device's cost model (``strategies.cost.CostModel``)."""

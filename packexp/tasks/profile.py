@@ -9,8 +9,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from packexp.config import instantiate
+from packexp.events import Summary
 from packexp.report import print_profile
-from packexp.tasks.session import tracked
+from packexp.session import tracked
 from packexp.telemetry import device_facts
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,6 @@ def profile(cfg: DictConfig, run_dir: Path) -> float:
         rows = profile.measure(ctx)
         table = write_csv(rows, profile.columns, ctx.run_dir / CSV_NAME)
         picture = profile.plot(rows, ctx.run_dir / FIGURE_NAME, ctx)
-        tracker.log_metrics(profile.metrics(rows))
-        tracker.log_artifact(table)
-        tracker.log_artifact(picture)
+        tracker.on_summary(Summary(profile.metrics(rows), [(table, None), (picture, None)]))
     print_profile(profile, rows, ctx.names, table, picture, tracker.location)
     return float(profile.objective(rows))

@@ -1,11 +1,13 @@
-"""The tracker extension point: what a task and the search record about a run, and where."""
+"""The tracker extension point: a listener that keeps a run's events in a store."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from packexp.events import Listener
 
 if TYPE_CHECKING:
     from packexp.data import Dataset
@@ -15,11 +17,17 @@ class TrackingError(RuntimeError):
     """The tracking store cannot be used; raised at start-up, before any training."""
 
 
-class Tracker(abc.ABC):
-    """Records one invocation as a parent run and each trial as a nested run.
+# What a trial's status in the search is called in a tracking store.
+STATUS = {"killed": "KILLED", "failed": "FAILED", "finished": "FINISHED"}
 
-    ``start`` may refuse the store (a ``TrackingError``); every later call must not stop a
-    search, and ``end`` may be called again after the run has ended.
+
+class Tracker(Listener, abc.ABC):
+    """Records one invocation as a parent run and each trial as a nested run: a listener of
+    the search's events (``packexp/events.py``) that keeps what it hears in a store.
+
+    ``start`` may refuse the store (a ``TrackingError``); no handler may stop a search, and
+    ``end`` may be called again after the run has ended. A tracker overrides the handlers
+    of the events it records.
     """
 
     @abc.abstractmethod
@@ -40,55 +48,18 @@ class Tracker(abc.ABC):
         """
 
     @abc.abstractmethod
-    def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
-                      done: Sequence[str] = ()) -> None:
-        """The strategy's packs of trials for one rung; ``done``: trials a resume skips."""
-
-    @abc.abstractmethod
-    def log_trial_rung(
-        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
-        epochs: float, metrics: Mapping[str, float | None],
-    ) -> None:
-        """The trial's scores after a rung; opens its run the first time.
-
-        Args:
-            trial_id: The trial; its nested run is named after it.
-            hparams: The run's params, recorded when it opens.
-            tags: Replace the run's tags of the same name (``rung``, ``pack_id``, ...).
-            epochs: Epochs the trial has trained in all; the metrics' step.
-            metrics: None values are left out.
-        """
-
-    @abc.abstractmethod
-    def log_pack(self, index: int, pack: Mapping[str, Any],
-                 best_val_accuracy: float | None = None) -> None:
-        """One finished pack's measurements on the parent run, ``step`` = ``index``."""
-
-    @abc.abstractmethod
-    def end_trial(self, trial_id: str, status: str) -> None:
-        """Ends the trial's run: KILLED (cut by successive halving), FAILED or FINISHED."""
-
-    @abc.abstractmethod
-    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
-        """The parent run's metrics; None values are left out."""
-
-    @abc.abstractmethod
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        """A file or a folder's files, on the parent run; a missing path is skipped."""
-
-    @abc.abstractmethod
     def end(self, status: str = "FINISHED") -> None:
         """Ends the parent run and any trial run still open; nothing once it has ended."""
 
     @property
-    @abc.abstractmethod
     def location(self) -> str | None:
         """Where the runs are kept, for the summary; None when nowhere."""
+        return None
 
     @property
-    @abc.abstractmethod
     def run_id(self) -> str | None:
         """The parent run's id while it is open, which a resume re-attaches to."""
+        return None
 
 
 def hydra_tags() -> dict[str, str]:

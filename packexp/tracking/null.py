@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from packexp.tracking.base import Tracker
@@ -13,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class NullTracker(Tracker):
-    """The null tracker: every call does nothing."""
+    """The null tracker: hears every event and keeps none."""
 
     def __init__(self, **settings: Any) -> None:
         # Accepts and ignores the store settings (an experiment bundle may set
@@ -25,36 +24,5 @@ class NullTracker(Tracker):
               dataset: Dataset | None = None, dataset_source: str | None = None) -> None:
         pass
 
-    def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
-                      done: Sequence[str] = ()) -> None:
-        pass
-
-    def log_trial_rung(
-        self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
-        epochs: float, metrics: Mapping[str, float | None],
-    ) -> None:
-        pass
-
-    def log_pack(self, index: int, pack: Mapping[str, Any],
-                 best_val_accuracy: float | None = None) -> None:
-        pass
-
-    def end_trial(self, trial_id: str, status: str) -> None:
-        pass
-
-    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
-        pass
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        pass
-
     def end(self, status: str = "FINISHED") -> None:
         pass
-
-    @property
-    def location(self) -> str | None:
-        return None
-
-    @property
-    def run_id(self) -> str | None:
-        return None

@@ -1,4 +1,4 @@
-"""PackedSearch on a fake pack trainer: plans journaled first, replay, states, checks, best."""
+"""The driver on a fake pack trainer: plans journaled first, replay, states, checks, best."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
+from packexp.driver import PackedSearch, check_fits, check_partition
 from packexp.errors import ConfigError
+from packexp.events import Listener, Listeners, RungResult, TrialEnded, TrialRecord
 from packexp.hyperband import Hyperband, steps_for
 from packexp.journal import Journal
+from packexp.listeners import JournalListener
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy, greedy_fill
 from packexp.strategies.none import NoneStrategy
-from packexp.tracking import NullTracker
-from packexp.tuner import PackedSearch, check_fits, check_partition
 
 SPACE = SearchSpace({"x": list(range(40)), "batch_size": [10]})
 TRAIN_SIZE = 100
@@ -127,12 +128,14 @@ def trainer(monkeypatch) -> FakeTrainer:
     return fake
 
 
-class Tracker(NullTracker):
+class Ended(Listener):
+    """Hears which trials end, and how."""
+
     def __init__(self) -> None:
         self.ended: dict[str, str] = {}
 
-    def end_trial(self, trial_id: str, status: str) -> None:
-        self.ended[trial_id] = status
+    def on_trial_ended(self, event: TrialEnded) -> None:
+        self.ended[event.trial_id] = event.status
 
 
 class FakeCache:
@@ -156,8 +159,9 @@ def new_search(run_dir: Path, trainer: FakeTrainer, strategy: Strategy | None = 
         journal.append("start", config={})
     trainer.journal = journal
     return PackedSearch(space=SPACE, strategy=strategy or InOrder(),
-                        capacity=Capacity.members(2), cache=FakeCache(), tracker=Tracker(),
-                        journal=journal, checkpoints=run_dir / "checkpoints", seed=0,
+                        capacity=Capacity.members(2), cache=FakeCache(),
+                        listeners=Listeners([JournalListener(journal), Ended()]),
+                        checkpoints=run_dir / "checkpoints", seed=0,
                         tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,
                         train_size=TRAIN_SIZE, brackets=HYPERBAND.brackets())
 
@@ -170,9 +174,14 @@ def search_to_the_end(search: PackedSearch) -> PackedSearch:
 
 def outcome(search: PackedSearch, leave_out: tuple[str, ...] = ("checkpoint",)) -> dict:
     """Each trial's status and rungs without the ``leave_out`` keys."""
-    return {i: (t["status"], [{k: v for k, v in r.items() if k not in leave_out}
-                              for r in t["rungs"]])
+    return {i: (t.status, [{k: v for k, v in r.to_dict().items() if k not in leave_out}
+                           for r in t.rungs])
             for i, t in search.trials.items()}
+
+
+def rung_result(trial_id: str, epochs: float = 1.0, val_accuracy: float | None = 0.5,
+                checkpoint: str | None = None) -> RungResult:
+    return RungResult(trial_id, 1, 0, epochs, 10, val_accuracy, 0.5, 0.1, "p", checkpoint)
 
 
 def test_each_pack_trains_only_after_its_rung_plan_is_journaled(tmp_path, trainer):
@@ -197,21 +206,21 @@ def test_every_member_rung_is_journaled_and_recorded(tmp_path, trainer):
     results = [r for r in Journal(tmp_path).read() if r["event"] == "result"]
     assert len(results) == 9 + 3 + 1 + 5 + 1 + 3
     assert sorted((r["trial_id"], r["rung"]) for r in results) == sorted(
-        (i, r["rung"]) for i, t in search.trials.items() for r in t["rungs"])
+        (i, r.rung) for i, t in search.trials.items() for r in t.rungs)
     packs = [r["pack"]["pack_id"] for r in Journal(tmp_path).read() if r["event"] == "pack"]
-    assert packs == [p["pack_id"] for p in search.packs] and len(set(packs)) == 14
+    assert packs == [p.pack_id for p in search.packs] and len(set(packs)) == 14
     assert packs[:3] == ["b2-r0-p00", "b2-r0-p01", "b2-r0-p02"]
 
 
 def test_trials_end_killed_failed_or_finished_and_leave_no_checkpoints(tmp_path, trainer):
     search = search_to_the_end(new_search(tmp_path, trainer))
-    status = {i: t["status"] for i, t in search.trials.items()}
-    assert search.tracker.ended == {i: s.upper() for i, s in status.items()}
+    status = {i: t.status for i, t in search.trials.items()}
+    assert search.listeners.listeners[1].ended == status
     for trial_id, t in search.trials.items():
-        rungs = len(t["rungs"])
+        rungs = len(t.rungs)
         if trial_id == FAILING:
             assert status[trial_id] == "failed"
-        elif rungs == len(HYPERBAND.bracket(t["bracket"]).rungs):
+        elif rungs == len(HYPERBAND.bracket(t.bracket).rungs):
             assert status[trial_id] == "finished"
         else:
             assert status[trial_id] == "killed"
@@ -236,7 +245,7 @@ def test_without_continuation_every_rung_starts_afresh_and_writes_no_checkpoint(
                                                                               trainer):
     search = search_to_the_end(new_search(tmp_path, trainer, continue_on_promotion=False))
     assert all(s is None for c in trainer.calls for s in c["states"].values())
-    assert all(r["checkpoint"] is None for t in search.trials.values() for r in t["rungs"])
+    assert all(r.checkpoint is None for t in search.trials.values() for r in t.rungs)
     assert not (tmp_path / "checkpoints").exists()
 
 
@@ -277,7 +286,7 @@ def test_a_resumed_search_trains_only_what_the_journal_lacks_and_ends_the_same(
 def test_a_resumed_run_names_its_packs_as_an_unbroken_one_does(tmp_path, trainer, die_at_call):
     whole = search_to_the_end(new_search(tmp_path / "whole", trainer))
     resumed, _ = kill_then_resume(tmp_path / "killed", trainer, die_at_call)
-    assert [p["pack_id"] for p in resumed.packs] == [p["pack_id"] for p in whole.packs]
+    assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
     assert outcome(resumed) == outcome(whole)
 
 
@@ -343,10 +352,9 @@ def test_state_for_names_a_checkpoint_only_when_continuing(tmp_path, trainer):
     [fresh, promoted, failed] = trials(3)
     path = trainer.write_state(State("t1", 10), tmp_path / "t1" / "r0")
     for t, checkpoint in ((promoted, path), (failed, None)):
-        search.trials[t.trial_id] = {"trial_id": t.trial_id, "hparams": t.hparams, "bracket": 1,
-                                     "status": "running", "packs": [],
-                                     "rungs": [{"rung": 0, "checkpoint": checkpoint}]}
-    search.trials["t0"] = {"trial_id": "t0", "rungs": []}
+        search.trials[t.trial_id] = TrialRecord(t.trial_id, t.hparams, 1, rungs=[
+            rung_result(t.trial_id, checkpoint=checkpoint)])
+    search.trials["t0"] = TrialRecord("t0", {}, 1)
     assert search._state_for(fresh) is None
     assert search._state_for(failed) is None  # a failed member kept no checkpoint
     assert search._state_for(promoted) == path
@@ -362,8 +370,8 @@ def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, trainer):
     assert search.best() is None
 
     def record(trial_id: str, *rungs: tuple[float, float | None]) -> None:
-        search.trials[trial_id] = {"trial_id": trial_id, "hparams": {"x": trial_id},
-                                   "rungs": [{"epochs": e, "val_accuracy": a} for e, a in rungs]}
+        search.trials[trial_id] = TrialRecord(trial_id, {"x": trial_id}, 1, rungs=[
+            rung_result(trial_id, e, a) for e, a in rungs])
 
     record("a", (1, None))
     assert search.best() is None  # a failed rung scores nothing
@@ -376,13 +384,13 @@ def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, trainer):
 
 def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, trainer):
     search = search_to_the_end(new_search(tmp_path, trainer))
-    scored = [(r["val_accuracy"], r["epochs"], i) for i, t in search.trials.items()
-              for r in t["rungs"] if r["val_accuracy"] is not None]
+    scored = [(r.val_accuracy, r.epochs, i) for i, t in search.trials.items()
+              for r in t.rungs if r.val_accuracy is not None]
     top = max(scored)
     best = search.best()
     assert (best["val_accuracy"], best["epochs"]) == top[:2]
     assert (best["val_accuracy"], best["epochs"], best["trial_id"]) in scored
-    assert best["epochs"] == search.trials[best["trial_id"]]["rungs"][-1]["epochs"]
+    assert best["epochs"] == search.trials[best["trial_id"]].rungs[-1].epochs
 
 
 @pytest.mark.parametrize("horizon", [None, 9.0])

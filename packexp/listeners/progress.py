@@ -1,4 +1,5 @@
-"""A live progress display of the search; silent when output is not a terminal."""
+"""The progress display as a listener: a live view of the search on a terminal; silent when
+output is not one."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from packexp.events import Listener, PackFinished, PackStarted, RungPlanned
 
-class SearchProgress:
+
+class SearchProgress(Listener):
     """Shows bracket, rung, pack, members, epochs and elapsed time while packs train.
 
     Args:
@@ -39,20 +42,20 @@ class SearchProgress:
         if self._progress is not None:
             self._progress.stop()
 
-    def rung(self, bracket: int, rung: int, packs: int, epochs: float) -> None:
+    def on_rung_planned(self, event: RungPlanned) -> None:
         if self._progress is None:
             return
-        self._rung = (f"bracket {self.brackets - bracket}/{self.brackets} (s={bracket}) "
-                      f"rung {rung} to {epochs:g} epochs")
+        self._rung = (f"bracket {self.brackets - event.bracket}/{self.brackets} "
+                      f"(s={event.bracket}) rung {event.rung} to {event.epochs:g} epochs")
         if self._task is not None:
             self._progress.remove_task(self._task)
-        self._task = self._progress.add_task(self._rung, total=packs)
+        self._task = self._progress.add_task(self._rung, total=len(event.packs))
 
-    def pack(self, index: int, members: int) -> None:
+    def on_pack_started(self, event: PackStarted) -> None:
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task,
-                                  description=f"{self._rung}, pack {index + 1}: {members} members")
+            self._progress.update(self._task, description=f"{self._rung}, pack "
+                                  f"{event.index + 1}: {len(event.members)} members")
 
-    def advance(self) -> None:
+    def on_pack_finished(self, event: PackFinished) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)

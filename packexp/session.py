@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from packexp.config import dataset_source, flatten, instantiate, task_overrides
 from packexp.errors import ConfigError
+from packexp.events import Summary
 from packexp.journal import Journal, JournalError, first_difference
 from packexp.tracking import hydra_tags
 
@@ -39,7 +40,7 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         dataset=dataset, dataset_source=dataset_source(cfg),
     )
-    tracker.log_artifact(run_dir / ".hydra", "hydra")
+    tracker.on_summary(Summary(artifacts=[(run_dir / ".hydra", "hydra")]))
     if journal is not None and not records and tracker.run_id:
         journal.append("tracking", run_id=tracker.run_id)
     status = "FAILED"
@@ -50,13 +51,13 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
         status = "KILLED"
         raise
     finally:
-        tracker.log_artifact(run_dir / "packexp.log")
+        tracker.on_summary(Summary(artifacts=[(run_dir / "packexp.log", None)]))
         tracker.end(status)
 
 
 # Keys that may differ between a run and its resume: they change no result (where packs
 # train included: the same plan gives the same numbers in any process).
-RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.")
+RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.", "listeners")
 
 
 

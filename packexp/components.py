@@ -1,0 +1,160 @@
+"""A search's components built from its config, in one place: the dataset, the model
+builder, the search space, scheduler and strategy, the pack cache, the executor and the
+listeners. The tasks build them here, and so do Ray workers (``worker_cache``), so a pack
+trains the same wherever it trains."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from packexp.config import (
+    batch_bucket,
+    check_pairing,
+    check_preprocessing,
+    check_search,
+    component_name,
+    instantiate,
+    member_cap,
+    pack_settings,
+    preprocessing_for,
+    probe_model,
+    reuse_setting,
+)
+from packexp.device import apply_threads
+from packexp.events import Listener
+from packexp.hyperband import Hyperband, steps_for
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity, Device, Strategy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Components:
+    """What a search is made of, instantiated from ``cfg`` and checked.
+
+    Attributes:
+        names: The config files chosen for strategy, model and dataset (run names, tags).
+    """
+
+    cfg: DictConfig
+    space: SearchSpace
+    scheduler: Hyperband
+    strategy: Strategy
+    dataset: Any
+    build_model: Callable[..., Any]
+    max_members: int
+    names: dict[str, str]
+
+    @classmethod
+    def build(cls, cfg: DictConfig, probe: bool = True) -> Components:
+        """Instantiates and checks the search's parts; with ``probe``, builds the model for
+        every value of its hyper-parameters so a bad one fails before any training. The
+        thread counts are set here, before TensorFlow's runtime starts."""
+        space, scheduler, strategy = check_search(cfg)
+        dataset = instantiate(cfg.dataset, "dataset")
+        build_model = instantiate(cfg.model, "model")
+        check_pairing(cfg, build_model, dataset)
+        apply_threads(cfg.device)
+        if probe:
+            probe_model(build_model, dataset, space)
+        check_preprocessing(cfg.preprocess, space, dataset.input_shape)
+        return cls(cfg, space, scheduler, strategy, dataset, build_model,
+                   member_cap(cfg.pack.max_members),
+                   {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")})
+
+    def facts(self) -> dict[str, Any]:
+        """The search's names, seed and schedule, as ``results.json`` states them."""
+        scheduler = self.scheduler
+        return {**self.names, "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
+                "continue_on_promotion": scheduler.continue_on_promotion,
+                "lr_horizon": scheduler.lr_horizon}
+
+    @property
+    def run_name(self) -> str:
+        n = self.names
+        return f"{n['strategy']}-{n['model']}-{n['dataset']}-seed{self.cfg.seed}"
+
+    def cache(self) -> Any:
+        """A ``PackCache`` on this process's device: the dataset there, members built from
+        the config, the model's runtime hyper-parameters left out of structures, and every
+        batch padded to the search's largest where a program is compiled."""
+        from packexp.models import runtime_hparams
+        from packexp.packing import DeviceData, Member
+        from packexp.packing.cache import PackCache
+
+        cfg, dataset, build_model = self.cfg, self.dataset, self.build_model
+        data = DeviceData(dataset)
+
+        def make_member(trial: Trial) -> Member:
+            return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
+                                 data.train_size, preprocessing_for(cfg.preprocess, trial))
+
+        return PackCache(make_member, data,
+                         {**pack_settings(cfg.pack), "batch_bucket": batch_bucket(self.space)},
+                         keep=reuse_setting(cfg.pack), model_runtime=runtime_hparams(build_model),
+                         template=self.space.first)
+
+    def executor(self, run_dir: Path) -> Any:
+        return instantiate(self.cfg.executor, "executor")(cfg=self.cfg, run_dir=run_dir)
+
+    def listeners(self, run_dir: Path) -> list[Listener]:
+        """The listeners ``cfg.listeners`` names, each given ``run_dir``, in name order."""
+        node = self.cfg.get("listeners") or {}
+        return [instantiate(node[name], f"listeners.{name}", run_dir=run_dir)
+                for name in sorted(node) if node[name] is not None]
+
+    def device(self, run_dir: Path, facts: Any, on_device: Callable[..., Any],
+               capacity: Capacity, train_size: int) -> Device:
+        """Where packs train, as a strategy prepares for it: the facts a calibration there
+        depends on (``facts``: its ``telemetry.DeviceFacts``) and how to measure one there
+        (``on_device``: ``Executor.on_device``, or a function of this process's cache)."""
+        from packexp.packing.calibrate import calibrate_here, calibration_args
+
+        batch_sizes = list(self.space.params["batch_size"])
+        args = calibration_args(self.space.first, batch_sizes, capacity, self.max_members,
+                                steps_for(self.scheduler.R, min(batch_sizes), train_size))
+        return Device(run_dir, facts=lambda: self.calibration_facts(facts),
+                      measure=lambda: on_device(calibrate_here, *args))
+
+    def calibration_facts(self, device: Any) -> dict:
+        """What a calibration depends on: the device, the model and its member structure
+        (the space's first configuration but its runtime hyper-parameters), the data's
+        shape, the batch bucket and the pack settings. Not R, the seed or the space's other
+        values: every search of the architecture on the device reuses it."""
+        import tensorflow as tf
+
+        from packexp.models import runtime_hparams
+        from packexp.packing.calibrate import VERSION
+        from packexp.search_space import member_key
+
+        cfg, dataset = self.cfg, self.dataset
+        first = Trial("first", self.space.first, ())
+        return {
+            "version": VERSION,
+            # The device packs train on: a Ray worker sees its own GPU, a local run them all.
+            "device": {"cpu": device.cpu, "onednn": device.onednn,
+                       "gpu": device.gpus[0] if device.gpus else None},
+            "tensorflow": tf.__version__,
+            "model": OmegaConf.to_container(cfg.model, resolve=True),
+            "dataset": {"name": dataset.name, "input_shape": list(dataset.input_shape),
+                        "val_size": len(dataset.x_val)},
+            "structure": dict(member_key(first, model=runtime_hparams(self.build_model))),
+            "batch_bucket": batch_bucket(self.space),
+            "preprocess": OmegaConf.to_container(cfg.preprocess, resolve=True),
+            "pack": {**{k: v for k, v in pack_settings(cfg.pack).items() if k != "reuse"},
+                     "max_members": self.max_members},
+            "threads": [cfg.device.get("intra_op_threads"), cfg.device.get("inter_op_threads")],
+        }
+
+
+def worker_cache(cfg: DictConfig) -> Any:
+    """An executor worker's ``PackCache``: the run's dataset on this process's device and
+    its members built as the driver builds them, so a pack trains the same anywhere."""
+    return Components.build(cfg, probe=False).cache()

@@ -1,0 +1,361 @@
+"""The search's driver: Hyperband's rungs packed, trained and scored, told as events.
+
+The driver decides and trains; it records nothing itself. What it does reaches the journal,
+the tracker, the progress display and the results collector as events
+(``packexp/events.py``), in the order ``PackedSearch.commit`` states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packexp.errors import ConfigError
+from packexp.events import (
+    Event,
+    Listeners,
+    MemberScored,
+    PackFinished,
+    PackRecord,
+    PackStarted,
+    RungPlanned,
+    RungResult,
+    TrialEnded,
+    TrialRecord,
+)
+from packexp.executors import Executor, LocalExecutor, PackJob
+from packexp.hyperband import Bracket, steps_for
+from packexp.listeners.results import ResultsCollector
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity, RungContext, Strategy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PackedSearch:
+    """Hyperband's callbacks: sample a bracket; pack, train and score one rung.
+
+    Every member's result and checkpoint are journaled as soon as its pack is done, so a
+    resumed search (``replay``) skips them. A promoted trial continues from its checkpoint
+    when ``continue_on_promotion``; otherwise it retrains from scratch. Either way its data
+    order and updates are the same, so the scores are too.
+
+    Args:
+        listeners: Who hears the events; the journal first (``commit``).
+        book: The trials and packs so far, kept from the events (``ResultsCollector``),
+            which it hears before the listeners; the driver reads each trial's last
+            checkpoint and status there.
+    """
+
+    space: SearchSpace
+    strategy: Strategy
+    capacity: Capacity
+    cache: Any  # packing.cache.PackCache
+    listeners: Listeners
+    checkpoints: Path
+    seed: int
+    tags: Mapping[str, str]
+    book: ResultsCollector = field(default_factory=ResultsCollector)
+    continue_on_promotion: bool = True
+    lr_horizon: float | None = None  # epochs where schedules end; None: each rung's budget
+    capacity_source: str = "capacity"
+    probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
+    train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
+    brackets: list = field(default_factory=list)  # the whole search, for the strategy
+    executor: Executor | None = None  # where packs train; None: this process
+    started: float = field(default_factory=time.perf_counter)
+    first_pack_at: float | None = None  # time.time() when the first pack began
+    _last: dict[int, list[str]] = field(default_factory=dict)
+    _done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
+    _plans: dict[tuple[int, int], tuple[list, list]] = field(default_factory=dict)
+    _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
+    _probed: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.executor is None:
+            self.executor = LocalExecutor().start(self.cache)
+
+    def _emit(self, event: Event) -> None:
+        getattr(self.book, event.handler)(event)  # the book first: the driver reads it
+        self.listeners.emit(event)
+
+    @property
+    def trials(self) -> dict[str, TrialRecord]:
+        return self.book.trials
+
+    @property
+    def packs(self) -> list[PackRecord]:
+        return self.book.packs
+
+    def replay(self, records: list[dict]) -> int:
+        """Loads a killed run's finished work from its journal; returns the members found."""
+        for r in records:
+            if r["event"] == "result":
+                result = RungResult.from_dict(r)
+                self._done.setdefault((result.bracket, result.rung), {})[result.trial_id] = result
+            elif r["event"] == "pack":
+                self.book.packs.append(PackRecord.from_dict(r["pack"]))
+            elif r["event"] == "plan":
+                self._plans.setdefault((r["bracket"], r["rung"]),
+                                       (r["packs"], r.get("fusion") or [None] * len(r["packs"])))
+        return sum(len(v) for v in self._done.values())
+
+    def sample(self, bracket: Bracket) -> list[Trial]:
+        trials = self.space.sample(bracket.rungs[0].n, self.seed, bracket.s)
+        if len(trials) < bracket.rungs[0].n:
+            log.warning("bracket %d wants %d configurations; the space has only %d",
+                        bracket.s, bracket.rungs[0].n, len(trials))
+        self.book.add_trials(bracket.s, trials)
+        return trials
+
+    def train_rung(
+        self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float
+    ) -> dict[str, float | None]:
+        ids = [t.trial_id for t in trials]
+        for dropped in set(self._last.get(bracket.s, [])) - set(ids):
+            self._retire(dropped, "killed")
+        self._last[bracket.s] = ids
+        done = self._done.get((bracket.s, rung), {})
+        for trial_id in ids:
+            if trial_id in done:
+                self._restore(done[trial_id])
+        todo = [t for t in trials if t.trial_id not in done]
+        scores = {i: done[i].val_accuracy for i in ids if i in done}
+        if todo:
+            scores.update(self._train(bracket, rung, todo, epochs, sorted(done)))
+        if rung == len(bracket.rungs) - 1:
+            for trial_id in ids:
+                if self.trials[trial_id].status == "running":
+                    self._retire(trial_id, "finished")
+        return scores
+
+    def _train(self, bracket: Bracket, rung: int, todo: list[Trial], epochs: float,
+               done: list[str]) -> dict[str, float | None]:
+        """Plans (or reads back the journaled plan of) the rung's trials still to train,
+        trains the packs and commits each as it comes back."""
+        check_fits(todo, self.capacity, self.capacity_source)
+        context = self._context(todo, epochs, bracket, rung)
+        numbered = self._planned(bracket.s, rung, todo)
+        journaled = numbered is not None
+        if numbered is None:
+            planned = self.strategy.plan(todo, self.capacity, context)
+            check_partition(todo, [g for g, _ in planned], self.capacity)
+            numbered = [(j, g, f) for j, (g, f) in enumerate(planned)]
+        log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs%s",
+                 bracket.s, rung, len(todo), epochs, len(numbered),
+                 f" ({len(done)} done before the resume)" if done else "")
+        self._emit(RungPlanned(bracket.s, rung, epochs, [g for _, g, _ in numbered],
+                                        [f for _, _, f in numbered], done, journaled))
+        jobs = [PackJob(f"b{bracket.s}-r{rung}-p{j:02d}", group, epochs,
+                        {t.trial_id: self._state_for(t) for t in group}, fusion,
+                        self.lr_horizon, checkpoint=self._checkpoints(bracket, rung))
+                for j, group, fusion in numbered]
+        predicted: dict[int, float | None] = {}
+
+        def started(k: int) -> None:
+            group, fusion = numbered[k][1], numbered[k][2]
+            self._emit(PackStarted(k, jobs[k].key, group))
+            if self.first_pack_at is None:
+                self.first_pack_at = time.time()
+            predicted[k] = None
+            if self.strategy.needs_costs:  # predicted with the caches as they stand now
+                view = self.executor.view()
+                predicted[k] = self.strategy.predict(group, fusion, dataclasses.replace(
+                    context, kept=view.kept, members=view.members, replayed=view.replayed))
+
+        scores: dict[str, float | None] = {}
+        for k, runs in self.executor.run(jobs, started):
+            for part, pack_run in enumerate(runs):
+                pack_id = jobs[k].key + (f"-{part}" if len(runs) > 1 else "")
+                scores.update(self.commit(bracket, rung, epochs, pack_id, pack_run,
+                                          predicted[k] if len(runs) == 1 else None))
+        return scores
+
+    def _context(self, todo: list[Trial], epochs: float, bracket: Bracket,
+                 rung: int) -> RungContext:
+        """What strategies that weigh costs know of the rung: each trial's steps, what the
+        cache keeps, and how much of the search is still to come."""
+        steps = {}
+        for t in todo:
+            last = self.trials[t.trial_id].last
+            start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
+            total = steps_for(epochs, int(t.hparams["batch_size"]), self.train_size or 1)
+            steps[t.trial_id] = max(0, total - start)
+        view = self.executor.view()  # where packs train: one cache, or each worker's
+        future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
+            r.n for b in self.brackets if b.s < bracket.s for r in b.rungs)
+        return RungContext(steps, view.kept, view.members,
+                           checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
+                           future_trials=future,
+                           structures=self.space.count_structures(self.cache.model_runtime),
+                           replayed=view.replayed, model_runtime=self.cache.model_runtime,
+                           bucketed=self.cache.bucketed)
+
+    def _planned(self, bracket: int, rung: int,
+                 todo: list[Trial]) -> list[tuple[int, list[Trial], str | None]] | None:
+        """The journaled packs of an interrupted rung still to train, each with its number in
+        the rung's plan (so its ``pack_id`` is the one an unbroken run gives it).
+
+        A pack's results are journaled together, so its members are all done or all to do;
+        rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
+        fused packs included.
+        """
+        journaled = self._plans.get((bracket, rung))
+        if journaled is None:
+            return None
+        plan, fusion = journaled
+        by_id = {t.trial_id: t for t in todo}
+        groups = [(j, [by_id[i] for i in pack if i in by_id], f)
+                  for j, (pack, f) in enumerate(zip(plan, fusion, strict=True))]
+        groups = [(j, g, f) for j, g, f in groups if g]
+        if sorted(t.trial_id for _, g, _ in groups for t in g) != sorted(by_id):
+            return None
+        return groups
+
+    def finish(self) -> None:
+        for trial_id, record in self.trials.items():
+            if record.status == "running":
+                self._retire(trial_id, "killed")
+
+    def best(self) -> dict | None:
+        return self.book.best()
+
+    def _state_for(self, trial: Trial) -> Any:
+        """The trial's starting state for this rung: None to start afresh, else the state it
+        ended its last rung in: kept in memory, or the path of its checkpoint (after a
+        resume, or written by a worker), which whoever trains the pack reads."""
+        last = self.trials[trial.trial_id].last
+        if not (last and self.continue_on_promotion and last.checkpoint):
+            return None  # a failed member keeps no checkpoint: it starts again, as it did
+        return self._states.get(trial.trial_id, last.checkpoint)
+
+    def _checkpoints(self, bracket: Bracket, rung: int) -> bool:
+        """Whether the rung's end states are continued from (by the next rung)."""
+        return self.continue_on_promotion and rung + 1 < len(bracket.rungs)
+
+    def commit(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
+               pack_run: Any, predicted_s: float | None = None) -> dict[str, float | None]:
+        """Makes a trained pack durable and tells the listeners, in the order that lets a
+        search killed at any instant resume to the numbers of an unbroken one:
+
+        1. each member's end state is written to disk (``write_state`` renames a complete
+           file into place) before any journal record names it;
+        2. each member's result is journaled (``MemberScored``; the journal is the first
+           listener, one fsynced line per record) before the pack record (``PackFinished``);
+           a pack whose record is missing is trained again on resume;
+        3. a trial's checkpoint of the rung before is deleted only after the result naming
+           its new one is journaled, and a retired trial's only after it is retired.
+
+        The rung's plan was journaled (``RungPlanned``) before its first pack trained.
+        """
+        from packexp.packing.member import write_state
+
+        members = pack_run.members
+        t0 = time.perf_counter()
+        checkpoints: dict[str, str | None] = {}
+        for m in members:
+            self._states.pop(m.trial_id, None)
+            checkpoints[m.trial_id] = m.checkpoint  # a worker's, already durable
+            if m.state is not None and not m.failed and self._checkpoints(bracket, rung):
+                checkpoints[m.trial_id] = write_state(
+                    m.state, self.checkpoints / m.trial_id / f"r{rung}")
+                self._states[m.trial_id] = m.state  # the next rung reads the memory copy
+        pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
+                            time.perf_counter() - t0)
+        scores: dict[str, float | None] = {}
+        for m in members:
+            ev = pack_run.evaluation[m.trial_id]
+            result = RungResult(
+                m.trial_id, bracket.s, rung, epochs, m.step, ev.val_accuracy, ev.val_loss,
+                m.train_loss if m.train_loss is not None and math.isfinite(m.train_loss)
+                else None, pack_id, checkpoints[m.trial_id], m.failed)
+            before = self.trials[m.trial_id].last
+            self._emit(MemberScored(result, m.trial, pack, self.tags,
+                                             before.pack_id if before else None))
+            for old in (self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"):
+                old.unlink(missing_ok=True)
+            if before and before.checkpoint not in (None, result.checkpoint):
+                Path(before.checkpoint).unlink(missing_ok=True)
+            if result.failed:
+                self._retire(m.trial_id, "failed")
+            scores[m.trial_id] = ev.val_accuracy
+        best = self.best()
+        self._emit(PackFinished(pack, len(self.packs),
+                                         best["val_accuracy"] if best else None))
+        return scores
+
+    def _record(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
+                pack_run: Any, predicted_s: float | None, checkpoint_s: float) -> PackRecord:
+        """The pack's record: its members, settings and time by phase."""
+        stats, members = pack_run.stats, pack_run.members
+        now = time.perf_counter()
+        probed = self.probe_seconds()
+        probe_s, self._probed = probed - self._probed, probed
+        return PackRecord(
+            pack_id=pack_id, bracket=bracket.s, rung=rung, epochs=epochs,
+            members=[m.trial_id for m in members], fused=stats.fused, xla=stats.xla,
+            grouped_conv=stats.grouped_conv, reused=pack_run.reused,
+            reused_members=pack_run.reused_members, steps=stats.steps,
+            build_s=round(pack_run.build_s, 4), trace_s=round(stats.trace_s, 4),
+            train_s=round(stats.train_s, 4), eval_s=round(pack_run.eval_s, 4),
+            checkpoint_s=round(checkpoint_s, 4), probe_s=round(probe_s, 4),
+            duration_s=round(now - pack_run.started, 4),
+            predicted_s=None if predicted_s is None else round(predicted_s, 4),
+            programs=stats.programs, eval_programs=stats.eval_programs,
+            switches=stats.switches, switch_overhead_s=round(stats.switch_overhead_s, 4),
+            step_time_ms=stats.step_time_ms,
+            peak_memory_mb=round(pack_run.peak_memory_bytes / 2**20, 2),
+            planned_cost_mb=round(sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
+            splits=pack_run.splits, started_s=round(pack_run.started - self.started, 4),
+            elapsed_s=round(now - self.started, 4))
+
+    def _restore(self, result: RungResult) -> None:
+        """A result journaled before the resume, back in the book (nothing re-journaled)."""
+        self.book.record(result)
+        if result.failed:
+            self._retire(result.trial_id, "failed")
+
+    def _retire(self, trial_id: str, status: str) -> None:
+        record = self.trials[trial_id]
+        if record.status != "running":
+            return
+        self._emit(TrialEnded(trial_id, status))
+        # Checkpoints exist only to continue from; a retired trial never continues.
+        shutil.rmtree(self.checkpoints / trial_id, ignore_errors=True)
+        for r in record.rungs:
+            if r.checkpoint:
+                Path(r.checkpoint).unlink(missing_ok=True)
+        self._states.pop(trial_id, None)
+
+
+def journaled_checkpoints(records: list[dict]) -> set[str]:
+    """The checkpoints a resumed search may continue from: each trial's last journaled one."""
+    last = {r["trial_id"]: r["checkpoint"] for r in records if r["event"] == "result"}
+    return {path for path in last.values() if path}
+
+
+def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:
+    """A member that cannot fit even alone is a config error naming both numbers."""
+    for t in trials:
+        if not capacity.fits([t]):
+            raise ConfigError(
+                f"{source}: {capacity.limit / 2**20:.2f} MB is smaller than one member "
+                f"({t.trial_id}, batch {t.hparams['batch_size']}, needs "
+                f"{capacity.cost(t) / 2**20:.1f} MB)")
+
+
+def check_partition(trials: list[Trial], packs: list[list[Trial]], capacity: Capacity) -> None:
+    """Guards the strategy contract: each trial in exactly one pack, none over capacity."""
+    placed = sorted(t.trial_id for p in packs for t in p)
+    if placed != sorted(t.trial_id for t in trials):
+        raise RuntimeError("strategy returned packs that do not hold each trial exactly once")
+    if any(len(p) > 1 and not capacity.fits(p) for p in packs):
+        raise RuntimeError("strategy returned a pack over capacity")

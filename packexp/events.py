@@ -1,0 +1,251 @@
+"""What a search tells the world: typed events, the records they carry, and their listeners.
+
+The driver (``packexp/driver.py``) emits one event per step of the search, in order, to a
+list of listeners: the journal, the tracker, the progress display and the results
+collector are listeners (``packexp/listeners/``), and so is any a user adds under
+``listeners:`` in the config. A listener overrides the handlers it needs; the others do
+nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from packexp.search_space import Trial
+
+
+@dataclass(frozen=True)
+class RungResult:
+    """One trial's result after one rung: a ``result`` record in the journal.
+
+    Attributes:
+        epochs: Epochs the trial has trained in all.
+        steps: Its training steps in all.
+        checkpoint: Where its end state is kept for the next rung; None when none is.
+        failed: Its loss diverged; it trains no further.
+    """
+
+    trial_id: str
+    bracket: int
+    rung: int
+    epochs: float
+    steps: int
+    val_accuracy: float | None
+    val_loss: float | None
+    train_loss: float | None
+    pack_id: str
+    checkpoint: str | None
+    failed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> RungResult:
+        return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)
+                      if f.name in record})
+
+
+@dataclass(frozen=True)
+class PackRecord:
+    """One trained pack: its members, settings and time by phase (README, "Results").
+
+    Its dict form (``to_dict``) is a ``pack`` record of the journal and an entry of
+    ``results.json``'s ``packs``; ``from_dict`` reads either back, records of older runs
+    (missing fields) included.
+    """
+
+    pack_id: str
+    bracket: int
+    rung: int
+    epochs: float
+    members: list[str]
+    fused: bool = False
+    xla: bool = False
+    grouped_conv: str | None = None
+    reused: bool = False
+    reused_members: int = 0
+    steps: int = 0
+    build_s: float = 0.0
+    trace_s: float = 0.0
+    train_s: float = 0.0
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
+    probe_s: float = 0.0
+    duration_s: float = 0.0
+    predicted_s: float | None = None
+    programs: int = 0
+    eval_programs: int = 0
+    switches: int = 0
+    switch_overhead_s: float = 0.0
+    step_time_ms: float | None = None
+    peak_memory_mb: float = 0.0
+    planned_cost_mb: float = 0.0
+    splits: int = 0
+    started_s: float | None = None
+    elapsed_s: float | None = None
+
+    # A pack's time by phase, in its record and summed over the search (README).
+    PHASES: ClassVar[tuple[str, ...]] = ("build_s", "trace_s", "train_s", "eval_s",
+                                         "checkpoint_s", "probe_s")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> PackRecord:
+        return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)
+                      if f.name in record})
+
+
+@dataclass
+class TrialRecord:
+    """A trial across the search: its configuration, its results by rung and its end.
+
+    ``status`` is ``running`` until it is cut by halving (``killed``), diverges
+    (``failed``) or completes its bracket (``finished``).
+    """
+
+    trial_id: str
+    hparams: dict[str, Any]
+    bracket: int
+    status: str = "running"
+    rungs: list[RungResult] = field(default_factory=list)
+
+    @property
+    def last(self) -> RungResult | None:
+        return self.rungs[-1] if self.rungs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``results.json``'s form: each rung without the trial's own keys."""
+        rungs = [{k: v for k, v in r.to_dict().items()
+                  if k not in ("trial_id", "bracket", "failed")} for r in self.rungs]
+        return {"trial_id": self.trial_id, "hparams": dict(self.hparams),
+                "bracket": self.bracket, "status": self.status, "rungs": rungs,
+                "packs": [r.pack_id for r in self.rungs]}
+
+
+# Events, in the order a search emits them.
+
+@dataclass(frozen=True)
+class Event:
+    #: The ``Listener`` method that handles it.
+    handler: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class RungPlanned(Event):
+    """A rung's trials still to train, grouped into packs (``fusion``: each pack's setting,
+    None for the run's). ``done``: its trials a resume skips; ``journaled``: the plan was
+    read back from the journal, not made now."""
+
+    handler: ClassVar[str] = "on_rung_planned"
+    bracket: int
+    rung: int
+    epochs: float
+    packs: Sequence[Sequence[Trial]]
+    fusion: Sequence[str | None]
+    done: Sequence[str] = ()
+    journaled: bool = False
+
+
+@dataclass(frozen=True)
+class PackStarted(Event):
+    """A planned pack is handed to where packs train (``index``: its place in the plan)."""
+
+    handler: ClassVar[str] = "on_pack_started"
+    index: int
+    key: str
+    members: Sequence[Trial]
+
+
+@dataclass(frozen=True)
+class MemberScored(Event):
+    """A member of a finished pack, scored; its checkpoint is durable already.
+
+    ``tags``: the run's names (strategy, model, dataset); ``promoted_from``: the pack the
+    trial trained in at its rung before."""
+
+    handler: ClassVar[str] = "on_member_scored"
+    result: RungResult
+    trial: Trial
+    pack: PackRecord
+    tags: Mapping[str, str] = field(default_factory=dict)
+    promoted_from: str | None = None
+
+
+@dataclass(frozen=True)
+class PackFinished(Event):
+    """A pack whose members are all scored; ``best``: the search's best score so far."""
+
+    handler: ClassVar[str] = "on_pack_finished"
+    pack: PackRecord
+    index: int
+    best: float | None = None
+
+
+@dataclass(frozen=True)
+class TrialEnded(Event):
+    """A trial trains no further: ``killed`` (cut by halving), ``failed`` or ``finished``."""
+
+    handler: ClassVar[str] = "on_trial_ended"
+    trial_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class SearchFinished(Event):
+    """The search is over and ``results.json`` written."""
+
+    handler: ClassVar[str] = "on_search_finished"
+    results: Mapping[str, Any]
+    wall_time_s: float
+
+
+@dataclass(frozen=True)
+class Summary(Event):
+    """Figures and files a task records on its run (a profile's table, a search's plots)."""
+
+    handler: ClassVar[str] = "on_summary"
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    artifacts: Sequence[tuple[Path, str | None]] = ()
+
+
+class Listener:
+    """Receives a search's events; each handler does nothing unless overridden."""
+
+    def on_rung_planned(self, event: RungPlanned) -> None:
+        pass
+
+    def on_pack_started(self, event: PackStarted) -> None:
+        pass
+
+    def on_member_scored(self, event: MemberScored) -> None:
+        pass
+
+    def on_pack_finished(self, event: PackFinished) -> None:
+        pass
+
+    def on_trial_ended(self, event: TrialEnded) -> None:
+        pass
+
+    def on_search_finished(self, event: SearchFinished) -> None:
+        pass
+
+    def on_summary(self, event: Summary) -> None:
+        pass
+
+
+class Listeners:
+    """Several listeners as one: each event goes to each, in the order given."""
+
+    def __init__(self, listeners: Iterable[Listener] = ()) -> None:
+        self.listeners = list(listeners)
+
+    def emit(self, event: Event) -> None:
+        for listener in self.listeners:
+            getattr(listener, event.handler)(event)

@@ -1,0 +1,32 @@
+"""The journal as a listener: each event a resume needs, appended as it happens."""
+
+from __future__ import annotations
+
+from packexp.events import Listener, MemberScored, PackFinished, RungPlanned, SearchFinished
+from packexp.journal import Journal
+
+
+class JournalListener(Listener):
+    """Appends ``plan``, ``result``, ``pack`` and ``finished`` records to ``journal``.
+
+    It must be the first listener: the order in which the driver commits a pack
+    (``driver.PackedSearch.commit``) is what makes a killed search resumable.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def on_rung_planned(self, event: RungPlanned) -> None:
+        if not event.journaled:  # a plan read back from the journal is there already
+            self.journal.append("plan", bracket=event.bracket, rung=event.rung,
+                                packs=[[t.trial_id for t in g] for g in event.packs],
+                                fusion=list(event.fusion))
+
+    def on_member_scored(self, event: MemberScored) -> None:
+        self.journal.append("result", **event.result.to_dict())
+
+    def on_pack_finished(self, event: PackFinished) -> None:
+        self.journal.append("pack", pack=event.pack.to_dict(), elapsed_s=event.pack.elapsed_s)
+
+    def on_search_finished(self, event: SearchFinished) -> None:
+        self.journal.append("finished", wall_time_s=event.wall_time_s)
