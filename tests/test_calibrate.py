@@ -8,7 +8,7 @@ from packexp.data import synthetic
 from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache
 from packexp.packing.calibrate import calibrate
-from tests.test_packing import mlp_with_dropout
+from tests.helpers import mlp_with_dropout
 
 pytestmark = pytest.mark.tf
 

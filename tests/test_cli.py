@@ -6,17 +6,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "packexp", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+from tests.helpers import ROOT, packexp
 
 
 def test_help_lists_the_groups():
@@ -45,7 +38,7 @@ CHECK_WITHOUT_TENSORFLOW = """
 import sys
 from packexp.errors import ConfigError
 from packexp.run import check
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 
 check(compose_config(["experiment=quick"]))  # a good config passes
 try:

@@ -12,7 +12,7 @@ from packexp.config import check_space, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.run import run
 from packexp.search_space import FloatRange, IntRange, SearchSpace
-from tests.conftest import CONF_DIR, compose_config
+from tests.helpers import CONF_DIR, compose_config
 
 GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "executor",
           "experiment"]

@@ -7,7 +7,6 @@ import pickle
 import re
 import shutil
 import socket
-import struct
 import tarfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,66 +14,24 @@ from types import SimpleNamespace
 import hydra
 import numpy as np
 import pytest
-from hydra.errors import InstantiationException
 from PIL import Image
 
-from packexp.config import instantiate
 from packexp.data import cifar10, digits, image_folder
 from packexp.errors import ConfigError
-from tests.conftest import compose_config
-
-TRAIN_PER_BATCH, TEST_SIZE = 10, 6
-
-
-class _Py2Pickler(pickle._Pickler):
-    """Pickles as the real archive was written: Python 2 strings (bytes under Python 3)."""
-
-    dispatch = pickle._Pickler.dispatch.copy()
-
-    def save_bytes(self, obj: bytes) -> None:
-        n = len(obj)
-        if n < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([n]) + obj)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", n) + obj)
-
-    dispatch[bytes] = save_bytes
-    dispatch[str] = lambda self, obj: self.save_bytes(obj.encode("latin1"))
-
-
-def _py2_pickle(obj: object, path: Path) -> None:
-    with open(path, "wb") as f:
-        _Py2Pickler(f, protocol=2).dump(obj)
-    # numpy 1, which wrote the archive, named the module without the underscore.
-    path.write_bytes(path.read_bytes().replace(b"cnumpy._core.", b"cnumpy.core."))
+from tests.helpers import (
+    CIFAR_TEST_SIZE,
+    CIFAR_TRAIN_PER_BATCH,
+    compose_config,
+    fake_cifar10,
+    fake_image_folder,
+    py2_pickle,
+)
 
 
 @pytest.fixture(scope="module")
 def cifar(tmp_path_factory) -> SimpleNamespace:
     """A tiny CIFAR-10 in the real format, as a folder and as the .tar.gz, with its arrays."""
-    root = tmp_path_factory.mktemp("cifar")
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    arrays = {}
-    for name in (*cifar10.TRAIN_BATCHES, "test_batch"):
-        n = TEST_SIZE if name == "test_batch" else TRAIN_PER_BATCH
-        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
-        labels = rng.permutation(10)[:n].tolist()
-        arrays[name] = (data, labels)
-        _py2_pickle({"batch_label": f"{name} of 5", "labels": labels, "data": data,
-                     "filenames": [f"img_{i}.png" for i in range(n)]}, folder / name)
-    _py2_pickle({"num_cases_per_batch": TRAIN_PER_BATCH, "num_vis": 3072,
-                 "label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-                                 "horse", "ship", "truck"]}, folder / "batches.meta")
-    tar = root / "cifar-10-python.tar.gz"
-    with tarfile.open(tar, "w:gz") as t:
-        t.add(folder, arcname="cifar-10-batches-py")
-    return SimpleNamespace(
-        root=root, folder=folder, tar=tar, arrays=arrays,
-        y_train=np.concatenate([arrays[n][1] for n in cifar10.TRAIN_BATCHES]),
-        x_train_rows=np.concatenate([arrays[n][0] for n in cifar10.TRAIN_BATCHES]),
-    )
+    return fake_cifar10(tmp_path_factory.mktemp("cifar"))
 
 
 def _copy_folder(cifar: SimpleNamespace, tmp_path: Path) -> Path:
@@ -95,8 +52,8 @@ class TestCifar10:
         data = cifar10.load(str(cifar.tar))
         assert data.name == "cifar10"
         assert data.num_classes == 10
-        assert data.x_train.shape == (5 * TRAIN_PER_BATCH, 32, 32, 3)
-        assert data.x_val.shape == (TEST_SIZE, 32, 32, 3)
+        assert data.x_train.shape == (5 * CIFAR_TRAIN_PER_BATCH, 32, 32, 3)
+        assert data.x_val.shape == (CIFAR_TEST_SIZE, 32, 32, 3)
         assert data.x_train.dtype == data.x_val.dtype == np.uint8
         assert data.y_train.dtype == data.y_val.dtype == np.int32
         assert data.input_shape == (32, 32, 3)
@@ -109,8 +66,8 @@ class TestCifar10:
         pattern = {(0, 0, 1): 11, (1, 2, 5): 22, (2, 31, 30): 33, (0, 7, 0): 44}
         for (c, r, col), value in pattern.items():
             row[c * 1024 + r * 32 + col] = value
-        _py2_pickle({"labels": labels, "data": np.vstack([row, data[1:]])},
-                    folder / "data_batch_1")
+        py2_pickle({"labels": labels, "data": np.vstack([row, data[1:]])},
+                   folder / "data_batch_1")
         image = cifar10.load(str(folder)).x_train[0]
         expected = np.zeros((32, 32, 3), np.uint8)
         for (c, r, col), value in pattern.items():
@@ -202,27 +159,10 @@ class TestCifar10:
             cifar10.load(str(cifar.tar), limit=0)
 
 
-COLORS = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
-
-
-def _write_images(folder: Path, classes: dict[str, tuple[int, int, int]]) -> None:
-    for name, color in classes.items():
-        d = folder / name
-        d.mkdir(parents=True)
-        Image.new("RGB", (20, 10), color).save(d / "a.png")
-        Image.new("RGB", (16, 16), color).save(d / "b.jpg", quality=95)
-        Image.new("RGBA", (9, 13), (*color, 255)).save(d / "c.png")
-        Image.new("RGB", (12, 8), color).save(d / "d.JPEG", quality=95)
-        (d / "notes.txt").write_text("not an image")
-
-
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> Path:
     """Three classes ("cat" red, "dog" green, "emu" blue) of four PNG and JPEG files each."""
-    folder = tmp_path_factory.mktemp("images")
-    _write_images(folder, dict(zip(["cat", "dog", "emu"], COLORS, strict=True)))
-    (folder / ".ipynb_checkpoints").mkdir()
-    return folder
+    return fake_image_folder(tmp_path_factory.mktemp("images"))
 
 
 class TestImageFolder:
@@ -306,16 +246,6 @@ class TestConfig:
                               "dataset.image_size=[8,8]", "dataset.val_fraction=0.25"])
         data = hydra.utils.instantiate(cfg.dataset)
         assert data.x_train.shape == (9, 8, 8, 3)
-
-    @pytest.mark.parametrize("option", ["cifar10", "image_folder"])
-    def test_the_default_null_path_fails_with_one_line_naming_the_key(self, option):
-        cfg = compose_config([f"dataset={option}"])
-        with pytest.raises(InstantiationException) as info:
-            hydra.utils.instantiate(cfg.dataset)
-        assert isinstance(info.value.__cause__, ConfigError)
-        # What the user sees: the runner passes the ConfigError on unchanged.
-        with pytest.raises(ConfigError, match=r"^dataset\.path=None: [^\n]*$"):
-            instantiate(cfg.dataset, "dataset")
 
 
 class TestDigits:

@@ -262,8 +262,8 @@ from packexp.device import facts_here, limit_here
 from packexp.executors import PackJob
 from packexp.executors.ray import RayExecutor
 from packexp.search_space import Trial
-from packexp.tasks.tune import worker_cache
-from tests.conftest import compose_config
+from packexp.components import worker_cache
+from tests.helpers import compose_config
 
 cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=64"])
 fit_dataset_to_model(cfg)

@@ -9,7 +9,7 @@ import pytest
 from packexp.config import instantiate
 from packexp.errors import ConfigError
 from packexp.executors import LocalExecutor
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 
 
 def test_local_is_the_default():
@@ -91,11 +91,11 @@ def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path, monkeyp
     from omegaconf import OmegaConf
 
     from packexp import telemetry
+    from packexp.components import worker_cache
     from packexp.config import fit_dataset_to_model
     from packexp.device import device_capacity, limit_here
     from packexp.executors import CacheView, PackJob
     from packexp.search_space import Trial
-    from packexp.tasks.tune import worker_cache
 
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=None: None)  # a CPU's budget
     cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=48"])

@@ -1,9 +1,7 @@
-"""The model builders: logits, activation swapping, resizing, seeding, config, and mlp3's
-hyper-parameters."""
+"""The model builders beyond the contract every model config keeps (test_conf_contracts.py):
+logits, activation swapping, resizing, BatchNorm momentum, config, and mlp3's hyper-parameters."""
 
 from __future__ import annotations
-
-from collections import Counter
 
 import keras
 import numpy as np
@@ -12,18 +10,11 @@ from hydra.utils import instantiate
 
 from packexp.models import keras_apps, mlp3, needs_images
 from packexp.models.mobilenet import build as build_mobilenet
-from tests.conftest import compose_config
+from tests.helpers import activation_counts, all_layers, bn_momenta, compose_config
 
 pytestmark = pytest.mark.tf
 
 SMALL = {"alpha": 0.35}
-# Config name and the keras.applications name that errors use.
-MODELS = [("mobilenet", "mobilenetv2"), ("resnet50", "resnet50"), ("densenet121", "densenet121")]
-
-
-def builder(name: str):
-    """The model config ``name``'s builder, as the runner instantiates it."""
-    return instantiate(compose_config([f"model={name}"]).model)
 
 
 def mobilenet(input_shape: list[int], activation: str = "relu") -> keras.Model:
@@ -32,27 +23,6 @@ def mobilenet(input_shape: list[int], activation: str = "relu") -> keras.Model:
 
 def images(shape: list[int], batch: int = 2) -> np.ndarray:
     return np.random.default_rng(0).uniform(0, 255, size=[batch, *shape]).astype("float32")
-
-
-def all_layers(model: keras.Model) -> list[keras.layers.Layer]:
-    return list(model._flatten_layers(include_self=False))
-
-
-def activation_counts(model: keras.Model) -> Counter[str]:
-    """``ReLU`` layers and ``Activation`` layers (by function name) in ``model``, nested too."""
-    return Counter(
-        "ReLU" if isinstance(layer, keras.layers.ReLU) else layer.get_config()["activation"]
-        for layer in all_layers(model)
-        if isinstance(layer, keras.layers.ReLU | keras.layers.Activation)
-    )
-
-
-@pytest.mark.parametrize("application", ["ResNet50", "DenseNet121"])
-def test_full_size_networks_return_logits_at_32(application):
-    model = keras_apps.build([32, 32, 3], 3, {"activation": "tanh"}, application)
-    assert keras_apps.MIN_SIZE == 32
-    assert activation_counts(model).keys() == {"tanh"}
-    assert tuple(model(images([32, 32, 3])).shape) == (2, 3)
 
 
 def test_mobilenet_returns_logits_not_probabilities():
@@ -80,17 +50,6 @@ def test_activation_changes_the_outputs_under_one_seed():
     assert not np.allclose(outputs["relu"], outputs["tanh"])
 
 
-@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
-def test_same_seed_gives_identical_weights(activation):
-    weights = []
-    for _ in range(2):
-        keras.utils.set_random_seed(7)
-        weights.append(mobilenet([32, 32, 3], activation).get_weights())
-    assert len(weights[0]) == len(weights[1])
-    for a, b in zip(*weights, strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
 @pytest.mark.parametrize(("shape", "resized"), [([8, 8, 1], (32, 32)), ([8, 40, 3], (32, 40))])
 def test_small_images_are_resized_inside_the_model(shape, resized):
     model = mobilenet(shape, "sigmoid")
@@ -105,20 +64,6 @@ def test_images_at_the_minimum_are_not_resized():
     assert not any(isinstance(layer, keras.layers.Resizing) for layer in all_layers(model))
 
 
-@pytest.mark.parametrize(("config", "name"), MODELS)
-def test_feature_vectors_are_refused_with_the_input_shape_named(config, name):
-    build = builder(config)
-    with pytest.raises(ValueError, match=rf"^input_shape=\[64\]: {name} needs images \[height"):
-        build([64], 3, {"activation": "relu"})
-
-
-@pytest.mark.parametrize(("config", "name"), MODELS)
-def test_unknown_activation_is_refused(config, name):
-    build = builder(config)
-    with pytest.raises(ValueError, match=rf"^activation='gelu': {name} knows \["):
-        build([32, 32, 3], 3, {"activation": "gelu"})
-
-
 def test_an_unknown_application_is_refused():
     with pytest.raises(ValueError, match=r"^application='ResNet51': not a keras.applications"):
         keras_apps.build([32, 32, 3], 3, {}, "ResNet51")
@@ -130,11 +75,6 @@ def test_mobilenet_config_instantiates_a_builder():
     model = instantiate(cfg.model)([8, 8, 1], 3, {"activation": "tanh"})
     assert tuple(model(images([8, 8, 1])).shape) == (2, 3)
     assert bn_momenta(model) == {cfg.model.bn_momentum}
-
-
-def bn_momenta(model: keras.Model) -> set[float]:
-    return {layer.momentum for layer in all_layers(model)
-            if isinstance(layer, keras.layers.BatchNormalization)}
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
@@ -165,13 +105,6 @@ def test_bn_momentum_moves_the_statistics_evaluation_uses():
 def test_a_bad_bn_momentum_is_refused_naming_the_key(momentum):
     with pytest.raises(ValueError, match=r"^bn_momentum=.*: must be a number in \[0, 1\) or null"):
         build_mobilenet([32, 32, 3], 3, {"activation": "relu"}, bn_momentum=momentum, **SMALL)
-
-
-@pytest.mark.parametrize("name", ["mobilenet", "resnet50", "densenet121"])
-def test_cnn_configs_set_a_momentum_for_short_rungs(name):
-    cfg = compose_config([f"model={name}"])
-    assert cfg.model.bn_momentum == 0.7
-    assert needs_images(instantiate(cfg.model))
 
 
 def test_mlp3_takes_feature_vectors():

@@ -14,7 +14,7 @@ from omegaconf import open_dict
 from packexp.config import instantiate
 from packexp.errors import ConfigError
 from packexp.run import TASKS, run
-from tests.conftest import CONF_DIR, compose_config
+from tests.helpers import CONF_DIR, compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted(p.stem for p in Path(CONF_DIR, "profile").glob("*.yaml"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import CONF_DIR, compose_config
+from tests.helpers import CONF_DIR, compose_config
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
 spec = importlib.util.spec_from_file_location("reproduce_paper", SCRIPT)

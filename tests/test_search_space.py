@@ -16,7 +16,7 @@ from packexp.search_space import (
     SearchSpace,
     derive_seed,
 )
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 
 
 @pytest.fixture

@@ -1,0 +1,272 @@
+"""Helpers the test modules share: the CLI and composed configs, tiny trials, members and
+models, a fake device's calibration, and fake dataset files."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+from PIL import Image
+
+from packexp.data import cifar10
+from packexp.search_space import Trial, derive_seed
+
+if TYPE_CHECKING:
+    import keras
+
+    from packexp.packing import DeviceData, Member
+    from packexp.packing.cache import PackCache
+
+# TensorFlow is imported inside the helpers that need it: the modules that never build a
+# model, and conftest, import this one without paying for it.
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = str(ROOT / "conf")
+
+
+def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "packexp", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def compose_config(overrides: list[str] | None = None, *,
+                   strategy: str | None = "knn") -> DictConfig:
+    """The composed config under ``overrides``: a test's own copy, free to change.
+
+    Unless ``overrides`` choose a strategy, tests run ``strategy`` (knn): it packs on every
+    device, so the pack engine is exercised wherever the suite runs, where the default
+    (cost) may plan only singles and first measures a calibration. ``strategy=None``
+    composes the true default."""
+    overrides = list(overrides or ())
+    if strategy and not any(o.startswith("strategy=") for o in overrides):
+        overrides.append(f"strategy={strategy}")
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
+    # A composition takes ~0.2 s and tests repeat override lists; callers get copies.
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+CONFIGS = [  # (batch_size, optimizer, learning_rate, activation)
+    (20, "adam", 1e-3, "relu"),
+    (45, "momentum", 1e-2, "tanh"),
+    (70, "adagrad", 1e-2, "sigmoid"),
+    (32, "sgd", 1e-1, "leaky_relu"),
+]
+# The plain pack, traced but not compiled (a run's default is auto for both): the pack the
+# isolation invariant holds bit for bit.
+PLAIN = {"fusion": "off", "jit_compile": False}
+
+
+def trial(i: int, batch: int, opt: str, lr: float, act: str) -> Trial:
+    hp = {"batch_size": batch, "optimizer": opt, "learning_rate": lr, "activation": act}
+    return Trial(f"t{i}", hp, (), seed=derive_seed(11, i))
+
+
+def members(data: DeviceData, configs, width=32, preprocessing=None) -> list[Member]:
+    """mlp3 members of ``width`` units, one per ``(i, config)`` of ``configs``."""
+    from packexp.models import mlp3
+    from packexp.packing import Member
+
+    build = functools.partial(mlp3.build, width=width)
+    ds = data.dataset
+    return [Member.create(trial(i, *c), build, ds.input_shape, ds.num_classes,
+                          data.train_size, preprocessing) for i, c in configs]
+
+
+def assert_same_weights(a: Member, b: Member) -> None:
+    for wa, wb in zip(a.model.get_weights(), b.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(wa, wb)
+    for va, vb in zip(a.optimizer.variables, b.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+
+
+def make_cache(data: DeviceData, keep: int, build=None, preprocessing=None,
+               **options) -> PackCache:
+    from packexp.models import mlp3
+    from packexp.packing import Member
+    from packexp.packing.cache import PackCache
+
+    build = build or functools.partial(mlp3.build, width=16)
+    ds = data.dataset
+
+    def make_member(t):
+        return Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size,
+                             preprocessing)
+
+    return PackCache(make_member, data, {**PLAIN, "chunk_steps": 7, **options}, keep=keep)
+
+
+def mlp_with_dropout(input_shape, num_classes, hparams) -> keras.Model:
+    """A user's kind of model: its Dropout layer draws random masks in training."""
+    import keras
+
+    return keras.Sequential([keras.Input(tuple(input_shape)),
+                             keras.layers.Dense(16, activation=hparams["activation"]),
+                             keras.layers.Dropout(0.3), keras.layers.Dense(num_classes)])
+
+
+def every_layer_cnn(input_shape, num_classes, hparams) -> keras.Model:
+    """A small CNN with one of each layer the fused graph translates."""
+    import keras
+
+    act = hparams["activation"]
+    layers = keras.layers
+    x = inputs = keras.Input(input_shape)
+    x = layers.Rescaling(2.0, offset=-1.0)(x)
+    x = layers.ZeroPadding2D(1)(x)
+    x = layers.Conv2D(6, 3, strides=2, activation=act)(x)  # bias and activation inside
+    x = layers.BatchNormalization()(x)
+    a = layers.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
+    a = layers.BatchNormalization(momentum=0.9)(a)
+    a = layers.Activation(act)(a)
+    b = layers.Conv2D(6, 1, use_bias=False)(x)
+    b = layers.ReLU(6.0)(b)
+    x = layers.Add()([a, b])
+    x = layers.Concatenate()([x, layers.Conv2D(4, 1)(x)])
+    x = layers.MaxPooling2D(2)(x)
+    x = layers.AveragePooling2D(1)(x)
+    x = layers.Dropout(0.0)(x)
+    w = layers.DepthwiseConv2D(1, depth_multiplier=2)(layers.Cropping2D(1)(x))
+    x = layers.Add()([layers.GlobalMaxPooling2D(keepdims=True)(w),  # broadcasts
+                      layers.Concatenate()([x, x])])
+    skip = layers.GlobalAveragePooling2D()(x)
+    flat = layers.Dense(8, activation=act)(layers.Flatten()(x))
+    flat = layers.BatchNormalization()(flat)
+    x = layers.Concatenate()([skip, flat])
+    return keras.Model(inputs, layers.Dense(num_classes)(x))
+
+
+def all_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    return list(model._flatten_layers(include_self=False))
+
+
+def activation_counts(model: keras.Model) -> Counter[str]:
+    """``ReLU`` layers and ``Activation`` layers (by function name) in ``model``, nested too."""
+    import keras
+
+    return Counter(
+        "ReLU" if isinstance(layer, keras.layers.ReLU) else layer.get_config()["activation"]
+        for layer in all_layers(model)
+        if isinstance(layer, keras.layers.ReLU | keras.layers.Activation)
+    )
+
+
+def bn_momenta(model: keras.Model) -> set[float]:
+    import keras
+
+    return {layer.momentum for layer in all_layers(model)
+            if isinstance(layer, keras.layers.BatchNormalization)}
+
+
+def device(*, plain=(1e-3, 1e-3, 0.0), fused=None, plain_setup=(0.1, 0.05),
+           fused_setup=(0.2, 0.01), build_s=0.02, load_s=0.001, fusion="auto",
+           call_s=0.0, evaluate=(0.0, 0.0), checkpoint_s=0.0) -> dict:
+    """A calibration record of a fake device whose packs follow the given curves exactly."""
+    a, c0, c1 = plain
+    packs = []
+    for n, b in itertools.product((1, 2, 4, 8), (16, 64)):
+        packs.append({"fusion": "off", "xla": False, "batches": [b] * n,
+                      "step_s": a + n * (c0 + c1 * b), "call_s": call_s,
+                      "setup_s": plain_setup[0] + plain_setup[1] * n,
+                      "eval_s": evaluate[0] + evaluate[1] * n})
+        if fused and n > 1:
+            fa, f0, f1 = fused
+            packs.append({"fusion": "on", "xla": False, "batches": [b] * n,
+                          "step_s": fa + n * (f0 + f1 * b), "call_s": call_s,
+                          "setup_s": fused_setup[0] + fused_setup[1] * n,
+                          "eval_s": evaluate[0] + evaluate[1] * n})
+    return {"packs": packs, "build_s": build_s, "load_s": load_s,
+            "checkpoint_s": checkpoint_s, "chunk_steps": 500,
+            "settings": {"fusion": fusion, "misaligned": "mask", "data_sharing": "gather",
+                         "jit_compile": "auto", "xla_min_steps": 2000,
+                         "fusable": bool(fused)}}
+
+
+CIFAR_TRAIN_PER_BATCH, CIFAR_TEST_SIZE = 10, 6
+
+
+class _Py2Pickler(pickle._Pickler):
+    """Pickles as the real archive was written: Python 2 strings (bytes under Python 3)."""
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_bytes(self, obj: bytes) -> None:
+        n = len(obj)
+        if n < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([n]) + obj)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", n) + obj)
+
+    dispatch[bytes] = save_bytes
+    dispatch[str] = lambda self, obj: self.save_bytes(obj.encode("latin1"))
+
+
+def py2_pickle(obj: object, path: Path) -> None:
+    with open(path, "wb") as f:
+        _Py2Pickler(f, protocol=2).dump(obj)
+    # numpy 1, which wrote the archive, named the module without the underscore.
+    path.write_bytes(path.read_bytes().replace(b"cnumpy._core.", b"cnumpy.core."))
+
+
+def fake_cifar10(root: Path) -> SimpleNamespace:
+    """A tiny CIFAR-10 in the real format under ``root``, as a folder and as the .tar.gz,
+    with its arrays."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for name in (*cifar10.TRAIN_BATCHES, "test_batch"):
+        n = CIFAR_TEST_SIZE if name == "test_batch" else CIFAR_TRAIN_PER_BATCH
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        labels = rng.permutation(10)[:n].tolist()
+        arrays[name] = (data, labels)
+        py2_pickle({"batch_label": f"{name} of 5", "labels": labels, "data": data,
+                    "filenames": [f"img_{i}.png" for i in range(n)]}, folder / name)
+    py2_pickle({"num_cases_per_batch": CIFAR_TRAIN_PER_BATCH, "num_vis": 3072,
+                "label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
+                                "horse", "ship", "truck"]}, folder / "batches.meta")
+    tar = root / "cifar-10-python.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        t.add(folder, arcname="cifar-10-batches-py")
+    return SimpleNamespace(
+        root=root, folder=folder, tar=tar, arrays=arrays,
+        y_train=np.concatenate([arrays[n][1] for n in cifar10.TRAIN_BATCHES]),
+        x_train_rows=np.concatenate([arrays[n][0] for n in cifar10.TRAIN_BATCHES]),
+    )
+
+
+_COLORS = {"cat": (255, 0, 0), "dog": (0, 255, 0), "emu": (0, 0, 255)}
+
+
+def fake_image_folder(folder: Path) -> Path:
+    """Three classes ("cat" red, "dog" green, "emu" blue) of four PNG and JPEG files each,
+    beside a text file in each and a hidden folder."""
+    for name, color in _COLORS.items():
+        d = folder / name
+        d.mkdir(parents=True)
+        Image.new("RGB", (20, 10), color).save(d / "a.png")
+        Image.new("RGB", (16, 16), color).save(d / "b.jpg", quality=95)
+        Image.new("RGBA", (9, 13), (*color, 255)).save(d / "c.png")
+        Image.new("RGB", (12, 8), color).save(d / "d.JPEG", quality=95)
+        (d / "notes.txt").write_text("not an image")
+    (folder / ".ipynb_checkpoints").mkdir()
+    return folder
