@@ -13,7 +13,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.errors import ConfigError
-from packexp.pack_options import CHOICES, LR_SCHEDULES, OPTIMIZERS, check_choice
+from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
@@ -249,11 +249,8 @@ def check_logits(model: Any, dataset: Any) -> None:
 
 
 def reuse_setting(pack: DictConfig) -> int:
-    reuse = pack.get("reuse", 32)
-    if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
-        raise ConfigError(f"pack.reuse={reuse!r}: must be an integer >= 0 (packs kept for "
-                          "reuse; 0 builds every pack afresh)")
-    return reuse
+    """Packs kept for reuse (``pack.reuse``), checked."""
+    return _checked_pack(pack).reuse
 
 
 
@@ -264,25 +261,23 @@ def batch_bucket(space: Any) -> int:
 
 
 def member_cap(max_members: Any) -> int:
-    if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
-        raise ConfigError(f"pack.max_members={max_members!r}: must be an integer >= 1")
-    return max_members
+    """``pack.max_members``, checked."""
+    return _checked_pack({"max_members": max_members}).max_members
 
 
 
 def pack_settings(pack: DictConfig) -> dict[str, Any]:
     """``Pack`` keyword arguments from ``cfg.pack``, checked."""
-    for key in CHOICES:
-        try:
-            check_choice(key, pack[key])
-        except ValueError as e:
-            raise ConfigError(f"pack.{e}") from None
-    for key in ("chunk_steps", "eval_batch_size"):
-        value = pack[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"pack.{key}={value!r}: must be an integer >= 1")
-    return {**{key: pack[key] for key in CHOICES},
-            "chunk_steps": pack.chunk_steps, "eval_batch_size": pack.eval_batch_size}
+    return _checked_pack(pack).pack_options
+
+
+def _checked_pack(pack: Mapping[str, Any]) -> PackSettings:
+    """``cfg.pack`` as ``PackSettings`` (a key it lacks keeps its default); a bad value
+    stops with one line naming its key."""
+    try:
+        return PackSettings.from_config(pack)
+    except ValueError as e:
+        raise ConfigError(f"pack.{e}") from None
 
 
 

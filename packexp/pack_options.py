@@ -1,11 +1,11 @@
-"""What the pack engine accepts, without TensorFlow: the pack settings' choices, the
-optimizers and the learning-rate schedules. The config checks a run
+"""What the pack engine accepts, without TensorFlow: the pack settings (their one definition,
+defaults included), the optimizers and the learning-rate schedules. The config checks a run
 against it; ``Pack`` its arguments; the cost model asks it which trials can fuse."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from packexp.optim import RULES
@@ -18,6 +18,18 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "grouped_conv": ("auto", "native", "split"),
     "jit_compile": (True, False, "auto"),
 }
+
+# The integer settings: each one's least value, and what its message adds.
+LEAST: dict[str, tuple[int, str]] = {
+    "max_members": (1, ""),
+    "reuse": (0, " (packs kept for reuse; 0 builds every pack afresh)"),
+    "chunk_steps": (1, ""),
+    "eval_batch_size": (1, ""),
+}
+
+# The settings ``Pack`` takes as keyword arguments; the others are the search's.
+PACK_ARGS = ("misaligned", "data_sharing", "fusion", "grouped_conv", "jit_compile",
+             "chunk_steps", "eval_batch_size")
 
 # Learning-rate profiles over a member's budget (``packing/schedules.py`` defines them), and
 # what a schedule's horizon is: the trial's largest budget (Hyperband's R) or its rung's.
@@ -32,7 +44,6 @@ EXTRAS = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
 VARIANTS = ("nesterov", "amsgrad")
 
 
-
 def check_choice(setting: str, value: Any) -> None:
     """Raises ``ValueError("setting=value: must be ...")`` unless ``value`` is a choice."""
     choices = CHOICES[setting]
@@ -40,6 +51,71 @@ def check_choice(setting: str, value: Any) -> None:
     if not any(type(value) is type(c) and value == c for c in choices):
         names = ["true" if c is True else "false" if c is False else str(c) for c in choices]
         raise ValueError(f"{setting}={value!r}: must be {', '.join(names[:-1])} or {names[-1]}")
+
+
+def check_setting(setting: str, value: Any) -> None:
+    """Raises ``ValueError("setting=value: must be ...")`` unless ``value`` suits the pack
+    setting: one of its ``CHOICES``, or an integer of at least its ``LEAST``."""
+    if setting in CHOICES:
+        check_choice(setting, value)
+        return
+    least, why = LEAST[setting]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{setting}={value!r}: must be an integer >= {least}{why}")
+
+
+@dataclass(frozen=True)
+class PackSettings:
+    """The pack settings and their defaults: the one definition. ``pack:`` in
+    conf/config.yaml states these values and says more of what they mean (a test holds the
+    two equal); ``Pack``'s keyword arguments default to them. Checked when built.
+
+    Attributes:
+        max_members: Most members in one pack, on top of the device's memory capacity.
+        misaligned: Members whose step budgets differ: ``mask`` skips a finished member's
+            step; ``switch`` (the paper's) rebuilds the step function without it.
+        data_sharing: ``gather``: each member its own batches from the one device copy;
+            ``slice`` (the paper's): one stream of the largest batch, sliced per member.
+        fusion: ``auto``: members of one architecture train as one fused model where it
+            pays (Dense models; CNNs on a GPU); ``on``: wherever the layers allow; ``off``:
+            the plain pack of separate models.
+        grouped_conv: A fused pack's Conv2D layers: ``native`` (one grouped convolution),
+            ``split`` (one per member) or ``auto`` (native where TensorFlow can
+            differentiate it).
+        jit_compile: XLA for a pack's step function: ``auto`` (packs of models without
+            convolutions, masked and gathered), True (every pack) or False (none).
+        reuse: Packs kept for later packs of the same structure; 0 builds every pack afresh.
+        chunk_steps: Pack steps per call into the step function.
+        eval_batch_size: Validation examples per evaluation call.
+    """
+
+    max_members: int = 8
+    misaligned: str = "mask"
+    data_sharing: str = "gather"
+    fusion: str = "auto"
+    grouped_conv: str = "auto"
+    jit_compile: bool | str = "auto"
+    reuse: int = 32
+    chunk_steps: int = 500
+    eval_batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_setting(f.name, getattr(self, f.name))
+
+    @classmethod
+    def from_config(cls, pack: Mapping[str, Any]) -> PackSettings:
+        """The settings ``pack`` (``cfg.pack``) gives, checked: raises the first bad value's
+        ``ValueError("key=value: must be ...")``. A key it lacks keeps its default."""
+        return cls(**{f.name: pack[f.name] for f in fields(cls) if f.name in pack})
+
+    @property
+    def pack_options(self) -> dict[str, Any]:
+        """``Pack``'s keyword arguments."""
+        return {k: getattr(self, k) for k in PACK_ARGS}
+
+
+PACK_DEFAULTS = PackSettings()
 
 
 @dataclass(frozen=True)

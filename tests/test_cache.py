@@ -15,7 +15,7 @@ from packexp.packing.cache import PackCache, member_key
 from packexp.packing.data import Preprocessing
 from packexp.packing.trainer import train_group
 from tests.test_fused_cnn import every_layer_cnn
-from tests.test_packing import mlp_with_dropout, trial
+from tests.test_packing import PLAIN, mlp_with_dropout, trial
 
 pytestmark = pytest.mark.tf
 
@@ -46,7 +46,7 @@ def make_cache(data: DeviceData, keep: int, build=None, preprocessing=None, **op
         return Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size,
                              preprocessing)
 
-    return PackCache(make_member, data, {"chunk_steps": 7, **options}, keep=keep)
+    return PackCache(make_member, data, {**PLAIN, "chunk_steps": 7, **options}, keep=keep)
 
 
 def search(cache: PackCache, epochs=(1.0, 2.5)) -> dict:

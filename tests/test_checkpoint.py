@@ -13,6 +13,7 @@ from packexp.data import synthetic
 from packexp.models import mlp3
 from packexp.packing import DeviceData, Member, Pack
 from packexp.search_space import Trial, derive_seed
+from tests.test_packing import PLAIN
 
 pytestmark = pytest.mark.tf
 
@@ -69,19 +70,19 @@ def test_loaded_member_trains_on_as_if_never_freed(data, tmp_path, batches, opti
     total = straight.steps_for(2.5)
     stop = total * 3 // 5  # mid-epoch, past the first epoch boundary
     assert stop % straight.steps_per_epoch and stop > straight.steps_per_epoch
-    straight_pack = Pack([straight], data, chunk_steps=5)
+    straight_pack = Pack([straight], data, **PLAIN, chunk_steps=5)
     straight_pack.train({t.trial_id: total})
 
     first = member(t)
     mate = member(trial(1, 30, "sgd"))
-    pack = Pack([first, mate], data, chunk_steps=5)
+    pack = Pack([first, mate], data, **PLAIN, chunk_steps=5)
     pack.train({t.trial_id: stop, mate.trial_id: stop})
     path = pack.free(t.trial_id, tmp_path)
     assert Path(path).exists()
     assert pack.members == [mate]
 
     new_mate = member(trial(2, 70, "adagrad"))
-    new_pack = Pack([new_mate], data, chunk_steps=7)
+    new_pack = Pack([new_mate], data, **PLAIN, chunk_steps=7)
     resumed = new_pack.load(member(t), path)
     assert resumed.step == stop
     new_pack.train({t.trial_id: total - resumed.step, new_mate.trial_id: 3})
@@ -98,7 +99,7 @@ def test_loaded_member_trains_on_as_if_never_freed(data, tmp_path, batches, opti
 def test_restore_brings_back_weights_slots_and_step(data, tmp_path, optimizer):
     t = trial(3, 25, optimizer)
     trained = member(t)
-    pack = Pack([trained], data)
+    pack = Pack([trained], data, **PLAIN)
     pack.train({t.trial_id: 17})
     path = pack.free(t.trial_id, tmp_path)
     assert pack.members == []
@@ -116,7 +117,7 @@ def test_restore_brings_back_weights_slots_and_step(data, tmp_path, optimizer):
 def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, misaligned):
     trials = [trial(4, 20, "adam"), trial(5, 45, "momentum"), trial(6, 30, "adagrad")]
     ms = [member(t) for t in trials]
-    pack = Pack(ms, data, misaligned=misaligned, chunk_steps=6)
+    pack = Pack(ms, data, **PLAIN, misaligned=misaligned, chunk_steps=6)
     pack.train({m.trial_id: 8 for m in ms})
     pack.free("t5", tmp_path)
     assert [m.trial_id for m in pack.members] == ["t4", "t6"]
@@ -126,7 +127,7 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, mi
 
     for m, t in ((ms[0], trials[0]), (ms[2], trials[2])):
         alone = member(t)
-        alone_pack = Pack([alone], data)
+        alone_pack = Pack([alone], data, **PLAIN)
         alone_pack.train({t.trial_id: alone.steps_for(2)})
         assert_same_state(alone, m)
         assert alone_pack.evaluate()[t.trial_id] == evaluation[t.trial_id]
@@ -142,15 +143,15 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, mi
 def test_restore_into_a_different_architecture_fails_loudly(data, tmp_path, width, depth,
                                                              optimizer):
     t = trial(7, 20, "adam")
-    pack = Pack([member(t)], data)
+    pack = Pack([member(t)], data, **PLAIN)
     pack.train({t.trial_id: 3})
     path = pack.free(t.trial_id, tmp_path)
     other = member(trial(7, 20, optimizer), width=width, depth=depth)
     with pytest.raises((ValueError, AssertionError)):
-        Pack([member(trial(8, 20, "sgd"))], data).load(other, path)
+        Pack([member(trial(8, 20, "sgd"))], data, **PLAIN).load(other, path)
 
 
 def test_freeing_an_unknown_trial_names_it(data, tmp_path):
-    pack = Pack([member(trial(9, 20, "sgd"))], data)
+    pack = Pack([member(trial(9, 20, "sgd"))], data, **PLAIN)
     with pytest.raises((KeyError, ValueError), match="nope"):
         pack.free("nope", tmp_path)

@@ -39,7 +39,7 @@ def members(data, configs, width=32, preprocessing=None) -> list[Member]:
 
 def train(data, configs, epochs, fusion, **kw):
     ms = members(data, configs, **kw)
-    pack = Pack(ms, data, fusion=fusion, chunk_steps=50)
+    pack = Pack(ms, data, fusion=fusion, jit_compile=False, chunk_steps=50)
     stats = pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate(), stats
 
@@ -89,10 +89,10 @@ def test_fused_training_matches_plain_training(data):
 def test_fused_adam_follows_keras_adam(data):
     configs = [(0, CONFIGS[0]), (6, (45, "adam", 1e-2, "tanh"))]
     ms = members(data, configs)
-    Pack(ms, data, fusion="auto").train({m.trial_id: 5 for m in ms})
+    Pack(ms, data, fusion="auto", jit_compile=False).train({m.trial_id: 5 for m in ms})
     for m, config in zip(ms, configs, strict=True):
         [plain] = members(data, [config])
-        Pack([plain], data, fusion="off").train({plain.trial_id: 5})
+        Pack([plain], data, fusion="off", jit_compile=False).train({plain.trial_id: 5})
         assert_close(m, plain)
 
 
@@ -151,7 +151,7 @@ def test_auto_xla_leaves_cnn_packs_uncompiled(data):
     ds = images.dataset
     ms = [Member.create(trial(i, *c), every_layer_cnn, ds.input_shape, ds.num_classes,
                         images.train_size) for i, c in enumerate(CONFIGS[:2])]
-    stats = Pack(ms, images, jit_compile="auto").train({m.trial_id: 2 for m in ms})
+    stats = Pack(ms, images, fusion="off", jit_compile="auto").train({m.trial_id: 2 for m in ms})
     assert not stats.xla
 
 
@@ -180,26 +180,27 @@ def test_packs_that_cannot_fuse_say_why(kwargs, reason):
 def test_misaligned_budgets_leave_finished_members_untouched(data):
     configs = list(enumerate(CONFIGS[:2]))
     ms = members(data, configs)
-    Pack(ms, data, fusion="auto", chunk_steps=7).train({"t0": 5, "t1": 30})
+    Pack(ms, data, fusion="auto", jit_compile=False, chunk_steps=7).train(
+        {"t0": 5, "t1": 30})
     assert (ms[0].step, ms[1].step) == (5, 30)
     alone = members(data, configs[:1])
-    Pack(alone, data, fusion="on").train({"t0": 5})
+    Pack(alone, data, fusion="on", jit_compile=False).train({"t0": 5})
     assert_close(ms[0], alone[0])
 
 
 def test_a_fused_member_frees_to_a_plain_checkpoint(data, tmp_path):
     configs = list(enumerate(CONFIGS[:3]))
     ms = members(data, configs)
-    pack = Pack(ms, data, fusion="auto")
+    pack = Pack(ms, data, fusion="auto", jit_compile=False)
     pack.train({m.trial_id: 20 for m in ms})
     path = pack.free("t1", tmp_path)
     [restored] = members(data, [configs[1]])
     restored.restore(path)
     assert restored.step == 20
-    next_pack = Pack([restored], data, fusion="off")
+    next_pack = Pack([restored], data, fusion="off", jit_compile=False)
     next_pack.train({"t1": 15})
     [straight] = members(data, [configs[1]])
-    Pack([straight], data, fusion="off").train({"t1": 35})
+    Pack([straight], data, fusion="off", jit_compile=False).train({"t1": 35})
     assert_close(restored, straight)
 
 
@@ -266,7 +267,8 @@ def plain_and_alone(data, pack_members, make) -> None:
     alone for as many steps."""
     for m in pack_members:
         alone = make(m)
-        Pack([alone], data, fusion="off").train({alone.trial_id: m.step})
+        Pack([alone], data, fusion="off", jit_compile=False).train(
+            {alone.trial_id: m.step})
         assert alone.step == m.step > 0
         assert_same_weights(m, alone)
 
@@ -281,7 +283,7 @@ def test_a_custom_layer_keeps_the_pack_plain_exact_and_named_in_the_log(data, fu
 
     ms = [make(trial(i, *c)) for i, c in enumerate(CONFIGS[:2])]
     with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
-        stats = Pack(ms, data, fusion=fusion, chunk_steps=50).train(
+        stats = Pack(ms, data, fusion=fusion, jit_compile=False, chunk_steps=50).train(
             {m.trial_id: m.steps_for(1) for m in ms})
     assert not stats.fused
     assert "pack of 2 trains unfused: layer my_scale (Scale) has no fused form" in caplog.text
@@ -302,7 +304,7 @@ def test_members_of_different_widths_pack_plainly_and_each_as_alone(data, caplog
     assert [m.model.layers[0].units for m in ms] == [16, 32]
     assert member_key(ms[0].trial) != member_key(ms[1].trial)
     with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
-        stats = Pack(ms, data, fusion="auto", chunk_steps=50).train(
+        stats = Pack(ms, data, fusion="auto", jit_compile=False, chunk_steps=50).train(
             {m.trial_id: m.steps_for(1) for m in ms})
     assert not stats.fused and "shapes differ" in caplog.text
     plain_and_alone(data, ms, lambda m: make(int(m.trial_id[1:]), m.trial.hparams["width"]))

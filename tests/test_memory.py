@@ -330,7 +330,8 @@ def test_device_capacity_uses_nvml_free_memory():
 def run_group(data: DeviceData, trials: list[Trial], keep: int = 0):
     make_member = functools.partial(Member.create, build_model=functools.partial(
         mlp3.build, width=16), input_shape=(12,), num_classes=4, train_size=TRAIN_SIZE)
-    cache = PackCache(make_member, data, {"chunk_steps": 7}, keep=keep)
+    cache = PackCache(make_member, data, {"fusion": "off", "jit_compile": False, "chunk_steps": 7},
+                      keep=keep)
     return train_group(trials, cache, epochs=1.5, states={})
 
 

@@ -1,21 +1,66 @@
-"""The pack engine's choices and optimizers, which the config checks without TensorFlow."""
+"""The pack engine's settings, choices and optimizers, which the config checks without
+TensorFlow; the settings' defaults are defined once."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
-from packexp.pack_options import CHOICES, check_choice
+from packexp.pack_options import PACK_ARGS, PACK_DEFAULTS, PackSettings, check_choice
 from tests.conftest import compose_config
 
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULTS = dataclasses.asdict(PACK_DEFAULTS)
 
-def test_every_default_is_a_choice():
-    pack = compose_config().pack
-    for setting in CHOICES:
-        check_choice(setting, pack[setting])
+
+def test_the_configs_pack_section_is_the_pack_settings_defaults():
+    """conf/config.yaml states the defaults beside what they mean; it must not drift."""
+    pack = OmegaConf.to_container(compose_config(strategy=None).pack)
+    assert {k: (type(v), v) for k, v in pack.items()} == {
+        k: (type(v), v) for k, v in DEFAULTS.items()}
+    assert PackSettings.from_config(pack) == PACK_DEFAULTS
+
+
+@pytest.mark.tf
+def test_packs_arguments_default_to_the_pack_settings():
+    from packexp.packing import Pack
+
+    parameters = inspect.signature(Pack).parameters
+    assert set(parameters) & set(DEFAULTS) == set(PACK_ARGS)
+    assert {k: parameters[k].default for k in PACK_ARGS} == {k: DEFAULTS[k] for k in PACK_ARGS}
+
+
+def test_the_readme_states_the_pack_settings_defaults():
+    rows = re.findall(r"^\| `pack\.(\w+)` \| `?([^`|]+?)`? \|",
+                      (ROOT / "README.md").read_text(), re.MULTILINE)
+    assert dict(rows) == {k: str(v).lower() if isinstance(v, bool) else str(v)
+                          for k, v in DEFAULTS.items()}
+
+
+def test_a_setting_the_config_lacks_keeps_its_default():
+    assert PackSettings.from_config({"fusion": "off"}) == dataclasses.replace(
+        PACK_DEFAULTS, fusion="off")
+    assert PackSettings.from_config({}).pack_options == {k: DEFAULTS[k] for k in PACK_ARGS}
+
+
+@pytest.mark.parametrize(("pack", "match"), [
+    ({"max_members": 0}, r"^max_members=0: must be an integer >= 1$"),
+    ({"reuse": -1}, r"^reuse=-1: must be an integer >= 0 \(packs kept for reuse; 0 builds "
+                    r"every pack afresh\)$"),
+    ({"chunk_steps": True}, r"^chunk_steps=True: must be an integer >= 1$"),
+    ({"eval_batch_size": 1.5}, r"^eval_batch_size=1\.5: must be an integer >= 1$"),
+    ({"fusion": "always"}, r"^fusion='always': must be auto, on or off$"),
+])
+def test_a_bad_setting_is_refused_in_one_line_naming_it(pack, match):
+    with pytest.raises(ValueError, match=match):
+        PackSettings.from_config(pack)
 
 
 @pytest.mark.parametrize(("setting", "value", "match"), [

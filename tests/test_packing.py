@@ -23,6 +23,9 @@ CONFIGS = [  # (batch_size, optimizer, learning_rate, activation)
     (70, "adagrad", 1e-2, "sigmoid"),
     (32, "sgd", 1e-1, "leaky_relu"),
 ]
+# The plain pack, traced but not compiled (a run's default is auto for both): the pack the
+# isolation invariant holds bit for bit.
+PLAIN = {"fusion": "off", "jit_compile": False}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def members(data: DeviceData, configs) -> list[Member]:
 
 def train(data, configs, epochs: float, **pack_kw) -> tuple[list[Member], dict]:
     ms = members(data, configs)
-    pack = Pack(ms, data, **pack_kw)
+    pack = Pack(ms, data, **{**PLAIN, **pack_kw})
     pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate()
 
@@ -92,11 +95,13 @@ def test_pack_mates_do_not_matter(data):
 
 def test_switch_mode_measures_its_rebuilds(data):
     ms = members(data, list(enumerate(CONFIGS[:3])))
-    stats = Pack(ms, data, misaligned="switch").train({m.trial_id: m.steps_for(1) for m in ms})
+    stats = Pack(ms, data, **PLAIN, misaligned="switch").train(
+        {m.trial_id: m.steps_for(1) for m in ms})
     assert stats.switches == 2  # three distinct budgets: two members leave before the last
     assert stats.switch_overhead_s > 0
     ms = members(data, list(enumerate(CONFIGS[:3])))
-    stats = Pack(ms, data, misaligned="mask").train({m.trial_id: m.steps_for(1) for m in ms})
+    stats = Pack(ms, data, **PLAIN, misaligned="mask").train(
+        {m.trial_id: m.steps_for(1) for m in ms})
     assert stats.switches == 0
     assert stats.steps == max(m.steps_for(1) for m in ms)
 
@@ -104,7 +109,7 @@ def test_switch_mode_measures_its_rebuilds(data):
 def test_continuing_equals_training_straight_through(data):
     [straight], _ = train(data, [(0, CONFIGS[0])], epochs=2)
     [m] = members(data, [(0, CONFIGS[0])])
-    pack = Pack([m], data)
+    pack = Pack([m], data, **PLAIN)
     pack.train({m.trial_id: 5})
     pack.train({m.trial_id: m.steps_for(2) - 5})
     assert_same_weights(straight, m)
@@ -177,12 +182,12 @@ AUGMENT = Preprocessing(mean=(0.5,), std=(0.25,), crop_padding=1, flip=True)
 def test_augmentation_is_seeded_per_member_so_packing_keeps_isolation(image_data):
     configs = list(enumerate(CONFIGS[:3]))
     packed = image_members(image_data, configs, AUGMENT)
-    Pack(packed, image_data).train({m.trial_id: m.steps_for(2) for m in packed})
+    Pack(packed, image_data, **PLAIN).train({m.trial_id: m.steps_for(2) for m in packed})
     [alone] = image_members(image_data, configs[2:], AUGMENT)
-    Pack([alone], image_data).train({alone.trial_id: alone.steps_for(2)})
+    Pack([alone], image_data, **PLAIN).train({alone.trial_id: alone.steps_for(2)})
     assert_same_weights(alone, packed[2])
     [plain] = image_members(image_data, configs[2:], Preprocessing())
-    Pack([plain], image_data).train({plain.trial_id: plain.steps_for(2)})
+    Pack([plain], image_data, **PLAIN).train({plain.trial_id: plain.steps_for(2)})
     assert not np.array_equal(plain.model.get_weights()[0], alone.model.get_weights()[0])
 
 
@@ -208,10 +213,10 @@ def test_slice_mode_feeds_the_leaders_stream_sliced(data):
     """The largest-batch member trains as alone; the others see its data, not their own."""
     configs = [(2, CONFIGS[2]), (0, CONFIGS[0])]  # batch 70 leads, batch 20 slices
     packed = members(data, configs)
-    Pack(packed, data, data_sharing="slice").train({m.trial_id: 6 for m in packed})
+    Pack(packed, data, **PLAIN, data_sharing="slice").train({m.trial_id: 6 for m in packed})
     alone = members(data, configs)
     for m in alone:
-        Pack([m], data).train({m.trial_id: 6})
+        Pack([m], data, **PLAIN).train({m.trial_id: 6})
     assert_same_weights(alone[0], packed[0])
     assert not np.array_equal(alone[1].model.get_weights()[0], packed[1].model.get_weights()[0])
 
@@ -230,7 +235,7 @@ def test_slice_mode_runs_each_distinct_preprocessing_once(image_data, monkeypatc
     ms[2].preprocessing = Preprocessing()
     for sharing, expected in (("slice", 2), ("gather", 3)):
         calls.clear()
-        Pack(ms, image_data, data_sharing=sharing).train({m.trial_id: 2 for m in ms})
+        Pack(ms, image_data, **PLAIN, data_sharing=sharing).train({m.trial_id: 2 for m in ms})
         assert len(calls) == expected, sharing  # traced once: one call per op in the graph
 
 
@@ -246,15 +251,16 @@ def test_dropout_members_pack_as_alone_and_continue_their_draws(data, tmp_path):
     from its checkpoint ends as trained straight through."""
     configs = list(enumerate(CONFIGS[:2]))
     packed = built(data, configs, mlp_with_dropout)
-    Pack(packed, data, fusion="auto", chunk_steps=7).train({m.trial_id: 20 for m in packed})
+    Pack(packed, data, fusion="auto", jit_compile=False, chunk_steps=7).train(
+        {m.trial_id: 20 for m in packed})
     for m, config in zip(packed, configs, strict=True):
         [alone] = built(data, [config], mlp_with_dropout)
-        pack = Pack([alone], data)
+        pack = Pack([alone], data, **PLAIN)
         pack.train({alone.trial_id: 8})
         path = pack.free(alone.trial_id, tmp_path)
         [continued] = built(data, [config], mlp_with_dropout)
         continued.restore(path)
-        Pack([continued], data).train({continued.trial_id: 12})
+        Pack([continued], data, **PLAIN).train({continued.trial_id: 12})
         assert continued.step == m.step == 20
         assert_same_weights(continued, m)
 
@@ -278,7 +284,7 @@ def test_regularization_losses_are_part_of_each_members_loss(data):
         loss = ce + tf.add_n(reference.model.losses)
     expected = [v.numpy() - 0.1 * g.numpy() for v, g in zip(kernel, tape.gradient(loss, kernel),
                                                             strict=True)]
-    Pack([m], data).train({m.trial_id: 1})
+    Pack([m], data, **PLAIN).train({m.trial_id: 1})
     for got, want in zip(m.model.get_weights(), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert m.train_loss == pytest.approx(float(loss), rel=1e-5)
@@ -290,6 +296,6 @@ def test_weight_constraints_are_applied_after_each_update(data):
             num_classes, kernel_constraint=keras.constraints.NonNeg())])
 
     ms = built(data, list(enumerate(CONFIGS[:2])), constrained)
-    Pack(ms, data, fusion="auto").train({m.trial_id: 10 for m in ms})
+    Pack(ms, data, fusion="auto", jit_compile=False).train({m.trial_id: 10 for m in ms})
     for m in ms:
         assert m.model.layers[0].kernel.numpy().min() >= 0

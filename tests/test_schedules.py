@@ -47,7 +47,7 @@ def trained(data, trials, steps, horizon, fusion="off") -> list[Member]:
     ms = build(data, trials)
     for m in ms:
         m.set_lr_horizon(horizon)
-    pack = Pack(ms, data, fusion=fusion, chunk_steps=7)
+    pack = Pack(ms, data, fusion=fusion, jit_compile=False, chunk_steps=7)
     pack.train({m.trial_id: steps for m in ms})
     assert pack.fused == (fusion == "on")
     return ms
@@ -82,11 +82,11 @@ def test_the_rate_follows_the_members_own_step(data):
     [m] = build(data, [trial(0, lr_schedule="linear")])
     m.set_lr_horizon(2.0)  # 2 epochs of 47 steps
     assert m.steps_for(2.0) == 94
-    Pack([m], data, fusion="off", chunk_steps=11).train({m.trial_id: 47})
+    Pack([m], data, fusion="off", jit_compile=False, chunk_steps=11).train({m.trial_id: 47})
     assert float(m.optimizer.iterations.numpy()) == 47
     assert float(m.optimizer.learning_rate) == pytest.approx(0.05 * 0.5, rel=1e-6)
-    Pack([m], data, fusion="off").train({m.trial_id: 100})  # past the horizon it stays at 0
-    assert float(m.optimizer.learning_rate) == 0.0
+    Pack([m], data, fusion="off", jit_compile=False).train({m.trial_id: 100})
+    assert float(m.optimizer.learning_rate) == 0.0  # past the horizon it stays at 0
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "rex", "step"])
@@ -108,7 +108,7 @@ def test_continuing_from_a_checkpoint_is_training_in_one_go(data, tmp_path):
     [second] = build(data, [me])
     second.load(me, read_state(path), second.preprocessing)
     second.set_lr_horizon(1.0)
-    Pack([second], data, fusion="off", chunk_steps=7).train({me.trial_id: 18})
+    Pack([second], data, fusion="off", jit_compile=False, chunk_steps=7).train({me.trial_id: 18})
     assert_same(second, whole)
     # the schedule's base rate and horizon are in the checkpoint, beside the optimizer's own
     assert len(read_state(path).slots) == len(whole.optimizer.variables)
@@ -182,7 +182,7 @@ def test_a_reused_pack_of_scheduled_members_ends_where_a_fresh_one_does(fusion, 
                     learning_rate=0.03) for i, (s, o) in enumerate(shapes)]
 
     def search(keep):
-        cache = make_cache(small, keep=keep, fusion=fusion)
+        cache = make_cache(small, keep=keep, fusion=fusion, jit_compile=False)
         states, out = {}, {}
         for rung, epochs in enumerate((0.3, 0.9)):
             for group in (first, second):

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from packexp.pack_options import check_choice
+from packexp.pack_options import PACK_DEFAULTS, check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused_graph import convolutional, couples_rows
@@ -78,6 +78,10 @@ class Pack:
       the order of the member with that batch size; each member takes the first rows it
       needs, and each distinct ``Preprocessing`` runs once per step for all who use it.
       Members then see each other's data order, so results depend on pack-mates.
+
+    The keyword arguments are the pack settings, defaulting to a run's
+    (``pack_options.PackSettings``): fused and compiled where ``auto`` chooses;
+    ``fusion="off", jit_compile=False`` gives the plain pack, traced but not compiled.
     """
 
     def __init__(
@@ -85,13 +89,13 @@ class Pack:
         members: Sequence[Member],
         data: DeviceData,
         *,
-        misaligned: str = "mask",
-        data_sharing: str = "gather",
-        fusion: str = "off",
-        grouped_conv: str = "auto",
-        jit_compile: bool | str = False,
-        chunk_steps: int = 500,
-        eval_batch_size: int = 1024,
+        misaligned: str = PACK_DEFAULTS.misaligned,
+        data_sharing: str = PACK_DEFAULTS.data_sharing,
+        fusion: str = PACK_DEFAULTS.fusion,
+        grouped_conv: str = PACK_DEFAULTS.grouped_conv,
+        jit_compile: bool | str = PACK_DEFAULTS.jit_compile,
+        chunk_steps: int = PACK_DEFAULTS.chunk_steps,
+        eval_batch_size: int = PACK_DEFAULTS.eval_batch_size,
         batch_bucket: int | None = None,
     ) -> None:
         if not members:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from packexp.pack_options import why_not_fusable
+from packexp.pack_options import PACK_DEFAULTS, why_not_fusable
 from packexp.search_space import Trial, member_bucket, member_key, pack_key
 from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
 
@@ -162,7 +162,7 @@ class CostModel:
         A member without a fused update rule (``why_not_fusable``: an optimizer such as
         adamw, or weight decay, clipping, ...) makes the pack plain, as the pack engine does.
         """
-        fusion = self.settings.get("fusion", "auto")
+        fusion = self.settings.get("fusion", PACK_DEFAULTS.fusion)
         if (fusion == "off" or self.fused is None
                 or any(why_not_fusable(t.hparams) for t in group)):
             return ("off",)
@@ -205,7 +205,8 @@ class CostModel:
         a plain pack skips a member's step once its budget is spent.
         """
         longest = max(steps)
-        calls = -(-longest // int(self.settings.get("chunk_steps", 500))) * self.call_s
+        chunk = int(self.settings.get("chunk_steps", PACK_DEFAULTS.chunk_steps))
+        calls = -(-longest // chunk) * self.call_s
         if fusion == "on" and self.fused is not None:
             return calls + longest * self.step_s(batches, "on")
         a, c0, c1 = self.plain
