@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import hydra
@@ -78,12 +78,22 @@ def check_pairing(cfg: DictConfig, build_model: Callable, dataset: Any) -> None:
 
 
 def task_overrides() -> list[str]:
+    """The job's command-line overrides but ``resume``; none outside a Hydra app."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
-        return [o for o in HydraConfig.get().overrides.task if not o.startswith("resume")]
+        return without_keys(HydraConfig.get().overrides.task, ("resume",))
     except ValueError:
         return []
+
+
+def without_keys(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """``overrides`` but those that set one of ``keys`` (``+key=``, ``~key`` included)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [text for text, o in zip(overrides, parsed, strict=True)
+            if o.key_or_group not in keys]
 
 
 

@@ -47,7 +47,7 @@ def main() -> None:
                              build, (8, 8, 1), 10, data.train_size)
                for i in range(args.members)]
     t1 = time.perf_counter()
-    pack = Pack(members, data)
+    pack = Pack(members, data, fusion="off", jit_compile=False)  # the plain pack
     steps = {m.trial_id: 1 for m in members}
     pack.train(steps)
     t2 = time.perf_counter()

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from packexp.pack_options import PACK_DEFAULTS
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import convolutional
 from packexp.packing.initial import InitialWeights
@@ -51,7 +52,7 @@ class PackCache:
     """
 
     def __init__(self, make_member: Callable[[Trial], Member], data: DeviceData,
-                 pack_options: Mapping[str, Any], keep: int = 32,
+                 pack_options: Mapping[str, Any], keep: int = PACK_DEFAULTS.reuse,
                  model_runtime: Sequence[str] = (),
                  template: Mapping[str, Any] | None = None) -> None:
         self.make_member = make_member
@@ -84,7 +85,7 @@ class PackCache:
         program is kept per member-count bucket (``search_space.member_bucket``) and packs
         of fewer members fill idle seats. Known once a member is built: under
         ``jit_compile=auto``, only models without convolutions compile."""
-        jit = self.pack_options.get("jit_compile", False)
+        jit = self.pack_options.get("jit_compile", PACK_DEFAULTS.jit_compile)
         if (jit is False or not self.pack_options.get("batch_bucket")
                 or self.pack_options.get("data_sharing") == "slice"
                 or (jit is not True and self.pack_options.get("misaligned") == "switch")):

@@ -13,17 +13,15 @@ the same device, model, data shape and pack settings find it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packexp.files import write_json
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
 from packexp.packing.fused_graph import convolutional, couples_rows
@@ -37,49 +35,6 @@ VERSION = 4  # bumped whenever a record's fields change
 TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
 CYCLES = 5  # whole single packs timed as the search runs them (``pack_s``)
-
-
-def calibration_key(facts: Mapping[str, Any]) -> str:
-    """A short, stable digest of what a calibration depends on."""
-    text = json.dumps({"version": VERSION, **facts}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str, Any],
-                      measure: Callable[[], dict], fresh: bool = False) -> tuple[dict, bool]:
-    """The calibration for ``facts``: the run's own, a kept one, or one measured now.
-
-    Args:
-        run_file: The run directory's copy (read first: a resumed run plans as before).
-        kept_dir: Where calibrations are kept across runs; None keeps none.
-        facts: What the calibration depends on (device, structure, settings).
-        measure: Measures a calibration.
-        fresh: Measure even where a kept one matches (a resumed run still reads its own).
-
-    Returns:
-        The calibration, and whether it was measured now.
-    """
-    key = calibration_key(facts)
-    candidates = [run_file] + ([] if fresh or kept_dir is None
-                               else [kept_dir / f"{key}.json"])
-    for path in candidates:
-        if path.exists():
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as e:
-                log.warning("calibration %s is unreadable (%s); measuring again", path, e)
-                continue
-            if record.get("key") == key:
-                log.info("calibration: %s", path)
-                write_json(run_file, record)
-                return record, False
-            if path == run_file:
-                log.warning("calibration %s is for other settings; measuring again", path)
-    record = {"key": key, "facts": dict(facts), **measure()}
-    write_json(run_file, record)
-    if kept_dir is not None:
-        write_json(kept_dir / f"{key}.json", record)
-    return record, True
 
 
 def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
@@ -206,3 +161,32 @@ def _member_times(cache: PackCache, group: list[Trial]) -> tuple[float, float]:
         m.load(t, s, m.preprocessing)
     load_s = (time.perf_counter() - t0) / len(members)
     return build_s, load_s
+
+
+@dataclass(frozen=True)
+class Fits:
+    """Whether ``n`` members of one structure at batch size ``b`` fit: ``table[(n, b)]``."""
+
+    table: Mapping[tuple[int, int], bool]
+
+    def __call__(self, group: Sequence[Trial]) -> bool:
+        return self.table[len(group), int(group[0].hparams["batch_size"])]
+
+
+def calibration_args(hparams: Mapping[str, Any], batch_sizes: Sequence[int],
+                     capacity: Any, max_members: int, longest_steps: int) -> tuple:
+    """``calibrate_here``'s arguments, worked out where the search is planned: which of the
+    packs a calibration may measure fit the device is answered here, by the memory model
+    (``capacity``, a ``strategies.Capacity``)."""
+    measured = (sorted(batch_sizes)[len(batch_sizes) // 2], max(batch_sizes))  # calibrate's
+    fits = {(n, b): capacity.fits([Trial(f"fits-{i}", {**hparams, "batch_size": b}, (), seed=i)
+                                   for i in range(n)])
+            for n in range(2, min(max_members, 8) + 1) for b in dict.fromkeys(measured)}
+    return (dict(hparams), list(batch_sizes), max_members, Fits(fits), longest_steps)
+
+
+def calibrate_here(cache: Any, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
+                   max_members: int, fits: Fits, longest_steps: int) -> dict:
+    """A calibration measured on this process's device (``Executor.on_device``)."""
+    log.info("cost model: calibrating on this device")
+    return calibrate(cache, hparams, batch_sizes, max_members, fits, longest_steps)

@@ -41,9 +41,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from packexp.errors import ConfigError
 from packexp.pack_options import PACK_DEFAULTS, why_not_fusable
 from packexp.search_space import Trial, member_bucket, member_key, pack_key
-from packexp.strategies.base import Capacity, Planned, RungContext, Strategy
+from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +263,26 @@ class CostStrategy(Strategy):
 
     def use_costs(self, costs: CostModel | Mapping[str, Any]) -> None:
         self.costs = costs if isinstance(costs, CostModel) else CostModel.fit(costs)
+
+    def prepare(self, device: Device) -> None:
+        """Fits the cost model to the device's calibration: the run's own, one kept under
+        ``calibration_dir`` for the same facts, or one measured there now."""
+        from packexp.strategies.calibration import RUN_FILE, kept_directory, load_or_calibrate
+
+        path = device.run_dir / RUN_FILE
+        record, measured = load_or_calibrate(path, kept_directory(self.calibration_dir),
+                                             device.facts(), device.measure,
+                                             fresh=self.recalibrate)
+        try:
+            self.use_costs(record)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{path}: not a calibration packexp can read "
+                              f"({type(e).__name__}: {e}); delete it to measure again") from None
+        error = self.costs.error
+        log.info("cost model: calibration %s, %s; step times fitted within %.0f%% (median), "
+                 "%.0f%% (max) over %d packs", record["key"],
+                 f"measured in {record['seconds']:.1f} s" if measured else "kept from before",
+                 100 * error["median"], 100 * error["max"], error["packs"])
 
     def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:
         rung = RungContext(steps={t.trial_id: DEFAULT_STEPS for t in trials})
