@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packexp.tracking.base import Tracker, TrackingError
+from packexp.events import MemberScored, PackFinished, RungPlanned, Summary, TrialEnded
+from packexp.tracking.base import STATUS, Tracker, TrackingError
 
 if TYPE_CHECKING:
     from packexp.data import Dataset
@@ -79,6 +80,37 @@ class MlflowTracker(Tracker):
     @property
     def run_id(self) -> str | None:
         return self._parent
+
+    # The search's events, each kept as the store keeps it.
+
+    def on_rung_planned(self, event: RungPlanned) -> None:
+        self.log_rung_plan(event.bracket, event.rung, event.epochs, event.packs, event.done)
+
+    def on_member_scored(self, event: MemberScored) -> None:
+        result, pack = event.result, event.pack
+        self.log_trial_rung(
+            result.trial_id, event.trial.hparams,
+            {**event.tags, "bracket": result.bracket, "rung": result.rung,
+             "pack_id": result.pack_id, "fused": str(pack.fused).lower(),
+             "xla": str(pack.xla).lower(), "grouped_conv": pack.grouped_conv,
+             "promoted_from": event.promoted_from},
+            result.epochs,
+            {"val_accuracy": result.val_accuracy, "val_loss": result.val_loss,
+             "train_loss": result.train_loss, "steps": result.steps,
+             "step_time_ms": pack.step_time_ms, "peak_memory_mb": pack.peak_memory_mb,
+             "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
+
+    def on_pack_finished(self, event: PackFinished) -> None:
+        self.log_pack(event.index, event.pack.to_dict(), event.best)
+
+    def on_trial_ended(self, event: TrialEnded) -> None:
+        self.end_trial(event.trial_id, STATUS[event.status])
+
+    def on_summary(self, event: Summary) -> None:
+        if event.metrics:
+            self.log_metrics(event.metrics)
+        for path, folder in event.artifacts:
+            self.log_artifact(path, folder)
 
     def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
               resume_run_id: str | None = None, config_yaml: str | None = None,
