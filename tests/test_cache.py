@@ -14,8 +14,7 @@ from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache, member_key
 from packexp.packing.data import Preprocessing
 from packexp.packing.trainer import train_group
-from tests.test_fused_cnn import every_layer_cnn
-from tests.test_packing import PLAIN, mlp_with_dropout, trial
+from tests.helpers import every_layer_cnn, make_cache, mlp_with_dropout, trial
 
 pytestmark = pytest.mark.tf
 
@@ -36,17 +35,6 @@ def data() -> DeviceData:
 def images() -> DeviceData:
     return DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=3, train_size=120,
                                      val_size=30))
-
-
-def make_cache(data: DeviceData, keep: int, build=None, preprocessing=None, **options):
-    build = build or functools.partial(mlp3.build, width=16)
-    ds = data.dataset
-
-    def make_member(t):
-        return Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size,
-                             preprocessing)
-
-    return PackCache(make_member, data, {**PLAIN, "chunk_steps": 7, **options}, keep=keep)
 
 
 def search(cache: PackCache, epochs=(1.0, 2.5)) -> dict:

@@ -13,7 +13,7 @@ from packexp.data import synthetic
 from packexp.models import mlp3
 from packexp.packing import DeviceData, Member, Pack
 from packexp.search_space import Trial, derive_seed
-from tests.test_packing import PLAIN
+from tests.helpers import PLAIN
 
 pytestmark = pytest.mark.tf
 

@@ -11,7 +11,7 @@ from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Evaluation, Member, Pack
 from packexp.search_space import Trial, derive_seed
-from tests.test_packing import PLAIN
+from tests.helpers import PLAIN
 
 pytestmark = pytest.mark.tf
 

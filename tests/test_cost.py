@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
@@ -11,34 +10,11 @@ import pytest
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext
 from packexp.strategies.cost import CostModel, CostStrategy
+from tests.helpers import device
 
 SPACE = SearchSpace({"batch_size": [16, 32, 64], "optimizer": ["sgd"],
                      "learning_rate": [0.1, 0.01], "activation": ["relu", "tanh"]},
                     categorical=["optimizer", "activation"])
-
-
-def device(*, plain=(1e-3, 1e-3, 0.0), fused=None, plain_setup=(0.1, 0.05),
-           fused_setup=(0.2, 0.01), build_s=0.02, load_s=0.001, fusion="auto",
-           call_s=0.0, evaluate=(0.0, 0.0), checkpoint_s=0.0) -> dict:
-    """A calibration record of a fake device whose packs follow the given curves exactly."""
-    a, c0, c1 = plain
-    packs = []
-    for n, b in itertools.product((1, 2, 4, 8), (16, 64)):
-        packs.append({"fusion": "off", "xla": False, "batches": [b] * n,
-                      "step_s": a + n * (c0 + c1 * b), "call_s": call_s,
-                      "setup_s": plain_setup[0] + plain_setup[1] * n,
-                      "eval_s": evaluate[0] + evaluate[1] * n})
-        if fused and n > 1:
-            fa, f0, f1 = fused
-            packs.append({"fusion": "on", "xla": False, "batches": [b] * n,
-                          "step_s": fa + n * (f0 + f1 * b), "call_s": call_s,
-                          "setup_s": fused_setup[0] + fused_setup[1] * n,
-                          "eval_s": evaluate[0] + evaluate[1] * n})
-    return {"packs": packs, "build_s": build_s, "load_s": load_s,
-            "checkpoint_s": checkpoint_s, "chunk_steps": 500,
-            "settings": {"fusion": fusion, "misaligned": "mask", "data_sharing": "gather",
-                         "jit_compile": "auto", "xla_min_steps": 2000,
-                         "fusable": bool(fused)}}
 
 
 def strategy(calibration: dict, seed: int = 0) -> CostStrategy:
@@ -210,10 +186,14 @@ def test_a_member_without_a_fused_rule_makes_its_pack_plain_in_the_plan():
 
 def test_an_unreadable_calibration_is_one_line(tmp_path):
     from packexp.errors import ConfigError
-    from packexp.tasks.calibration import fit_costs
+    from packexp.strategies import Device
+    from packexp.strategies.calibration import calibration_key
 
+    (tmp_path / "calibration.json").write_text(json.dumps({"key": calibration_key({}),
+                                                           "packs": []}))
+    place = Device(tmp_path, facts=dict, measure=lambda: pytest.fail("measured again"))
     with pytest.raises(ConfigError, match=r"calibration\.json: not a calibration"):
-        fit_costs(CostStrategy(), {"packs": []}, tmp_path / "calibration.json")
+        CostStrategy(calibration_dir=None).prepare(place)
 
 
 def test_a_single_amortises_its_set_up_over_the_structures_only_when_finite():

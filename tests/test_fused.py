@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 
@@ -17,8 +16,14 @@ from packexp.packing.data import Preprocessing
 from packexp.packing.fused import why_not_fused
 from packexp.run import run
 from packexp.search_space import Trial, member_key
-from tests.conftest import compose_config
-from tests.test_packing import CONFIGS, assert_same_weights, trial
+from tests.helpers import (
+    CONFIGS,
+    assert_same_weights,
+    compose_config,
+    every_layer_cnn,
+    members,
+    trial,
+)
 
 pytestmark = pytest.mark.tf
 
@@ -28,13 +33,6 @@ RTOL, ATOL = 1e-4, 1e-5
 @pytest.fixture(scope="module")
 def data() -> DeviceData:
     return DeviceData(digits.load())
-
-
-def members(data, configs, width=32, preprocessing=None) -> list[Member]:
-    build = functools.partial(mlp3.build, width=width)
-    ds = data.dataset
-    return [Member.create(trial(i, *c), build, ds.input_shape, ds.num_classes,
-                          data.train_size, preprocessing) for i, c in configs]
 
 
 def train(data, configs, epochs, fusion, **kw):
@@ -144,8 +142,6 @@ def test_auto_xla_compiles_only_where_one_program_serves_the_pack(data, misalign
 
 
 def test_auto_xla_leaves_cnn_packs_uncompiled(data):
-    from tests.test_fused_cnn import every_layer_cnn
-
     images = DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=3, train_size=60,
                                        val_size=10))
     ds = images.dataset

@@ -27,7 +27,7 @@ from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import grouped_conv_path, why_not_fused
 from packexp.packing.fused_graph import fused_ops
 from packexp.packing.fused_ops import Unfusable
-from tests.test_packing import CONFIGS, trial
+from tests.helpers import CONFIGS, every_layer_cnn, trial
 
 pytestmark = pytest.mark.tf
 
@@ -42,35 +42,6 @@ def images() -> DeviceData:
 def small_images() -> DeviceData:
     return DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=4, train_size=96,
                                      val_size=40))
-
-
-def every_layer_cnn(input_shape, num_classes, hparams) -> keras.Model:
-    """A small CNN with one of each layer the fused graph translates."""
-    act = hparams["activation"]
-    layers = keras.layers
-    x = inputs = keras.Input(input_shape)
-    x = layers.Rescaling(2.0, offset=-1.0)(x)
-    x = layers.ZeroPadding2D(1)(x)
-    x = layers.Conv2D(6, 3, strides=2, activation=act)(x)  # bias and activation inside
-    x = layers.BatchNormalization()(x)
-    a = layers.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
-    a = layers.BatchNormalization(momentum=0.9)(a)
-    a = layers.Activation(act)(a)
-    b = layers.Conv2D(6, 1, use_bias=False)(x)
-    b = layers.ReLU(6.0)(b)
-    x = layers.Add()([a, b])
-    x = layers.Concatenate()([x, layers.Conv2D(4, 1)(x)])
-    x = layers.MaxPooling2D(2)(x)
-    x = layers.AveragePooling2D(1)(x)
-    x = layers.Dropout(0.0)(x)
-    w = layers.DepthwiseConv2D(1, depth_multiplier=2)(layers.Cropping2D(1)(x))
-    x = layers.Add()([layers.GlobalMaxPooling2D(keepdims=True)(w),  # broadcasts
-                      layers.Concatenate()([x, x])])
-    skip = layers.GlobalAveragePooling2D()(x)
-    flat = layers.Dense(8, activation=act)(layers.Flatten()(x))
-    flat = layers.BatchNormalization()(flat)
-    x = layers.Concatenate()([skip, flat])
-    return keras.Model(inputs, layers.Dense(num_classes)(x))
 
 
 @pytest.fixture(params=["native", "split"])
@@ -189,9 +160,9 @@ def test_without_onednn_fused_cnns_train_on_the_split_path(tmp_path):
     pack trains and matches its members trained plain and alone."""
     if telemetry.gpu_device():
         pytest.skip("oneDNN is a CPU matter")
-    script = textwrap.dedent("""
+    script = textwrap.dedent(f"""
         from packexp import telemetry
-        from tests.test_fused_cnn import NO_ADAM, assert_fused_matches_plain_alone, small_images
+        from {__name__} import NO_ADAM, assert_fused_matches_plain_alone, small_images
         assert telemetry.device_facts().onednn is False, telemetry.device_facts()
         assert not telemetry.grouped_conv_gradients()
         assert_fused_matches_plain_alone(small_images(), NO_ADAM[:2], 4)

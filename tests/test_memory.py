@@ -30,7 +30,7 @@ from packexp.packing.trainer import train_group
 from packexp.run import run
 from packexp.search_space import Trial, derive_seed
 from packexp.strategies import Capacity
-from tests.conftest import CONF_DIR, compose_config
+from tests.helpers import CONF_DIR, compose_config, device
 
 STRATEGIES = sorted(p.stem for p in Path(CONF_DIR, "strategy").glob("*.yaml"))
 MB = 2**20
@@ -218,8 +218,6 @@ def test_strategies_never_exceed_a_byte_capacity(name):
 
     strategy = instantiate(compose_config([f"strategy={name}"]).strategy)
     if strategy.needs_costs:  # a fake device on which packs of two or more pay off
-        from tests.test_cost import device
-
         strategy.use_costs(device(plain=(5e-3, 1e-3, 1e-5), fused=(5e-3, 5e-4, 1e-5)))
     packs = strategy.pack(trials, capacity)
     assert sorted(t.trial_id for p in packs for t in p) == sorted(t.trial_id for t in trials)

@@ -18,7 +18,7 @@ from packexp.packing.optimizers import (
     optimizer_args,
     optimizer_kind,
 )
-from tests.test_fused import members
+from tests.helpers import members
 
 pytestmark = pytest.mark.tf
 

@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from packexp.pack_options import PACK_ARGS, PACK_DEFAULTS, PackSettings, check_choice
-from tests.conftest import compose_config
+from tests.helpers import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = dataclasses.asdict(PACK_DEFAULTS)

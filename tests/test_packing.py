@@ -13,19 +13,9 @@ from packexp.data import synthetic
 from packexp.models import mlp3
 from packexp.packing import DeviceData, Member, Pack, batch_indices
 from packexp.packing.data import Preprocessing
-from packexp.search_space import Trial, derive_seed
+from tests.helpers import CONFIGS, PLAIN, assert_same_weights, mlp_with_dropout, trial
 
 pytestmark = pytest.mark.tf
-
-CONFIGS = [  # (batch_size, optimizer, learning_rate, activation)
-    (20, "adam", 1e-3, "relu"),
-    (45, "momentum", 1e-2, "tanh"),
-    (70, "adagrad", 1e-2, "sigmoid"),
-    (32, "sgd", 1e-1, "leaky_relu"),
-]
-# The plain pack, traced but not compiled (a run's default is auto for both): the pack the
-# isolation invariant holds bit for bit.
-PLAIN = {"fusion": "off", "jit_compile": False}
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +27,6 @@ def data() -> DeviceData:
 def image_data() -> DeviceData:
     return DeviceData(synthetic.load(shape=[6, 6, 2], num_classes=3, train_size=200,
                                      val_size=40))
-
-
-def trial(i: int, batch: int, opt: str, lr: float, act: str) -> Trial:
-    hp = {"batch_size": batch, "optimizer": opt, "learning_rate": lr, "activation": act}
-    return Trial(f"t{i}", hp, (), seed=derive_seed(11, i))
 
 
 def members(data: DeviceData, configs) -> list[Member]:
@@ -56,20 +41,6 @@ def train(data, configs, epochs: float, **pack_kw) -> tuple[list[Member], dict]:
     pack = Pack(ms, data, **{**PLAIN, **pack_kw})
     pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate()
-
-
-def mlp_with_dropout(input_shape, num_classes, hparams) -> keras.Model:
-    """A user's kind of model: its Dropout layer draws random masks in training."""
-    return keras.Sequential([keras.Input(tuple(input_shape)),
-                             keras.layers.Dense(16, activation=hparams["activation"]),
-                             keras.layers.Dropout(0.3), keras.layers.Dense(num_classes)])
-
-
-def assert_same_weights(a: Member, b: Member) -> None:
-    for wa, wb in zip(a.model.get_weights(), b.model.get_weights(), strict=True):
-        np.testing.assert_array_equal(wa, wb)
-    for va, vb in zip(a.optimizer.variables, b.optimizer.variables, strict=True):
-        np.testing.assert_array_equal(va.numpy(), vb.numpy())
 
 
 @pytest.mark.parametrize("misaligned", ["mask", "switch"])

@@ -19,6 +19,7 @@ from packexp.packing.fused import why_not_fused
 from packexp.packing.member import read_state, write_state
 from packexp.packing.schedules import profile
 from packexp.search_space import Trial, derive_seed
+from tests.helpers import make_cache
 
 pytestmark = pytest.mark.tf
 
@@ -172,7 +173,6 @@ def test_hyperband_validates_the_horizon():
 def test_a_reused_pack_of_scheduled_members_ends_where_a_fresh_one_does(fusion, lr_horizon):
     """A kept pack takes new trials' base rates and each rung's horizon as variable values."""
     from packexp.packing.trainer import train_group
-    from tests.test_cache import make_cache
 
     small = DeviceData(digits.load())
     shapes = [("cosine", "momentum"), ("rex", "adam"), ("constant", "sgd")]
