@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig, open_dict
 
-from tests.helpers import compose_config
+from tests.helpers import ROOT, compose_config, ray_processes, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -44,3 +46,19 @@ def pytest_runtest_setup(item):
 
         if gpu_device() is None:
             item.add_marker(pytest.mark.skip(reason="needs a GPU"))
+
+
+@pytest.fixture
+def ray_env(tmp_path):
+    """Environment of a run on Ray: its files in a short temporary directory (its socket
+    paths must stay short), HOME in ``tmp_path``; afterwards no process of that Ray is left."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    yield env
+    assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
+    assert not [p for p in home.rglob("*") if "ray" in p.name.lower()]
+    shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -270,3 +271,26 @@ def fake_image_folder(folder: Path) -> Path:
         (d / "notes.txt").write_text("not an image")
     (folder / ".ipynb_checkpoints").mkdir()
     return folder
+
+
+def ray_processes(ray_tmp: str) -> list[int]:
+    """The processes of the Ray whose files are in ``ray_tmp`` (``RAY_TMPDIR``)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("RAY_TMPDIR") == ray_tmp and p.pid != os.getpid():
+                found.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()

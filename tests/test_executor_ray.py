@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -17,6 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.helpers import ray_processes, wait_until
 
 pytest.importorskip("ray")
 
@@ -26,42 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # Plain packs, so results agree bit for bit; knn packs several members without calibrating.
 QUICK = ["experiment=quick", "strategy=knn", "pack.fusion=off"]
 WORKER_BUSY = "PackWorker.run_pack"
-
-
-@pytest.fixture
-def ray_env(tmp_path):
-    """Environment of a run: Ray's files in a short temporary directory (its socket paths
-    must stay short), HOME in ``tmp_path``; afterwards no process of that Ray is left."""
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    yield env
-    assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
-    assert not [p for p in home.rglob("*") if "ray" in p.name.lower()]
-    shutil.rmtree(ray_tmp, ignore_errors=True)
-
-
-def ray_processes(ray_tmp: str) -> list[int]:
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("RAY_TMPDIR") == ray_tmp and p.pid != os.getpid():
-                found.append(p.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return condition()
 
 
 def packexp(run_dir: Path, env: dict, *overrides: str) -> subprocess.Popen:
