@@ -1,45 +1,52 @@
-"""The MLflow tracker: the only module that talks to MLflow."""
+"""The MLflow tracker: what a search records in MLflow, queued to a writer process."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
-import os
+import sys
 import time
-import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from packexp.events import MemberScored, PackFinished, RungPlanned, Summary, TrialEnded
+from packexp.tracking import mlflow_writer
 from packexp.tracking.base import STATUS, Tracker, TrackingError
+from packexp.tracking.mlflow_writer import (
+    EXPERIMENT_KIND,
+    INTERRUPTED,
+    OUTCOMES,
+    SOURCE,
+    CallFailed,
+    WriterGone,
+    dataset_splits,
+    one_line,
+    source_tags,
+    split_inputs,
+)
 
 if TYPE_CHECKING:
     from packexp.data import Dataset
 
+__all__ = ["EXPERIMENT_KIND", "INTERRUPTED", "OUTCOMES", "SOURCE", "MlflowTracker",
+           "dataset_inputs", "experiment_name", "source_tags"]
+
 log = logging.getLogger(__name__)
 
-# What a trial run's MLflow status means, as its ``outcome`` tag says in words.
-OUTCOMES = {"KILLED": "cut", "FAILED": "diverged", "FINISHED": "completed"}
-INTERRUPTED = "interrupted"
 MAX_EXPERIMENT_NAME = 500  # MLflow's limit
-# MLflow 3's UI opens an experiment by its kind; without this tag it may guess GenAI and land
-# on traces instead of the training runs.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
-# What the Source column shows for every run packexp makes, whatever started the process.
-SOURCE = {"mlflow.source.name": "python -m packexp", "mlflow.source.type": "LOCAL"}
+# Command-line flags under which Hydra runs no job.
+NO_JOB = frozenset({"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info",
+                    "-sc", "--shell-completion"})
 
 
 class MlflowTracker(Tracker):
     """One parent run per invocation and one nested run per trial.
 
-    Uses ``MlflowClient`` with explicit run ids, never the fluent active-run stack, so a
-    failed job in a multirun cannot leave a run open for the next one. The store is checked
-    at start-up (a ``TrackingError`` there); after that a logging call that fails is a
-    warning, never the end of a search that has been training for an hour.
+    Every MLflow call is made by a writer process (``mlflow_writer``) that owns the
+    ``MlflowClient``, with explicit run ids, never the fluent active-run stack. ``start``
+    waits for it: the store is checked there (a ``TrackingError``). After that each call is
+    queued and returns at once; a call the writer cannot apply is a warning, never the end
+    of a search that has been training for an hour. ``end`` returns once all are applied.
 
     Args:
         uri: Tracking URI; None for the local store ``<store_dir>/mlflow.db``.
@@ -62,16 +69,14 @@ class MlflowTracker(Tracker):
         self.store = Path(store_dir).resolve()
         self.uri = uri or f"sqlite:///{self.store / 'mlflow.db'}"
         self.sample_interval_s = sample_interval_s or 0
-        self._client: Any = None
+        self._writer: mlflow_writer.WriterProcess | None = None
         self._parent: str | None = None
-        self._experiment_id: str | None = None
-        self._trial_runs: dict[str, str] = {}
-        self._open: set[str] = set()
+        self._logged: set[str] = set()
         self._pending: dict[str, str] = {}
         self._sampler: Any = None
-        self._inputs: list[Any] = []
         self._samples_logged = 0
         self._warned = 0
+        self._lost = False
 
     @property
     def location(self) -> str:
@@ -117,103 +122,44 @@ class MlflowTracker(Tracker):
               dataset: Dataset | None = None, dataset_source: str | None = None) -> None:
         """Opens the parent run, or re-attaches to ``resume_run_id`` and its trial runs.
 
-        Every failure here is a ``TrackingError`` naming the setting, raised before training.
-        The source tags (``SOURCE``) join ``tags``; logging ``config.yaml`` also proves the
-        artifact store. The dataset becomes the run inputs of the parent and of every trial
-        run: its training and validation arrays, each with name, digest and shapes, whose
-        source is the code when there is no ``dataset_source``.
+        Every failure here is a ``TrackingError`` naming the setting, raised before training,
+        and leaves no run open. The source tags (``SOURCE``) join ``tags``; logging
+        ``config.yaml`` also proves the artifact store. The dataset becomes the run inputs of
+        the parent and of every trial run: its training and validation arrays, each with
+        name, digest and shapes, whose source is the code when there is no ``dataset_source``.
         """
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
-
-        database = Path(self.uri.removeprefix("sqlite:///")) if self.uri.startswith(
-            "sqlite:///") else None
-        if database is not None:
-            database.parent.mkdir(parents=True, exist_ok=True)
+        spec = {
+            "uri": self.uri, "experiment": self.experiment,
+            "artifacts": (self.store / "mlartifacts").as_uri() if self._local else None,
+            "run_name": run_name, "tags": dict(tags),
+            "params": [(k, str(v)[:6000]) for k, v in params.items()],
+            "resume_run_id": resume_run_id, "config_yaml": config_yaml,
+            "dataset": dataset.name if dataset else None,
+            "splits": dataset_splits(dataset) if dataset else [],
+            "dataset_source": dataset_source,
+        }
         try:
-            with _fail_fast(), _exclusive(database):
-                self._client = MlflowClient(tracking_uri=self.uri)
-                self._experiment_id = self._experiment()
-                self._inputs = dataset_inputs(dataset, dataset_source) if dataset else []
-                if resume_run_id is not None:
-                    self._reattach(resume_run_id)
-                else:
-                    run = self._client.create_run(self._experiment_id, run_name=run_name,
-                                                  tags={**source_tags(), **tags})
-                    self._parent = run.info.run_id
-                    items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-                    for i in range(0, len(items), 100):  # MLflow takes 100 params per batch
-                        self._client.log_batch(self._parent, params=items[i : i + 100])
-                    if self._inputs:
-                        self._client.log_inputs(self._parent, datasets=self._inputs)
-                if config_yaml is not None:
-                    # Also proves the artifact store works before any training.
-                    self._client.log_text(self._parent, config_yaml, "config.yaml")
-        except Exception as e:
-            if self._parent is not None:  # never leave a run open behind a start-up error
-                with contextlib.suppress(Exception):
-                    self._client.set_terminated(self._parent, status="FAILED")
-                self._parent = None
-            if isinstance(e, TrackingError):
-                raise
+            writer = mlflow_writer.claim(self._warn)
+        except OSError as e:
+            raise TrackingError(f"tracking.uri={self.uri}: cannot use the MLflow store (cannot "
+                                f"start the MLflow writer process: {e})") from None
+        try:
+            reply = writer.call("start", spec)
+        except CallFailed as e:
+            mlflow_writer.release(writer)
+            raise TrackingError(str(e)) from None
+        except WriterGone as e:
             raise TrackingError(f"tracking.uri={self.uri}: cannot use the MLflow store "
-                                f"({_one_line(e)})") from e
+                                f"({e})") from None
+        except BaseException:  # interrupted while waiting: the writer ends what it opened
+            writer.abandon()
+            raise
+        self._writer, self._parent = writer, reply["run_id"]
+        self._logged = set(reply["trials"])
         if self.sample_interval_s:
             from packexp.telemetry import ResourceSampler
 
             self._sampler = ResourceSampler(self.sample_interval_s).start()
-
-    def _experiment(self) -> str:
-        """The experiment's id; created if missing, restored if deleted; kind set."""
-        from mlflow.exceptions import MlflowException
-
-        client = self._client
-        found = client.get_experiment_by_name(self.experiment)
-        if found is None:
-            artifacts = (self.store / "mlartifacts").as_uri() if self._local else None
-            try:
-                return client.create_experiment(self.experiment, artifact_location=artifacts,
-                                                tags=EXPERIMENT_KIND)
-            except MlflowException as e:
-                found = client.get_experiment_by_name(self.experiment)
-                if found is None:  # not a parallel job that created it first: a bad name
-                    raise TrackingError(f"tracking.experiment={self.experiment!r}: MLflow "
-                                        f"rejects it ({_one_line(e)})") from None
-        if found.lifecycle_stage == "deleted":
-            try:
-                client.restore_experiment(found.experiment_id)
-            except MlflowException as e:
-                raise TrackingError(
-                    f"tracking.experiment={self.experiment!r}: the MLflow experiment of that "
-                    f"name is deleted and cannot be restored ({_one_line(e)}); choose another "
-                    "name or delete it for good (mlflow gc)") from None
-            log.warning("tracking.experiment=%r was a deleted MLflow experiment; restored it",
-                        self.experiment)
-        for key, value in EXPERIMENT_KIND.items():
-            if found.tags.get(key) != value:  # a store made before packexp set the kind
-                client.set_experiment_tag(found.experiment_id, key, value)
-        return found.experiment_id
-
-    def _reattach(self, run_id: str) -> None:
-        from mlflow.exceptions import MlflowException
-
-        try:
-            self._client.get_run(run_id)
-        except MlflowException:
-            raise TrackingError(f"tracking.uri={self.uri}: the run being resumed logged to "
-                                f"MLflow run {run_id}, which this store does not have") from None
-        self._client.update_run(run_id, status="RUNNING")
-        self._parent = run_id
-        children = self._client.search_runs(
-            [self._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
-            max_results=50000)
-        for child in children:
-            name = child.info.run_name
-            self._trial_runs[name] = child.info.run_id
-            if child.info.status == "RUNNING" or child.data.tags.get("outcome") == INTERRUPTED:
-                self._client.update_run(child.info.run_id, status="RUNNING")
-                self._open.add(name)
-        log.info("re-attached to MLflow run %s and %d trial runs", run_id, len(children))
 
     @property
     def _local(self) -> bool:
@@ -231,7 +177,7 @@ class MlflowTracker(Tracker):
             "done_before_resume": list(done),
         }
         name = f"packing/b{bracket}-r{rung}{'-resumed' if done else ''}.json"
-        self._safely("log the packing plan", self._client.log_dict, self._parent, payload, name)
+        self._post("log the packing plan", "log_rung_plan", payload, name)
 
     def log_trial_rung(
         self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
@@ -246,26 +192,11 @@ class MlflowTracker(Tracker):
     def _log_trial_rung(self, trial_id: str, hparams: Mapping[str, Any],
                         tags: Mapping[str, Any], epochs: float,
                         metrics: Mapping[str, float | None]) -> None:
-        from mlflow.entities import Metric, Param, RunTag
-
-        client = self._client
-        run_id = self._trial_runs.get(trial_id)
-        if run_id is None:
-            run = client.create_run(
-                self._experiment_id, run_name=trial_id,
-                tags={"mlflow.parentRunId": self._parent, **source_tags(), **_strings(tags)})
-            run_id = self._trial_runs[trial_id] = run.info.run_id
-            self._open.add(trial_id)
-            client.log_batch(run_id, params=[Param(k, str(v)) for k, v in hparams.items()])
-            if self._inputs:
-                client.log_inputs(run_id, datasets=self._inputs)
-        now = _now_ms()
-        client.log_batch(
-            run_id,
-            metrics=[Metric(k, float(v), now, round(epochs))
-                     for k, v in metrics.items() if v is not None],
-            tags=[RunTag(k, v) for k, v in _strings(tags).items()],
-        )
+        now, step = _now_ms(), round(epochs)
+        self._send("log a trial's rung", "log_trial_rung", trial_id,
+                   {k: str(v) for k, v in hparams.items()}, _strings(tags),
+                   [(k, float(v), now, step) for k, v in metrics.items() if v is not None], now)
+        self._logged.add(trial_id)
 
     def log_pack(self, index: int, pack: Mapping[str, Any],
                  best_val_accuracy: float | None = None) -> None:
@@ -274,8 +205,6 @@ class MlflowTracker(Tracker):
         Also logs the best validation accuracy so far and the resource readings taken since
         the last call, so the UI plots them against wall time while the search runs.
         """
-        from mlflow.entities import Metric
-
         now = _now_ms()
         values = {k: pack.get(k) for k in (
             "step_time_ms", "peak_memory_mb", "switch_overhead_s", "build_s", "trace_s",
@@ -285,78 +214,91 @@ class MlflowTracker(Tracker):
         values["reused"] = float(bool(pack.get("reused")))
         values["reused_members"] = pack.get("reused_members")
         values["best_so_far_val_accuracy"] = best_val_accuracy
-        metrics = [Metric(k, float(v), now, index) for k, v in values.items() if v is not None]
-        self._safely("log a pack", self._client.log_batch, self._parent, metrics=metrics)
+        metrics = [(k, float(v), now, index) for k, v in values.items() if v is not None]
+        self._post("log a pack", "log_metrics", metrics)
         self._flush_samples()
 
     def end_trial(self, trial_id: str, status: str) -> None:
         """Ends the trial's run: KILLED (cut by successive halving), FAILED or FINISHED."""
-        if trial_id not in self._trial_runs:
+        if trial_id not in self._logged:
             self._pending[trial_id] = status  # retired before its first rung was logged
             return
-        if trial_id in self._open:
-            self._open.discard(trial_id)
-            self._safely("end a trial run", self._end_run, self._trial_runs[trial_id], status,
-                         OUTCOMES.get(status, status.lower()))
-
-    def _end_run(self, run_id: str, status: str, outcome: str) -> None:
-        self._client.set_tag(run_id, "outcome", outcome)
-        self._client.set_terminated(run_id, status=status)
+        self._post("end a trial run", "end_trial", trial_id, status,
+                   OUTCOMES.get(status, status.lower()), _now_ms())
 
     def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
-        from mlflow.entities import Metric
-
         now = _now_ms()
-        self._safely("log metrics", self._client.log_batch, self._parent, metrics=[
-            Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None])
+        self._post("log metrics", "log_metrics",
+                   [(k, float(v), now, 0) for k, v in metrics.items() if v is not None])
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a folder's files, on the parent run; a missing path is skipped."""
         path = Path(path)
         if not path.exists():
             return
-        log_it = self._client.log_artifacts if path.is_dir() else self._client.log_artifact
-        self._safely(f"log {path.name}", log_it, self._parent, str(path), artifact_path)
+        self._post(f"log {path.name}", "log_artifact", str(path), artifact_path, path.is_dir())
 
     def end(self, status: str = "FINISHED") -> None:
-        """Ends the parent run and any trial run still open (``outcome`` = interrupted)."""
+        """Ends the parent run and any trial run still open (``outcome`` = interrupted), once
+        the writer has applied every call queued before; nothing once it has ended."""
         if self._parent is None:
             return
         if self._sampler is not None:
             self._sampler.stop()
             self._flush_samples()
             self._sampler = None
-        for trial_id in sorted(self._open):
-            self._open.discard(trial_id)
-            # An open trial was cut short by the end of the search, not by halving.
-            self._safely("end a trial run", self._end_run, self._trial_runs[trial_id],
-                         "KILLED" if status == "FINISHED" else status, INTERRUPTED)
-        self._safely("end the run", self._client.set_terminated, self._parent, status=status)
+        writer, self._writer, self._parent = self._writer, None, None
+        try:
+            writer.call("end", status, _now_ms())
+        except WriterGone as e:
+            self._writer_gone("end the run", e)
+        except BaseException:  # interrupted while it drains: it goes on, and ends the runs
+            writer.abandon()
+            raise
+        else:
+            mlflow_writer.release(writer)
         if self._warned:
             log.warning("%d MLflow calls failed in this run; its MLflow record is incomplete",
                         self._warned)
-        self._parent = None
 
     def _flush_samples(self) -> None:
         if self._sampler is None:
             return
-        from mlflow.entities import Metric
-
         metrics = []
         for sample in self._sampler.drain():
-            metrics += [Metric(k, float(v), sample.timestamp_ms, self._samples_logged)
+            metrics += [(k, float(v), sample.timestamp_ms, self._samples_logged)
                         for k, v in sample.metrics().items()]
             self._samples_logged += 1
         for i in range(0, len(metrics), 1000):  # MLflow takes 1000 metrics per batch
-            self._safely("log resource samples", self._client.log_batch, self._parent,
-                         metrics=metrics[i : i + 1000])
+            self._post("log resource samples", "log_metrics", metrics[i : i + 1000])
+
+    def _post(self, what: str, operation: str, *args: Any) -> None:
+        self._safely(what, self._send, what, operation, *args)
+
+    def _send(self, what: str, operation: str, *args: Any) -> None:
+        if self._writer is None:
+            raise WriterGone("no MLflow run is open")
+        self._writer.send(what, operation, *args)
 
     def _safely(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         try:
             call(*args, **kwargs)
+        except WriterGone as e:
+            self._writer_gone(what, e)
         except Exception as e:
+            self._warn(what, one_line(e))
+
+    def _writer_gone(self, what: str, error: WriterGone) -> None:
+        """Counted like any failed call, and said once: every later call fails the same way."""
+        if self._lost:
             self._warned += 1
-            log.warning("MLflow: could not %s (%s); the search goes on", what, _one_line(e))
+            return
+        self._lost = True
+        self._warn(what, f"{error}; no later call reaches the store")
+
+    def _warn(self, what: str, why: str) -> None:
+        self._warned += 1
+        log.warning("MLflow: could not %s (%s); the search goes on", what, why)
 
 
 def experiment_name(value: Any) -> str:
@@ -372,17 +314,6 @@ def experiment_name(value: Any) -> str:
     return name
 
 
-def source_tags() -> dict[str, str]:
-    """The runs' source: ``SOURCE``, with the user and git commit MLflow finds, if any."""
-    from mlflow.tracking.context import registry
-
-    try:
-        found = registry.resolve_tags()
-    except Exception:  # a context provider that fails must not stop the run
-        found = {}
-    return {**found, **SOURCE}
-
-
 def dataset_inputs(dataset: Dataset, source: str | None = None) -> list[Any]:
     """The dataset as MLflow run inputs: its training and its validation arrays.
 
@@ -393,73 +324,29 @@ def dataset_inputs(dataset: Dataset, source: str | None = None) -> list[Any]:
         dataset: The arrays the search trains and validates on.
         source: The file or folder they were read from; None for data made in code.
     """
-    import mlflow.data
-    from mlflow.data.code_dataset_source import CodeDatasetSource
-    from mlflow.entities import DatasetInput, InputTag
-
-    where = source if source is not None else CodeDatasetSource(tags=source_tags())
-    inputs = []
-    for context, x, y in (("training", dataset.x_train, dataset.y_train),
-                          ("validation", dataset.x_val, dataset.y_val)):
-        digest = hashlib.sha256()
-        for array in (x, y):
-            digest.update(str((array.dtype, array.shape)).encode())
-            digest.update(np.ascontiguousarray(array).tobytes())
-        with warnings.catch_warnings():
-            # MLflow registers its local artifact source twice ("" and "file" schemes) and
-            # warns that a path matches both; either is the same class.
-            warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
-            numpy_dataset = mlflow.data.from_numpy(x, targets=y, name=dataset.name,
-                                                   digest=digest.hexdigest()[:8], source=where)
-        inputs.append(DatasetInput(numpy_dataset._to_mlflow_entity(),
-                                   tags=[InputTag("mlflow.data.context", context)]))
-    return inputs
+    return split_inputs(dataset.name, dataset_splits(dataset), source)
 
 
-@contextlib.contextmanager
-def _fail_fast() -> Iterator[None]:
-    """No retries and a short timeout while the store is checked, whatever the user set."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-                                           "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "10"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
-def _exclusive(database: Path | None) -> Iterator[None]:
-    """Holds a lock beside a sqlite store, so parallel jobs do not create its tables twice."""
-    if database is None:
-        yield
+def _prewarm_for_the_command_line() -> None:
+    """Under ``python -m packexp`` the writer process starts as the command does, so MLflow
+    imports beside TensorFlow instead of after it; not for a command that picks
+    ``tracking=none`` or runs no job. (Hydra has not read the config yet: an experiment
+    bundle that turns tracking off leaves a spare that is killed at exit.)"""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or spec.name != "packexp.__main__":
         return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, as before
-        yield
+    args = sys.argv[1:]
+    if NO_JOB.intersection(args) or any(a.lstrip("+") == "tracking=none" for a in args):
         return
-    with open(database.with_name(database.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    mlflow_writer.prewarm()
 
 
 def _strings(tags: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in tags.items() if v is not None}
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_prewarm_for_the_command_line()

@@ -1,0 +1,664 @@
+"""The MLflow writer: the only code that calls MLflow, in a process of its own.
+
+A tracker queues its calls to the writer, which applies them off the training thread and
+beside it on another core, each run's in the order they were made; a run's ``log_batch``
+calls that wait together are merged into one. The writer ignores Ctrl-C and SIGTERM, which
+reach the whole process group: the tracker ends the runs and the writer drains its queue.
+If the tracker's process dies first, the writer ends the runs it left open as ``KILLED``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from multiprocessing.connection import Connection, Pipe
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# What a trial run's MLflow status means, as its ``outcome`` tag says in words.
+OUTCOMES = {"KILLED": "cut", "FAILED": "diverged", "FINISHED": "completed"}
+INTERRUPTED = "interrupted"
+# MLflow 3's UI opens an experiment by its kind; without this tag it may guess GenAI and land
+# on traces instead of the training runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# What the Source column shows for every run packexp makes, whatever started the process.
+SOURCE = {"mlflow.source.name": "python -m packexp", "mlflow.source.type": "LOCAL"}
+# MLflow's limits on one log_batch call.
+MAX_METRICS, MAX_PARAMS_TAGS, MAX_ENTITIES = 1000, 100, 1000
+# Seconds a run's batch waits for more of the run's metrics, to be merged with them.
+HOLD_S = 1.0
+# The calls a tracker may queue.
+OPERATIONS = frozenset({"start", "log_rung_plan", "log_trial_rung", "log_metrics", "end_trial",
+                        "log_artifact", "end"})
+
+Metric = tuple[str, float, int, int]  # key, value, timestamp (ms), step
+
+
+class WriterGone(RuntimeError):
+    """The writer process has ended, or never started: nothing more reaches the store."""
+
+
+class CallFailed(RuntimeError):
+    """A call the tracker waited for failed in the writer; the message says why."""
+
+
+class StoreError(Exception):
+    """The store cannot be used, in words that name the setting (the tracker's TrackingError)."""
+
+
+class Split(NamedTuple):
+    """One split of a dataset as MLflow records it: a digest of its content, not the content."""
+
+    context: str
+    digest: str
+    features: tuple[str, tuple[int, ...]]  # dtype, shape
+    targets: tuple[str, tuple[int, ...]]
+
+
+class Batch(NamedTuple):
+    """What one queued call logs with ``log_batch`` to a run that exists."""
+
+    run_id: str
+    metrics: Sequence[Metric]
+    tags: Mapping[str, str]
+
+
+def dataset_splits(dataset: Any) -> list[Split]:
+    """The dataset's training and validation splits, each with a digest of its whole content
+    (MLflow's own hashes a sample of rows), dtypes and shapes; no MLflow needed."""
+    splits = []
+    for context, x, y in (("training", dataset.x_train, dataset.y_train),
+                          ("validation", dataset.x_val, dataset.y_val)):
+        digest = hashlib.sha256()
+        for array in (x, y):
+            digest.update(str((array.dtype, array.shape)).encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+        splits.append(Split(context, digest.hexdigest()[:8], (x.dtype.str, x.shape),
+                            (y.dtype.str, y.shape)))
+    return splits
+
+
+def split_inputs(name: str, splits: Sequence[Split], source: str | None = None) -> list[Any]:
+    """The splits as MLflow run inputs, each with the dataset's name, its digest and a profile
+    with the shapes; the context tag says which split it is.
+
+    Args:
+        name: The dataset's name.
+        splits: From ``dataset_splits``.
+        source: The file or folder the data was read from; None for data made in code.
+    """
+    import mlflow.data
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.entities import DatasetInput, InputTag
+
+    where = source if source is not None else CodeDatasetSource(tags=source_tags())
+    inputs = []
+    for split in splits:
+        # With the digest given, MLflow reads only the arrays' dtypes and shapes: arrays of
+        # that dtype and shape, all one element, stand in for the content.
+        x, y = (np.broadcast_to(np.zeros((), dtype), shape)
+                for dtype, shape in (split.features, split.targets))
+        with warnings.catch_warnings():
+            # MLflow registers its local artifact source twice ("" and "file" schemes) and
+            # warns that a path matches both; either is the same class.
+            warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
+            numpy_dataset = mlflow.data.from_numpy(x, targets=y, name=name, digest=split.digest,
+                                                   source=where)
+        inputs.append(DatasetInput(numpy_dataset._to_mlflow_entity(),
+                                   tags=[InputTag("mlflow.data.context", split.context)]))
+    return inputs
+
+
+def source_tags() -> dict[str, str]:
+    """The runs' source: ``SOURCE``, with the user and git commit MLflow finds, if any."""
+    from mlflow.tracking.context import registry
+
+    try:
+        found = registry.resolve_tags()
+    except Exception:  # a context provider that fails must not stop the run
+        found = {}
+    return {**found, **SOURCE}
+
+
+class WriterProcess:
+    """The tracker's end of one writer process: queues calls, hears back failures."""
+
+    def __init__(self) -> None:
+        ours, theirs = Pipe()
+        root = str(Path(__file__).resolve().parents[2])  # the writer imports this packexp
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from packexp.tracking.mlflow_writer import "
+             "main; main(int(sys.argv[1]), sys.argv[2])", str(theirs.fileno()),
+             sys.argv[0] if sys.argv else ""],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": path})
+        theirs.close()
+        self._connection = ours
+        self._lock = threading.Lock()
+        self.owner = os.getpid()
+        self.used = False
+        self.report: Callable[[str, str], None] = _report_unclaimed
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None and not self._connection.closed
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def send(self, what: str, operation: str, *args: Any) -> None:
+        """Queues a call; if the writer cannot apply it, ``report(what, why)`` says so later."""
+        with self._lock:
+            self._receive(until_result=False)
+            self._post((what, operation, args))
+
+    def call(self, operation: str, *args: Any) -> Any:
+        """Applies a call after everything queued before it, and returns what it returns.
+
+        Raises:
+            CallFailed: The call failed in the writer.
+            WriterGone: The writer process has ended.
+        """
+        with self._lock:
+            self.used = True
+            self._post((None, operation, args))
+            return self._receive(until_result=True)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Lets the writer apply what is queued and exit; waits for it up to ``timeout`` s."""
+        with contextlib.suppress(OSError):
+            self._connection.send((None, "close", ()))
+        self._connection.close()
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("the MLflow writer (pid %d) is still busy after %.0f s; left running",
+                        self._process.pid, timeout)
+
+    def kill(self) -> None:
+        """Ends a writer that holds no run (a spare that was never used) at once."""
+        self._connection.close()
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        self._process.wait()
+
+    def abandon(self) -> None:
+        """Closes this end without a word: the writer ends the runs left open as KILLED."""
+        self._connection.close()
+
+    def _post(self, message: tuple) -> None:
+        try:
+            self._connection.send(message)
+        except OSError:
+            raise WriterGone(self._gone()) from None
+
+    def _receive(self, until_result: bool) -> Any:
+        try:
+            while until_result or self._connection.poll():
+                kind, *rest = self._connection.recv()
+                if kind == "result":
+                    return rest[0]
+                if kind == "error":
+                    raise CallFailed(rest[0])
+                if kind == "failed":
+                    self.report(*rest)
+                elif kind == "log":
+                    logging.getLogger(rest[0]).log(rest[1], "%s", rest[2])
+        except (EOFError, OSError):
+            raise WriterGone(self._gone()) from None
+        return None
+
+    def _gone(self) -> str:
+        code = self._process.poll()
+        return ("the MLflow writer process has ended" if code is None
+                else f"the MLflow writer process ended with exit code {code}")
+
+
+def _report_unclaimed(what: str, why: str) -> None:
+    log.warning("MLflow: could not %s (%s)", what, why)
+
+
+# One idle writer per process: started early by ``prewarm`` or kept by ``release`` for the
+# next tracker (a multirun's next job), so a tracker rarely waits for MLflow to import.
+_spare: WriterProcess | None = None
+_spare_lock = threading.Lock()
+
+
+def prewarm() -> None:
+    """Starts the spare writer now, so it imports MLflow while this process does other work."""
+    global _spare
+    with _spare_lock:
+        if _spare is None or not _spare.alive:
+            _spare = WriterProcess()
+
+
+def claim(report: Callable[[str, str], None]) -> WriterProcess:
+    """The spare writer, or a new one; ``report(what, why)`` hears of its failed calls."""
+    global _spare
+    with _spare_lock:
+        writer, _spare = _spare, None
+    if writer is None or not writer.alive or writer.owner != os.getpid():
+        writer = WriterProcess()
+    writer.report = report
+    return writer
+
+
+def release(writer: WriterProcess) -> None:
+    """Takes back a writer whose runs have ended: the spare, if there is none yet."""
+    global _spare
+    writer.report = _report_unclaimed
+    with _spare_lock:
+        if _spare is None and writer.alive and writer.owner == os.getpid():
+            _spare, writer = writer, None
+    if writer is not None:
+        writer.close()
+
+
+@atexit.register
+def close_spare() -> None:
+    """Ends the spare writer: at once if it never served a tracker, else once it is idle."""
+    global _spare
+    with _spare_lock:
+        writer, _spare = _spare, None
+    if writer is None or writer.owner != os.getpid():
+        return
+    if writer.used:
+        writer.close()
+    else:
+        writer.kill()
+
+
+def _forget_spare() -> None:
+    global _spare
+    _spare = None  # a forked child must not talk over its parent's writer
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_spare)
+
+
+class MlflowWriter:
+    """The writer process's side: one ``MlflowClient`` and the runs of the tracker it serves."""
+
+    def __init__(self, post: Callable[[tuple], None]) -> None:
+        self._post = post
+        self._source: dict[str, str] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._client: Any = None
+        self._parent: str | None = None
+        self._experiment_id: str | None = None
+        self._runs: dict[str, str] = {}
+        self._open: set[str] = set()
+        self._inputs: list[Any] = []
+
+    def warm_up(self) -> None:
+        """Imports what a tracker's start needs (the default sqlite store's too) and finds
+        the source tags, before any tracker asks."""
+        import mlflow.data.code_dataset_source
+        import mlflow.store.tracking.sqlalchemy_store
+        import mlflow.tracking  # noqa: F401
+
+        self._source = source_tags()
+
+    def serve(self, inbox: queue.SimpleQueue) -> None:
+        """Applies the queued calls until the tracker closes the queue or dies: in order for
+        each run, a run's batches held up to ``HOLD_S`` to be merged into one."""
+        held: dict[str, list[tuple[str, Batch]]] = {}
+        since = 0.0
+        while True:
+            try:
+                message = inbox.get(timeout=max(0.0, since + HOLD_S - time.monotonic())
+                                    if held else None)
+            except queue.Empty:
+                self._flush(held)
+                continue
+            if message is None:  # the tracker's process is gone
+                self._flush(held)
+                self.end("KILLED", None)
+                return
+            what, operation, args = message
+            if operation == "close":
+                self._flush(held)
+                return
+            batch = self._as_batch(operation, args) if what is not None else None
+            if batch is not None:
+                since = since if held else time.monotonic()
+                held.setdefault(batch.run_id, []).append((what, batch))
+                continue
+            self._flush(held, self._touches(operation, args))
+            self._apply(what, operation, args)
+
+    def _apply(self, what: str | None, operation: str, args: tuple) -> None:
+        try:
+            if operation not in OPERATIONS:
+                raise ValueError(f"no such call: {operation}")
+            result = getattr(self, operation)(*args)
+        except Exception as e:
+            if what is None:
+                self._post(("error", str(e) if isinstance(e, StoreError) else one_line(e)))
+            else:
+                self._failed(what, e)
+        else:
+            if what is None:
+                self._post(("result", result))
+
+    def _as_batch(self, operation: str, args: tuple) -> Batch | None:
+        """The call as a batch for a run that exists, or None: it must be applied alone."""
+        if operation == "log_metrics" and self._parent is not None:
+            return Batch(self._parent, args[0], {})
+        if operation == "log_trial_rung" and args[0] in self._runs:
+            trial_id, _, tags, metrics, _ = args
+            return Batch(self._runs[trial_id], metrics, tags)
+        return None
+
+    def _touches(self, operation: str, args: tuple) -> set[str] | None:
+        """The runs whose held batches must be applied before this call; None: all of them.
+        (A new trial run, a packing plan and an artifact need none.)"""
+        if operation in ("log_trial_rung", "log_rung_plan", "log_artifact"):
+            return set()
+        if operation == "end_trial":
+            return {self._runs.get(args[0])}
+        return None
+
+    def _flush(self, held: dict[str, list[tuple[str, Batch]]],
+               runs: set[str] | None = None) -> None:
+        for run_id in [r for r in held if runs is None or r in runs]:
+            batches = held.pop(run_id)
+            tags: dict[str, str] = {}
+            for _, batch in batches:
+                tags.update(batch.tags)  # a later value of a tag replaces an earlier one
+            try:
+                self._log_batch(run_id, [m for _, b in batches for m in b.metrics], (), tags)
+            except Exception as e:
+                for what, _ in batches:
+                    self._failed(what, e)
+
+    def _failed(self, what: str, error: BaseException) -> None:
+        self._post(("failed", what, one_line(error)))
+
+    def _log_batch(self, run_id: str, metrics: Iterable[Metric],
+                   params: Iterable[tuple[str, str]], tags: Mapping[str, str]) -> None:
+        """Everything in as few ``log_batch`` calls as MLflow's limits allow."""
+        from mlflow.entities import Metric as MetricEntity
+        from mlflow.entities import Param, RunTag
+
+        metrics = [MetricEntity(k, v, t, s) for k, v, t, s in metrics]
+        params = [Param(k, v) for k, v in params]
+        tags = [RunTag(k, v) for k, v in tags.items()]
+        while metrics or params or tags:
+            p, params = params[:MAX_PARAMS_TAGS], params[MAX_PARAMS_TAGS:]
+            t, tags = tags[:MAX_PARAMS_TAGS], tags[MAX_PARAMS_TAGS:]
+            room = min(MAX_METRICS, MAX_ENTITIES - len(p) - len(t))
+            m, metrics = metrics[:room], metrics[room:]
+            self._client.log_batch(run_id, metrics=m, params=p, tags=t)
+
+    def start(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Opens the parent run, or re-attaches to ``spec["resume_run_id"]`` and its trials.
+
+        Returns:
+            The parent run's id and the names of the trial runs it has.
+
+        Raises:
+            StoreError: Any failure, in words that name the setting; no run is left open.
+        """
+        from mlflow.tracking import MlflowClient
+
+        self._reset()  # a writer kept for the next job starts afresh
+        uri = spec["uri"]
+        database = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+        try:
+            if database is not None:
+                database.parent.mkdir(parents=True, exist_ok=True)
+            with _fail_fast(), _exclusive(database):
+                self._client = MlflowClient(tracking_uri=uri)
+                self._source = self._source or source_tags()
+                self._experiment_id = self._experiment(spec["experiment"], spec["artifacts"])
+                if spec["splits"]:
+                    self._inputs = split_inputs(spec["dataset"], spec["splits"],
+                                                spec["dataset_source"])
+                if spec["resume_run_id"] is not None:
+                    self._reattach(uri, spec["resume_run_id"])
+                else:
+                    run = self._client.create_run(self._experiment_id,
+                                                  run_name=spec["run_name"],
+                                                  tags={**self._source, **spec["tags"]})
+                    self._parent = run.info.run_id
+                    self._log_batch(self._parent, (), spec["params"], {})
+                    if self._inputs:
+                        self._client.log_inputs(self._parent, datasets=self._inputs)
+                if spec["config_yaml"] is not None:
+                    # Also proves the artifact store works before any training.
+                    self._client.log_text(self._parent, spec["config_yaml"], "config.yaml")
+        except Exception as e:
+            if self._parent is not None:  # never leave a run open behind a start-up error
+                with contextlib.suppress(Exception):
+                    self._client.set_terminated(self._parent, status="FAILED")
+                self._parent = None
+            if isinstance(e, StoreError):
+                raise
+            raise StoreError(f"tracking.uri={uri}: cannot use the MLflow store "
+                             f"({one_line(e)})") from e
+        return {"run_id": self._parent, "trials": sorted(self._runs)}
+
+    def _experiment(self, name: str, artifacts: str | None) -> str:
+        """The experiment's id; created if missing, restored if deleted; kind set."""
+        from mlflow.exceptions import MlflowException
+
+        client = self._client
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            try:
+                return client.create_experiment(name, artifact_location=artifacts,
+                                                tags=EXPERIMENT_KIND)
+            except MlflowException as e:
+                found = client.get_experiment_by_name(name)
+                if found is None:  # not a parallel job that created it first: a bad name
+                    raise StoreError(f"tracking.experiment={name!r}: MLflow rejects it "
+                                     f"({one_line(e)})") from None
+        if found.lifecycle_stage == "deleted":
+            try:
+                client.restore_experiment(found.experiment_id)
+            except MlflowException as e:
+                raise StoreError(
+                    f"tracking.experiment={name!r}: the MLflow experiment of that "
+                    f"name is deleted and cannot be restored ({one_line(e)}); choose another "
+                    "name or delete it for good (mlflow gc)") from None
+            log.warning("tracking.experiment=%r was a deleted MLflow experiment; restored it",
+                        name)
+        for key, value in EXPERIMENT_KIND.items():
+            if found.tags.get(key) != value:  # a store made before packexp set the kind
+                client.set_experiment_tag(found.experiment_id, key, value)
+        return found.experiment_id
+
+    def _reattach(self, uri: str, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self._client.get_run(run_id)
+        except MlflowException:
+            raise StoreError(f"tracking.uri={uri}: the run being resumed logged to "
+                             f"MLflow run {run_id}, which this store does not have") from None
+        self._client.update_run(run_id, status="RUNNING")
+        self._parent = run_id
+        children = self._client.search_runs(
+            [self._experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
+            max_results=50000)
+        for child in children:
+            name = child.info.run_name
+            self._runs[name] = child.info.run_id
+            if child.info.status == "RUNNING" or child.data.tags.get("outcome") == INTERRUPTED:
+                self._client.update_run(child.info.run_id, status="RUNNING")
+                self._open.add(name)
+        log.info("re-attached to MLflow run %s and %d trial runs", run_id, len(children))
+
+    def log_rung_plan(self, payload: Mapping[str, Any], name: str) -> None:
+        self._client.log_dict(self._parent, payload, name)
+
+    def log_trial_rung(self, trial_id: str, params: Mapping[str, str], tags: Mapping[str, str],
+                       metrics: Sequence[Metric], timestamp: int) -> None:
+        """Opens the trial's run (the first time it is logged, or once it could be), started
+        at ``timestamp`` (ms), and logs its params and metrics; later rungs are batches."""
+        run_id = self._runs.get(trial_id)
+        if run_id is not None:
+            self._log_batch(run_id, metrics, (), tags)
+            return
+        run = self._client.create_run(
+            self._experiment_id, start_time=timestamp, run_name=trial_id,
+            tags={"mlflow.parentRunId": self._parent, **self._source, **tags})
+        run_id = self._runs[trial_id] = run.info.run_id
+        self._open.add(trial_id)
+        self._log_batch(run_id, metrics, params.items(), {})
+        if self._inputs:
+            self._client.log_inputs(run_id, datasets=self._inputs)
+
+    def log_metrics(self, metrics: Sequence[Metric]) -> None:
+        self._log_batch(self._parent, metrics, (), {})
+
+    def end_trial(self, trial_id: str, status: str, outcome: str, timestamp: int) -> None:
+        if trial_id in self._open:
+            self._open.discard(trial_id)
+            self._end_run(self._runs[trial_id], status, outcome, timestamp)
+
+    def _end_run(self, run_id: str, status: str, outcome: str, timestamp: int | None) -> None:
+        self._client.set_tag(run_id, "outcome", outcome)
+        self._client.set_terminated(run_id, status=status, end_time=timestamp)
+
+    def log_artifact(self, path: str, artifact_path: str | None, folder: bool) -> None:
+        log_it = self._client.log_artifacts if folder else self._client.log_artifact
+        log_it(self._parent, path, artifact_path)
+
+    def end(self, status: str, timestamp: int | None) -> None:
+        """Ends any trial run still open (``outcome`` = interrupted) and the parent run, at
+        ``timestamp`` (ms; None: now)."""
+        if self._parent is None:
+            return
+        for trial_id in sorted(self._open):
+            self._open.discard(trial_id)
+            # An open trial was cut short by the end of the search, not by halving.
+            try:
+                self._end_run(self._runs[trial_id], "KILLED" if status == "FINISHED" else status,
+                              INTERRUPTED, timestamp)
+            except Exception as e:
+                self._failed("end a trial run", e)
+        try:
+            self._client.set_terminated(self._parent, status=status, end_time=timestamp)
+        except Exception as e:
+            self._failed("end the run", e)
+        self._parent = None
+
+
+class _Forward(logging.Handler):
+    """Sends the writer's log records to the tracker's process, which logs them there."""
+
+    def __init__(self, post: Callable[[tuple], None]) -> None:
+        super().__init__()
+        self._post = post
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._post(("log", record.name, record.levelno, record.getMessage()))
+
+
+def _listen(connection: Connection, inbox: queue.SimpleQueue) -> None:
+    """Moves the tracker's calls into ``inbox`` as they come, so its sends never wait; None
+    once its process is gone (its end closed, or this process handed to another parent)."""
+    parent = os.getppid()
+    while True:
+        try:
+            if connection.poll(1.0):
+                inbox.put(connection.recv())
+                continue
+        except (EOFError, OSError):
+            break
+        if os.getppid() != parent:
+            break
+    inbox.put(None)
+
+
+def main(fd: int, main_file: str) -> None:
+    """The writer process: serves the tracker at the other end of file descriptor ``fd``;
+    ``main_file`` is the tracker's ``sys.argv[0]``, where MLflow looks for a git commit."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the tracker ends the runs; this drains
+    sys.argv = [main_file]
+    connection = Connection(fd)
+    lock = threading.Lock()
+
+    def post(message: tuple) -> None:
+        with lock, contextlib.suppress(OSError):
+            connection.send(message)
+
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_listen, args=(connection, inbox), daemon=True).start()
+    packexp_log = logging.getLogger("packexp")
+    packexp_log.addHandler(_Forward(post))
+    packexp_log.setLevel(logging.INFO)
+    packexp_log.propagate = False
+    writer = MlflowWriter(post)
+    with contextlib.suppress(Exception):  # a failure here is met again, and told, at start
+        writer.warm_up()
+    writer.serve(inbox)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # every call is committed; skip tearing down MLflow's modules
+
+
+@contextlib.contextmanager
+def _fail_fast() -> Iterator[None]:
+    """No retries and a short timeout while the store is checked, whatever the user set."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                                           "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "10"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _exclusive(database: Path | None) -> Iterator[None]:
+    """Holds a lock beside a sqlite store, so parallel jobs do not create its tables twice."""
+    if database is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as before
+        yield
+        return
+    with open(database.with_name(database.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def one_line(error: BaseException) -> str:
+    """The error in one line of at most 300 characters."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
