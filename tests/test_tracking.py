@@ -24,7 +24,7 @@ from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.results import speedup_metrics
 from packexp.run import run
-from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, mlflow_writer
+from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
 from tests.helpers import compose_config
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
@@ -251,10 +251,10 @@ def in_the_writer(tmp_path, monkeypatch):
         (folder / "sitecustomize.py").write_text(textwrap.dedent(code))
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
             p for p in (str(folder), os.environ.get("PYTHONPATH")) if p))
-        mlflow_writer.close_spare()  # a writer kept from an earlier test is not patched
+        writer_process.close_spare()  # a writer kept from an earlier test is not patched
 
     yield patch
-    mlflow_writer.close_spare()  # nor may a patched one serve a later test
+    writer_process.close_spare()  # nor may a patched one serve a later test
 
 
 def test_a_name_the_store_refuses_is_a_tracking_error_naming_the_key(tmp_path, in_the_writer):

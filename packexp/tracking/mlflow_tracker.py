@@ -10,20 +10,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packexp.events import MemberScored, PackFinished, RungPlanned, Summary, TrialEnded
-from packexp.tracking import mlflow_writer
+from packexp.tracking import writer_process
 from packexp.tracking.base import STATUS, Tracker, TrackingError
 from packexp.tracking.mlflow_writer import (
     EXPERIMENT_KIND,
     INTERRUPTED,
     OUTCOMES,
     SOURCE,
-    CallFailed,
-    WriterGone,
     dataset_splits,
     one_line,
     source_tags,
     split_inputs,
 )
+from packexp.tracking.writer_process import CallFailed, WriterGone
 
 if TYPE_CHECKING:
     from packexp.data import Dataset
@@ -69,7 +68,7 @@ class MlflowTracker(Tracker):
         self.store = Path(store_dir).resolve()
         self.uri = uri or f"sqlite:///{self.store / 'mlflow.db'}"
         self.sample_interval_s = sample_interval_s or 0
-        self._writer: mlflow_writer.WriterProcess | None = None
+        self._writer: writer_process.WriterProcess | None = None
         self._parent: str | None = None
         self._logged: set[str] = set()
         self._pending: dict[str, str] = {}
@@ -139,14 +138,14 @@ class MlflowTracker(Tracker):
             "dataset_source": dataset_source,
         }
         try:
-            writer = mlflow_writer.claim(self._warn)
+            writer = writer_process.claim(self._warn)
         except OSError as e:
             raise TrackingError(f"tracking.uri={self.uri}: cannot use the MLflow store (cannot "
                                 f"start the MLflow writer process: {e})") from None
         try:
             reply = writer.call("start", spec)
         except CallFailed as e:
-            mlflow_writer.release(writer)
+            writer_process.release(writer)
             raise TrackingError(str(e)) from None
         except WriterGone as e:
             raise TrackingError(f"tracking.uri={self.uri}: cannot use the MLflow store "
@@ -256,7 +255,7 @@ class MlflowTracker(Tracker):
             writer.abandon()
             raise
         else:
-            mlflow_writer.release(writer)
+            writer_process.release(writer)
         if self._warned:
             log.warning("%d MLflow calls failed in this run; its MLflow record is incomplete",
                         self._warned)
@@ -338,7 +337,7 @@ def _prewarm_for_the_command_line() -> None:
     args = sys.argv[1:]
     if NO_JOB.intersection(args) or any(a.lstrip("+") == "tracking=none" for a in args):
         return
-    mlflow_writer.prewarm()
+    writer_process.prewarm()
 
 
 def _strings(tags: Mapping[str, Any]) -> dict[str, str]:
