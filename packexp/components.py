@@ -117,11 +117,13 @@ class Components:
         (``on_device``: ``Executor.on_device``, or a function of this process's cache)."""
         from packexp.packing.calibrate import calibrate_here, calibration_args
 
-        batch_sizes = list(self.space.params["batch_size"])
-        args = calibration_args(self.space.first, batch_sizes, capacity, self.max_members,
-                                steps_for(self.scheduler.R, min(batch_sizes), train_size))
-        return Device(run_dir, facts=lambda: self.calibration_facts(facts),
-                      measure=lambda: on_device(calibrate_here, *args))
+        def measure() -> dict:  # only a strategy that calibrates asks: the fits cost probes
+            batch_sizes = list(self.space.params["batch_size"])
+            args = calibration_args(self.space.first, batch_sizes, capacity, self.max_members,
+                                    steps_for(self.scheduler.R, min(batch_sizes), train_size))
+            return on_device(calibrate_here, *args)
+
+        return Device(run_dir, facts=lambda: self.calibration_facts(facts), measure=measure)
 
     def calibration_facts(self, device: Any) -> dict:
         """What a calibration depends on: the device, the model and its member structure
