@@ -1,3 +1,27 @@
-"""packexp: packed neural-network training for hyper-parameter search."""
+"""packexp: packed neural-network training for hyper-parameter search.
+
+From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
+``packexp.load(run_dir)`` reads a finished one back (README, "From Python").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packexp.errors import ConfigError, ExecutorError
 
 __version__ = "0.1.0"
+
+__all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load", "tune"]
+
+# Loaded when first used: ``import packexp`` stays light for the command line and workers.
+_LAZY = {"tune": "packexp.api", "load": "packexp.search_result",
+         "SearchResult": "packexp.search_result", "TrackingError": "packexp.tracking.base"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'packexp' has no attribute {name!r}")

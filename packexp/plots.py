@@ -121,10 +121,7 @@ def phase_segments(pack: Mapping[str, Any], start: float, end: float,
 
 def timeline(results: Mapping[str, Any], path: Path) -> Path:
     """Saves ``timeline_figure(results)`` to ``path``."""
-    plt = _pyplot()
-    fig = timeline_figure(results)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    timeline_figure(results).savefig(path, dpi=110)
     return path
 
 
@@ -134,7 +131,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     Each bar's segments (their patches' ``gid`` is the phase) come from ``phase_segments``;
     packs recorded before the phase timings draw their span and training steps only.
     """
-    plt = _pyplot()
+    import matplotlib
     from matplotlib.patches import Patch
 
     trials = {t["trial_id"]: t for t in results["trials"]}
@@ -146,8 +143,8 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     order += [t for t in trials if t not in order]
     row = {trial_id: i for i, trial_id in enumerate(order)}
     height = min(60.0, 1.9 + 0.24 * len(order))
-    fig, ax = plt.subplots(figsize=(12, height))
-    palette = plt.get_cmap("tab10")
+    fig, ax = _figure((12, height))
+    palette = matplotlib.colormaps["tab10"]
     idle_from = 0.0
     for start, end in spans:
         if start - idle_from > 0.01:
@@ -238,32 +235,50 @@ def _phase_caption(results: Mapping[str, Any]) -> str:
 
 
 def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
-    """Best validation accuracy found against wall time, over every evaluation as a dot."""
-    plt = _pyplot()
+    """Saves ``best_so_far_figure(results)`` to ``path``."""
+    best_so_far_figure(results).savefig(path, dpi=110)
+    return path
+
+
+def evaluations(results: Mapping[str, Any]) -> list[tuple[float, float, int, float]]:
+    """Every scored rung as (seconds since the search started when its pack ended,
+    validation accuracy, bracket, epochs), in time order."""
     spans = pack_spans(results["packs"])
     ended = {p["pack_id"]: end for p, (_, end) in zip(results["packs"], spans, strict=True)}
-    points = sorted((ended[r["pack_id"]], r["val_accuracy"], t["bracket"], r["epochs"])
-                    for t in results["trials"] for r in t["rungs"]
-                    if r["val_accuracy"] is not None and r["pack_id"] in ended)
-    fig, ax = plt.subplots(figsize=(9, 5))
-    end = max((e for _, e in spans), default=1.0)
-    if points:
-        times: list[float] = []
-        best: list[float] = []
-        for when, acc, _, _ in points:
-            if times and times[-1] == when:
-                best[-1] = max(best[-1], acc)
-            else:
-                times.append(when)
-                best.append(max(acc, best[-1]) if best else acc)
-        ax.step([*times, end], [*best, best[-1]], where="post", color="black", linewidth=2,
-                label="best so far")
+    return sorted((ended[r["pack_id"]], r["val_accuracy"], t["bracket"], r["epochs"])
+                  for t in results["trials"] for r in t["rungs"]
+                  if r["val_accuracy"] is not None and r["pack_id"] in ended)
+
+
+def best_so_far_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """(seconds, best validation accuracy so far) at each pack's end that improved it."""
+    points: list[tuple[float, float]] = []
+    for when, acc, _, _ in evaluations(results):
+        if points and acc <= points[-1][1]:
+            continue
+        if points and points[-1][0] == when:  # the same pack's members: its best
+            points[-1] = (when, acc)
+        else:
+            points.append((when, acc))
+    return points
+
+
+def best_so_far_figure(results: Mapping[str, Any]) -> Any:
+    """Best validation accuracy found against wall time, over every evaluation as a dot."""
+    points = evaluations(results)
+    best = best_so_far_points(results)
+    fig, ax = _figure((9, 5))
+    end = max((e for _, e in pack_spans(results["packs"])), default=1.0)
+    if best:
+        times, values = [t for t, _ in best], [v for _, v in best]
+        ax.step([*times, end], [*values, values[-1]], where="post", color="black",
+                linewidth=2, label="best so far")
         for bracket in sorted({p[2] for p in points}, reverse=True):
             mine = [p for p in points if p[2] == bracket]
             ax.scatter([p[0] for p in mine], [p[1] for p in mine],
                        s=[12 + 6 * p[3] for p in mine], alpha=0.6,
                        label=f"bracket {bracket} evaluation (size: epochs)")
-        ax.annotate(f"{best[-1]:.4f}", (times[-1], best[-1]), textcoords="offset points",
+        ax.annotate(f"{values[-1]:.4f}", (times[-1], values[-1]), textcoords="offset points",
                     xytext=(4, 6), fontsize=8)
         ax.legend(loc="best", fontsize=8)
     ax.set_xlim(0, end * 1.05)
@@ -275,16 +290,13 @@ def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
                  f"packing, {results.get('model', '?')} on {results.get('dataset', '?')})",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     """Each pack's predicted duration against its measured one, log-log, fused or plain."""
-    plt = _pyplot()
     packs = [p for p in results["packs"] if p.get("predicted_s") and p.get("duration_s")]
-    fig, ax = plt.subplots(figsize=(6, 5.5))
+    fig, ax = _figure((6, 5.5))
     for fused, color, label in ((False, "#0072B2", "plain"), (True, "#D55E00", "fused")):
         mine = [p for p in packs if bool(p.get("fused")) == fused]
         if mine:
@@ -314,14 +326,13 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
-def _pyplot() -> Any:
-    import matplotlib
+def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its axes made without pyplot: no backend is chosen or changed (a
+    notebook keeps its own), nothing global is kept, and threads may draw."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only: no display, safe in threads and on servers
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=size)
+    return fig, fig.subplots()

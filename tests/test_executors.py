@@ -123,13 +123,12 @@ def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path, monkeyp
 def test_the_driver_leaves_the_gpu_to_ray_workers(monkeypatch, overrides, hidden):
     import tensorflow as tf
 
-    from packexp import __main__, telemetry
+    from packexp import run, telemetry
 
     calls = []
     monkeypatch.setattr(tf.config, "set_visible_devices", lambda *a: calls.append(a))
     monkeypatch.setattr(telemetry, "_gpu_left", False)
-    __main__._import_tensorflow_quietly(use_gpu=__main__._trains_here(
-        compose_config(overrides)))
+    run.start_tensorflow(use_gpu=run.trains_here(compose_config(overrides)))
     assert calls == ([([], "GPU")] if hidden else [])
     assert telemetry.gpu_left() is hidden
 

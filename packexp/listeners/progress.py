@@ -1,8 +1,9 @@
-"""The progress display as a listener: a live view of the search on a terminal; silent when
-output is not one."""
+"""The progress display as a listener: a live view of the search on a terminal or in a
+Jupyter notebook; silent elsewhere (a pipe, a log file, CI)."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from rich.console import Console
@@ -16,7 +17,8 @@ class SearchProgress(Listener):
 
     Args:
         scheduler: The Hyperband planner, for the bracket count.
-        console: Where to draw; the display is off unless it is a terminal.
+        console: Where to draw; the display is off unless it is a terminal or a notebook
+            with ipywidgets (rich draws a notebook's live display as a widget).
     """
 
     def __init__(self, scheduler: Any, console: Console | None = None) -> None:
@@ -28,7 +30,9 @@ class SearchProgress(Listener):
 
     @property
     def enabled(self) -> bool:
-        return self.console.is_terminal
+        if self.console.is_terminal:
+            return True
+        return self.console.is_jupyter and importlib.util.find_spec("ipywidgets") is not None
 
     def __enter__(self) -> SearchProgress:
         if self.enabled:

@@ -1,0 +1,63 @@
+"""Builders handed to ``packexp.tune`` that no module can import: a notebook's, or one defined
+in ``__main__`` or inside a function. ``packexp.tune`` keeps each here under a name, and the
+config names it ``packexp.in_process.<name>``, where Hydra finds it as it finds any
+``_target_``: in this process only, so such a builder trains under ``executor=local`` and
+not on Ray workers (README, "From Python")."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+PREFIX = f"{__name__}."
+
+_kept: dict[str, Callable[..., Any]] = {}
+
+
+def target(build: Callable[..., Any]) -> str:
+    """The ``_target_`` that names ``build``: its dotted path where its module gives it
+    back, else a name here made of its own name and a digest of its source, so the same
+    code keeps the same name (and a search's calibration and resume still match) from one
+    call, or kernel, to the next."""
+    module, qualname = getattr(build, "__module__", None), getattr(build, "__qualname__", "")
+    if module and module != "__main__" and "<" not in qualname:
+        try:
+            found: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part)
+        except (ImportError, AttributeError):
+            found = None
+        if found is build:
+            return f"{module}.{qualname}"
+    name = f"{_identifier(getattr(build, '__name__', type(build).__name__))}_{_digest(build)}"
+    _kept[name] = build
+    return PREFIX + name
+
+
+def is_in_process(target_path: str) -> bool:
+    return str(target_path).startswith(PREFIX)
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    try:
+        return _kept[name]
+    except KeyError:
+        raise AttributeError(f"{PREFIX}{name}: no builder of that name was handed to "
+                             "packexp.tune in this process") from None
+
+
+def _digest(build: Callable[..., Any]) -> str:
+    try:
+        source = inspect.getsource(build)
+    except (OSError, TypeError):
+        code = getattr(build, "__code__", None)
+        source = repr((code.co_code, code.co_consts)) if code is not None else repr(build)
+    return hashlib.sha1(source.encode()).hexdigest()[:10]
+
+
+def _identifier(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_")
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"builder_{cleaned}"

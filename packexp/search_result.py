@@ -1,0 +1,115 @@
+"""A finished search as Python objects: what ``packexp.tune`` returns and ``packexp.load``
+reads back from a run directory's ``results.json`` and journal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packexp.journal import Journal, JournalError
+
+# One row per trial and rung: these columns, then the trial's hyper-parameters.
+TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
+                 "val_loss", "train_loss", "pack_id")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """A finished search.
+
+    Attributes:
+        run_dir: Its run directory (``results.json``, ``plan.json``, the plots, the journal).
+        best: The best trial and rung: ``trial_id``, ``hparams``, ``val_accuracy``,
+            ``epochs``; None if no trial was scored.
+        trials: A pandas DataFrame, one row per trial and rung it was scored at
+            (``TRIAL_COLUMNS``, then one column per hyper-parameter, named as in the search
+            space; ``hparams.<name>`` for one named as a column before it).
+        packs: A pandas DataFrame, one row per trained pack: its members, settings and time
+            by phase (``build_s`` ... ``probe_s``), as ``results.json`` records them.
+        mlflow_run_id: The search's MLflow run; None when it was not tracked.
+        results: ``results.json`` as read.
+    """
+
+    run_dir: Path
+    best: dict[str, Any] | None
+    trials: Any = field(repr=False)
+    packs: Any = field(repr=False)
+    mlflow_run_id: str | None
+    results: dict[str, Any] = field(repr=False)
+
+    @property
+    def best_val_accuracy(self) -> float | None:
+        return self.best["val_accuracy"] if self.best else None
+
+    @property
+    def wall_time_s(self) -> float:
+        return float(self.results["wall_time_s"])
+
+    def best_so_far(self) -> Any:
+        """A DataFrame of the best validation accuracy against seconds since the search
+        started, one row per pack that improved it (the step line of ``best_so_far.png``)."""
+        import pandas as pd
+
+        from packexp.plots import best_so_far_points
+
+        return pd.DataFrame(best_so_far_points(self.results), columns=["seconds", "best"])
+
+    def plot(self) -> Any:
+        """The best-so-far figure (a matplotlib ``Figure``; a notebook shows it inline)."""
+        from packexp.plots import best_so_far_figure
+
+        return best_so_far_figure(self.results)
+
+
+def load(run_dir: str | Path) -> SearchResult:
+    """The ``SearchResult`` of the finished search in ``run_dir``.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no ``results.json`` (the search has not
+            finished: resume it with ``resume=true``).
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: holds no results.json; a search that did not "
+                                "finish can be resumed with resume=true and the same run_dir")
+    results = json.loads(path.read_text())
+    return SearchResult(run_dir=run_dir.resolve(), best=results.get("best"),
+                        trials=trial_table(results), packs=pack_table(results),
+                        mlflow_run_id=_tracking_run_id(run_dir), results=results)
+
+
+def trial_table(results: dict[str, Any]) -> Any:
+    """``results.json``'s trials as one row per trial and rung (a trial never scored has
+    one row with its rung empty)."""
+    import pandas as pd
+
+    rows = []
+    for trial in results["trials"]:
+        head = {"trial_id": trial["trial_id"], "bracket": trial["bracket"],
+                "status": trial["status"]}
+        for rung in trial["rungs"] or [{}]:
+            rows.append({**head, **{k: rung.get(k) for k in TRIAL_COLUMNS[3:]},
+                         **{f"hparams.{k}" if k in TRIAL_COLUMNS else k: v
+                            for k, v in trial["hparams"].items()}})
+    return pd.DataFrame(rows, columns=None if rows else list(TRIAL_COLUMNS))
+
+
+def pack_table(results: dict[str, Any]) -> Any:
+    """``results.json``'s packs, one row each, with ``size``, their member count."""
+    import pandas as pd
+
+    table = pd.DataFrame(results["packs"])
+    if len(table):
+        table.insert(table.columns.get_loc("members") + 1, "size", table["members"].map(len))
+    return table
+
+
+def _tracking_run_id(run_dir: Path) -> str | None:
+    try:
+        records = Journal(run_dir).read()
+    except JournalError:
+        return None
+    return next((r["run_id"] for r in records if r["event"] == "tracking"), None)

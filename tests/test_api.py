@@ -1,0 +1,205 @@
+"""packexp from Python: ``packexp.tune`` runs the command line's search in this process."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+from sklearn.datasets import load_digits
+
+import packexp
+from packexp.api import literal, overrides_for
+from packexp.hyperband import Hyperband
+from packexp.listeners import SearchProgress
+from tests.helpers import packexp as run_cli
+
+QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking
+# Scores compared exactly: plain packs, no XLA (README, "Isolation").
+PLAIN = {"fusion": "off", "jit_compile": False}
+SPACE = {"params": {"batch_size": [32, 64], "optimizer": ["adam", "sgd"],
+                    "learning_rate": {"kind": "float", "low": 1.0e-3, "high": 1.0e-1,
+                                      "log": True},
+                    "activation": ["relu", "tanh"]},
+         "categorical": ["optimizer", "activation"]}
+
+
+def small_mlp(input_shape, num_classes, hparams, width=16):
+    """A builder of the builder contract, defined in this module."""
+    import keras
+
+    inputs = keras.Input(input_shape)
+    hidden = keras.layers.Dense(width, activation=hparams.get("activation", "relu"))(inputs)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(hidden))
+
+
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    digits = load_digits()
+    return digits.data, digits.target
+
+
+def scores(result: packexp.SearchResult) -> list[tuple]:
+    return [(r.trial_id, r.rung, r.epochs, r.steps, r.val_accuracy, r.val_loss, r.pack_id)
+            for r in result.trials.itertuples()]
+
+
+def trials_without_paths(results: dict) -> list[dict]:
+    """``results.json``'s trials but their checkpoints' paths (they name the run dir)."""
+    return [{**t, "rungs": [{k: v for k, v in r.items() if k != "checkpoint"}
+                            for r in t["rungs"]]} for t in results["trials"]]
+
+
+# Overrides from keywords.
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("strategy", "knn", ["strategy=knn"]),
+    ("seed", 3, ["seed=3"]),
+    ("resume", True, ["resume=true"]),
+    ("scheduler", {"R": 27, "eta": 3}, ["scheduler.R=27", "scheduler.eta=3"]),
+    ("pack", {"fusion": "off", "jit_compile": False}, ["pack.fusion=off",
+                                                        "pack.jit_compile=false"]),
+    ("preprocess", {"mean": None, "std": [0.5, 0.25]},
+     ["preprocess.mean=null", "preprocess.std=[0.5,0.25]"]),
+    ("tracking", {"store_dir": "/tmp/a b/c'd"}, ["tracking.store_dir='/tmp/a b/c\\'d'"]),
+    ("preprocess", {"mean": 1e-05}, ["preprocess.mean=1e-05"]),
+])
+def test_keywords_become_the_command_line_s_overrides(key, value, expected):
+    assert overrides_for(key, value) == expected
+
+
+def test_a_numpy_scalar_is_written_as_its_python_value():
+    assert [literal(np.int64(4)), literal(np.float32(0.5)), literal(np.bool_(True))] == [
+        "4", "0.5", "true"]
+
+
+# Errors are exceptions of one line.
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"strategy": "nope"}, ["strategy/nope"]),
+    ({"stratgy": "knn"}, ["stratgy"]),
+    ({"model": 42}, ["model=42"]),
+    ({"data": (np.zeros((4, 2)),)}, ["data", "tuple of 1"]),
+    ({"search_space": {"params": {"batch_size": [32]}, "scale": 2}}, ["scale"]),
+    ({"task": "plan"}, ["task='plan'", "python -m packexp"]),
+])
+def test_bad_input_raises_a_config_error_of_one_line(tmp_path, kwargs, words):
+    with pytest.raises(packexp.ConfigError) as raised:
+        packexp.tune(run_dir=tmp_path / "run", **{**QUICK, **kwargs})
+    message = str(raised.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+    assert not (tmp_path / "run" / "results.json").exists()
+    assert not (tmp_path / "run" / "journal.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_bad_value_reads_as_the_command_line_s_line(tmp_path):
+    cli = run_cli("scheduler.R=0", f"hydra.run.dir={tmp_path / 'cli'}")
+    assert cli.returncode == 2
+    with pytest.raises(packexp.ConfigError) as raised:
+        packexp.tune(scheduler={"R": 0}, run_dir=tmp_path / "api")
+    assert cli.stderr.strip().splitlines()[-1] == f"packexp: error: {raised.value}"
+
+
+def test_load_of_a_run_that_did_not_finish_names_the_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        packexp.load(tmp_path)
+
+
+# Searches.
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_the_api_gives_the_command_line_s_trials_and_scores(tmp_path):
+    cli = run_cli("experiment=quick", "strategy=knn", "seed=4", "pack.fusion=off",
+                  "pack.jit_compile=false", f"hydra.run.dir={tmp_path / 'cli'}")
+    assert cli.returncode == 0, cli.stderr
+    result = packexp.tune(**QUICK, seed=4, pack=PLAIN, run_dir=tmp_path / "api")
+    on_cli = packexp.load(tmp_path / "cli")
+    assert trials_without_paths(result.results) == trials_without_paths(on_cli.results)
+    assert scores(result) == scores(on_cli)
+    assert result.best == on_cli.best
+    assert [p["members"] for p in result.results["packs"]] == [
+        p["members"] for p in on_cli.results["packs"]]
+    config = (tmp_path / "api" / ".hydra" / "config.yaml").read_text()
+    assert config == (tmp_path / "cli" / ".hydra" / "config.yaml").read_text()
+
+
+@pytest.mark.tf
+def test_the_result_holds_the_search_s_tables_and_reads_back(tmp_path):
+    result = packexp.tune("mlp3", "digits", **QUICK, run_dir=tmp_path / "run")
+    raw = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert result.run_dir == (tmp_path / "run").resolve()
+    assert result.best == raw["best"] and result.best_val_accuracy > 0.5
+    assert set(result.best) == {"trial_id", "hparams", "val_accuracy", "epochs"}
+    # One row per trial and rung, each trial's hyper-parameters as columns.
+    assert len(result.trials) == sum(len(t["rungs"]) for t in raw["trials"])
+    assert {"trial_id", "rung", "epochs", "val_accuracy", "status", "batch_size",
+            "optimizer", "learning_rate", "activation"} <= set(result.trials.columns)
+    best_row = result.trials.loc[result.trials.val_accuracy.idxmax()]
+    assert best_row.trial_id == result.best["trial_id"]
+    assert best_row.val_accuracy == result.best["val_accuracy"]
+    # One row per pack, with its phases.
+    assert list(result.packs.pack_id) == [p["pack_id"] for p in raw["packs"]]
+    assert {"size", "build_s", "trace_s", "train_s", "eval_s"} <= set(result.packs.columns)
+    assert list(result.packs["size"]) == [len(p["members"]) for p in raw["packs"]]
+    best = result.best_so_far()
+    assert best.best.is_monotonic_increasing and best.seconds.is_monotonic_increasing
+    assert best.best.iloc[-1] == result.best["val_accuracy"]
+    assert result.plot().axes[0].get_ylabel() == "validation accuracy"
+    assert result.mlflow_run_id is None  # experiment=quick tracks nothing
+
+    again = packexp.load(tmp_path / "run")
+    assert again.best == result.best and again.results == result.results
+    pd.testing.assert_frame_equal(again.trials, result.trials)
+    pd.testing.assert_frame_equal(again.packs, result.packs)
+
+
+@pytest.mark.tf
+def test_a_builder_and_a_space_from_python_train(tmp_path):
+    result = packexp.tune(small_mlp, "digits", SPACE, **QUICK, run_dir=tmp_path / "run")
+    config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
+    assert "_target_: tests.test_api.small_mlp" in config  # importable: named by its path
+    assert result.results["model"] == "small_mlp"
+    assert set(result.best["hparams"]) == set(SPACE["params"])
+    assert result.trials.batch_size.isin([32, 64]).all()
+    assert result.trials.learning_rate.between(1e-3, 1e-1).all()
+
+
+@pytest.mark.tf
+def test_a_builder_no_module_can_import_trains_here_and_not_on_ray(tmp_path):
+    def local_mlp(input_shape, num_classes, hparams):
+        return small_mlp(input_shape, num_classes, hparams, width=8)
+
+    with pytest.raises(packexp.ConfigError, match="executor=ray"):
+        packexp.tune(local_mlp, **QUICK, executor="ray", run_dir=tmp_path / "ray")
+    assert not (tmp_path / "ray" / "journal.jsonl").exists()
+    result = packexp.tune(local_mlp, **QUICK, run_dir=tmp_path / "run")
+    config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
+    assert "_target_: packexp.in_process.local_mlp_" in config
+    assert result.best["val_accuracy"] > 0
+
+
+@pytest.mark.tf
+def test_the_search_is_tracked_in_the_same_mlflow_store(tmp_path):
+    store = tmp_path / "store"
+    result = packexp.tune(**QUICK, tracking="mlflow", overrides=[f"tracking.store_dir={store}"],
+                          run_dir=tmp_path / "run")
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(f"sqlite:///{store / 'mlflow.db'}").get_run(result.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["best_val_accuracy"] == result.best["val_accuracy"]
+
+
+# Progress.
+
+def test_progress_shows_in_a_terminal_and_a_notebook_and_nowhere_else():
+    scheduler = Hyperband(R=3, eta=3)
+    assert SearchProgress(scheduler, Console(force_terminal=True)).enabled
+    assert SearchProgress(scheduler, Console(force_jupyter=True)).enabled
+    assert not SearchProgress(scheduler, Console(file=io.StringIO())).enabled
