@@ -273,6 +273,28 @@ def fake_image_folder(folder: Path) -> Path:
     return folder
 
 
+def fake_arrays(path: Path) -> Path:
+    """A .npz of 18 uint8 8x8x1 images in three classes, written to ``path``."""
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.integers(0, 256, size=(18, 8, 8, 1), dtype=np.uint8),
+             y=np.repeat([0, 1, 2], 6))
+    return path
+
+
+FAKE_TABLE_TARGET = "label"
+
+
+def fake_table(path: Path) -> Path:
+    """A CSV of 18 rows: four numeric features and string labels in ``FAKE_TABLE_TARGET``."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(18, 4)), columns=["a", "b", "c", "d"])
+    frame[FAKE_TABLE_TARGET] = np.repeat(["cat", "dog", "emu"], 6)
+    frame.to_csv(path, index=False)
+    return path
+
+
 def ray_processes(ray_tmp: str) -> list[int]:
     """The processes of the Ray whose files are in ``ray_tmp`` (``RAY_TMPDIR``)."""
     import psutil

@@ -18,11 +18,14 @@ from packexp.errors import ConfigError
 from packexp.models import needs_images
 from tests.helpers import (
     CONF_DIR,
+    FAKE_TABLE_TARGET,
     activation_counts,
     bn_momenta,
     compose_config,
+    fake_arrays,
     fake_cifar10,
     fake_image_folder,
+    fake_table,
 )
 
 MODELS = sorted(p.stem for p in Path(CONF_DIR, "model").glob("*.yaml"))
@@ -39,7 +42,7 @@ SHORT_RUNG_MOMENTUM = 0.7
 
 def test_every_model_and_dataset_config_is_found():
     assert {"mlp3", "mobilenet", "resnet50", "densenet121"} <= set(MODELS)
-    assert {"digits", "synthetic", "cifar10", "image_folder"} <= set(DATASETS)
+    assert {"digits", "synthetic", "cifar10", "image_folder", "arrays", "table"} <= set(DATASETS)
 
 
 def example_batch(shape: list[int]) -> np.ndarray:
@@ -134,7 +137,12 @@ class TestModelContract:
 def data_files(tmp_path_factory) -> dict[str, Path]:
     """A tiny fake of each dataset read from disk, by config name."""
     root = tmp_path_factory.mktemp("data")
-    return {"cifar10": fake_cifar10(root).tar, "image_folder": fake_image_folder(root / "images")}
+    return {"cifar10": fake_cifar10(root).tar, "image_folder": fake_image_folder(root / "images"),
+            "arrays": fake_arrays(root / "arrays.npz"), "table": fake_table(root / "table.csv")}
+
+
+# The keys besides dataset.path that a dataset read from disk needs to read its fake.
+DATA_FILE_KEYS = {"table": {"target": FAKE_TABLE_TARGET}}
 
 
 def load(name: str, data_files: dict[str, Path]) -> Dataset:
@@ -144,6 +152,8 @@ def load(name: str, data_files: dict[str, Path]) -> Dataset:
         if name not in data_files:
             pytest.fail(f"dataset={name} reads dataset.path: give it a fake in data_files")
         cfg.dataset.path = str(data_files[name])
+        for key, value in DATA_FILE_KEYS.get(name, {}).items():
+            cfg.dataset[key] = value
     fit_dataset_to_model(cfg)
     return instantiate(cfg.dataset, "dataset")
 

@@ -1,0 +1,202 @@
+"""A user's arrays: features or uint8 images and their labels, from a .npz file or memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packexp.data import Dataset, split
+from packexp.errors import ConfigError
+
+KEYS = ("x", "y", "x_val", "y_val")
+SHAPES = "[n, features] numbers or [n, height, width, channels] uint8 images"
+SAVE = "np.savez(path, x=..., y=...)"
+
+
+def load(
+    path: str | None = None,
+    val_fraction: float = 0.2,
+    standardize: bool = True,
+    seed: int = 0,
+) -> Dataset:
+    """Loads the arrays ``x`` and ``y`` (and optionally ``x_val``, ``y_val``) of a .npz file.
+
+    Args:
+        path: A file written by ``np.savez(path, x=..., y=...)``.
+        val_fraction: Share held out for validation, stratified by class, when the file has
+            no ``x_val``.
+        standardize: Scale each feature by the training split's mean and std (not images).
+        seed: Seed of the split.
+    """
+    source = f"dataset.path={path}"
+    if path is None or not Path(path).expanduser().is_file():
+        raise ConfigError(f"{source}: {'no file' if path is None else 'no such file'}; pass a "
+                          ".npz holding x and y (and optionally x_val, y_val) as "
+                          "dataset.path=...")
+    try:
+        archive = np.load(Path(path).expanduser(), allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        archive = None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ConfigError(f"{source}: not a .npz archive; write one with {SAVE}")
+    with archive:
+        missing = [k for k in ("x", "y") if k not in archive.files]
+        if missing:
+            raise ConfigError(f"{source}: no array {missing[0]!r} in the file (it holds "
+                              f"{', '.join(archive.files) or 'none'}); write it with {SAVE}")
+        arrays = {}
+        for key in (k for k in KEYS if k in archive.files):
+            try:
+                arrays[key] = archive[key]
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+                # Pickles stay off (one can run code), so an array of Python objects fails here.
+                raise ConfigError(f"{source}: cannot read array {key!r} "
+                                  f"({' '.join(str(e).split())})") from None
+    return from_arrays(**arrays, name="arrays", source=source, val_fraction=val_fraction,
+                       standardize=standardize, seed=seed)
+
+
+def from_arrays(
+    x: Any,
+    y: Any,
+    x_val: Any = None,
+    y_val: Any = None,
+    *,
+    name: str,
+    source: str,
+    val_fraction: float = 0.2,
+    standardize: bool = True,
+    seed: int = 0,
+) -> Dataset:
+    """A Dataset of checked arrays; every problem is a one-line ConfigError naming ``source``.
+
+    Args:
+        x: ``[n, d]`` numeric features or ``[n, h, w, c]`` uint8 images.
+        y: ``[n]`` labels, integers or strings; classes are their sorted distinct values.
+        x_val: Validation inputs, given with ``y_val``; without them a stratified
+            ``val_fraction`` of ``x`` is held out.
+        y_val: Validation labels.
+        name: The Dataset's name.
+        source: Where the arrays come from, as error messages name it.
+        val_fraction: Share held out for validation when ``x_val`` is not given.
+        standardize: Scale each feature by the training split's mean and std (not images).
+        seed: Seed of the split.
+
+    Returns:
+        float32 features (or the uint8 images as given) and int32 labels in ``0..k-1``.
+    """
+    if not isinstance(standardize, bool):
+        raise ValueError(f"standardize={standardize!r}: must be true or false")
+    if (x_val is None) != (y_val is None):
+        given, missing = ("x_val", "y_val") if y_val is None else ("y_val", "x_val")
+        raise ConfigError(f"{source}: {given} without {missing}; give both or neither")
+    x, y = _inputs(x, "x", source), _labels(y, "y", len(x), source)
+    if x_val is not None:
+        x_val = _inputs(x_val, "x_val", source)
+        y_val = _labels(y_val, "y_val", len(x_val), source)
+        if x_val.shape[1:] != x.shape[1:]:
+            raise ConfigError(f"{source}: x_val has shape {x_val.shape} and x {x.shape}; "
+                              "their rows must have the same shape")
+    classes, codes = _classes(y, y_val, source)
+    if x_val is None:
+        data = _split(name, x, codes[: len(y)], classes, val_fraction, seed, source)
+    else:
+        data = Dataset(name, x, codes[: len(y)], x_val, codes[len(y):], len(classes))
+    return _standardized(data) if standardize and x.ndim == 2 else _as_float32(data)
+
+
+def _inputs(x: Any, key: str, source: str) -> np.ndarray:
+    """``x`` as float64 features or uint8 images, checked."""
+    x = np.asarray(x)
+    if x.size == 0:
+        raise ConfigError(f"{source}: {key} is empty (shape {x.shape})")
+    if x.dtype.kind not in "biuf":
+        raise ConfigError(f"{source}: {key} has dtype {x.dtype}; must be {SHAPES}")
+    if x.ndim == 4 and x.dtype == np.uint8:
+        return x
+    if x.ndim != 2:
+        hint = "; add a channel axis with x[..., None]" if x.ndim == 3 else ""
+        raise ConfigError(f"{source}: {key} has shape {x.shape} and dtype {x.dtype}; must be "
+                          f"{SHAPES}{hint}")
+    x = x.astype(np.float64)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        raise ConfigError(f"{source}: {key} has {x[row, column]} at row {row}, column {column}; "
+                          "features must be finite numbers")
+    return x
+
+
+def _labels(y: Any, key: str, rows: int, source: str) -> np.ndarray:
+    """``y`` as a 1-D array of numbers or strings, one per row, none missing."""
+    # NumPy would turn a list of strings and numbers into all strings; objects keep the mix.
+    y = np.asarray(y, dtype=object) if isinstance(y, list | tuple) else np.asarray(y)
+    if y.ndim != 1 or len(y) != rows:
+        raise ConfigError(f"{source}: {key} has shape {y.shape}; must be 1-D, one label per row "
+                          f"of x{key[1:]} ({rows})")
+    if y.dtype.kind == "O":
+        missing = [i for i, v in enumerate(y) if v is None or (isinstance(v, float) and v != v)]
+        if missing:
+            raise ConfigError(f"{source}: {key} has a missing label at row {missing[0]}")
+        text = [isinstance(v, str) for v in y]
+        if any(text) and not all(text):
+            raise ConfigError(f"{source}: {key} mixes strings and other values; labels must be "
+                              "all numbers or all strings")
+        y = y.astype(str) if all(text) else np.array(y.tolist())
+    if y.dtype.kind not in "biufUS":
+        raise ConfigError(f"{source}: {key} has dtype {y.dtype}; labels must be integers or "
+                          "strings")
+    if y.dtype.kind == "f" and np.isnan(y).any():
+        raise ConfigError(f"{source}: {key} has a missing label (nan) at row "
+                          f"{np.flatnonzero(np.isnan(y))[0]}")
+    return y
+
+
+def _classes(y: np.ndarray, y_val: np.ndarray | None, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct labels of ``y`` and ``y_val``, and every label's index among them."""
+    if y_val is not None and (y.dtype.kind in "US") != (y_val.dtype.kind in "US"):
+        raise ConfigError(f"{source}: y has {y.dtype} labels and y_val {y_val.dtype}; both must "
+                          "be numbers or both strings")
+    labels = y if y_val is None else np.concatenate([y, y_val])
+    classes, codes = np.unique(labels, return_inverse=True)
+    if len(classes) < 2:
+        raise ConfigError(f"{source}: the labels have one class ({_show(classes[0])}); a "
+                          "classifier needs at least 2")
+    return classes, codes.astype(np.int32)
+
+
+def _split(name: str, x: np.ndarray, y: np.ndarray, classes: np.ndarray, val_fraction: float,
+           seed: int, source: str) -> Dataset:
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction={val_fraction!r}: must be between 0 and 1")
+    try:
+        return split(name, x, y, val_fraction, seed, num_classes=len(classes))
+    except ValueError as e:
+        counts = np.bincount(y, minlength=len(classes))
+        raise ConfigError(
+            f"{source}: cannot hold out val_fraction={val_fraction} of {len(y)} examples "
+            f"stratified by class (the smallest class, {_show(classes[counts.argmin()])}, has "
+            f"{counts.min()}): {' '.join(str(e).split())}") from None
+
+
+def _standardized(data: Dataset) -> Dataset:
+    # The training split's statistics only: the validation score must not see its own data.
+    mean, std = data.x_train.mean(axis=0), data.x_train.std(axis=0)
+    std[std == 0] = 1
+    return dataclasses.replace(data, x_train=((data.x_train - mean) / std).astype(np.float32),
+                               x_val=((data.x_val - mean) / std).astype(np.float32))
+
+
+def _as_float32(data: Dataset) -> Dataset:
+    if data.x_train.ndim != 2:
+        return data
+    return dataclasses.replace(data, x_train=data.x_train.astype(np.float32),
+                               x_val=data.x_val.astype(np.float32))
+
+
+def _show(label: Any) -> str:
+    return repr(label.item() if isinstance(label, np.generic) else label)

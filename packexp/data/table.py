@@ -1,0 +1,117 @@
+"""A user's table: numeric feature columns and a label column, from a CSV or Parquet file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from packexp.data import Dataset
+from packexp.data.arrays import from_arrays
+from packexp.errors import ConfigError
+
+FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
+
+
+def load(
+    path: str | None = None,
+    target: str | None = None,
+    features: Sequence[str] | None = None,
+    val_fraction: float = 0.2,
+    standardize: bool = True,
+    seed: int = 0,
+) -> Dataset:
+    """Loads a table whose ``target`` column holds the labels; classes are its sorted values.
+
+    Args:
+        path: A ``.csv`` file with a header line, or a ``.parquet``/``.pq`` file.
+        target: The label column: integers or strings.
+        features: The numeric feature columns; None takes every other column, in file order.
+        val_fraction: Share held out for validation, stratified by class.
+        standardize: Scale each feature by the training split's mean and std.
+        seed: Seed of the split.
+
+    Returns:
+        float32 ``[n, len(features)]`` features and int32 labels, as
+        ``packexp.data.arrays.from_arrays`` gives for the same values.
+    """
+    source = f"dataset.path={path}"
+    frame = _read(path, source)
+    columns = ", ".join(frame.columns)
+    if target is None:
+        raise ConfigError(f"dataset.target=None: name the label column of {path} as "
+                          f"dataset.target=...; its columns: {columns}")
+    target = str(target)  # dataset.target=0 on the command line is an int; headers are text
+    if target not in frame.columns:
+        raise ConfigError(f"dataset.target={target}: no such column in {path}; its columns: "
+                          f"{columns}")
+    names = _feature_names(frame, target, features, path)
+    for name in names:
+        if not pd.api.types.is_numeric_dtype(frame[name]):
+            numeric = ",".join(c for c in names if pd.api.types.is_numeric_dtype(frame[c]))
+            raise ConfigError(
+                f"{source}: column {name!r} is not numeric (e.g. {frame[name].iloc[0]!r}); "
+                f"encode it as numbers, or leave it out with dataset.features=[{numeric}]")
+    x = frame[names].to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        value = "a missing value" if np.isnan(x[row, column]) else x[row, column]
+        raise ConfigError(f"{source}: column {names[column]!r} has {value} at {_row(path, row)}; "
+                          "fill in or drop that row")
+    missing = np.flatnonzero(frame[target].isna())
+    if missing.size:
+        raise ConfigError(f"dataset.target={target}: missing label at {_row(path, missing[0])} of "
+                          f"{path}")
+    return from_arrays(x, frame[target].to_numpy(), name="table", source=source,
+                       val_fraction=val_fraction, standardize=standardize, seed=seed)
+
+
+def _read(path: str | None, source: str) -> pd.DataFrame:
+    file = Path(path).expanduser() if path is not None else None
+    if file is None or not file.is_file():
+        raise ConfigError(f"{source}: {'no file' if file is None else 'no such file'}; pass a "
+                          "CSV (.csv) or Parquet (.parquet, .pq) file as dataset.path=...")
+    kind = FORMATS.get(file.suffix.lower())
+    if kind is None:
+        raise ConfigError(f"{source}: unknown suffix {file.suffix!r}; dataset=table reads .csv, "
+                          ".parquet and .pq files (dataset=arrays reads .npz)")
+    try:
+        # round_trip: the floats a CSV holds, to the last bit, as np.savetxt or to_csv wrote them.
+        frame = (pd.read_csv(file, float_precision="round_trip") if kind == "CSV"
+                 else pd.read_parquet(file, engine="pyarrow"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{source}: cannot read as {kind} "
+                          f"({' '.join(str(e).split()) or type(e).__name__})") from None
+    if frame.empty:
+        raise ConfigError(f"{source}: no rows")
+    frame.columns = [str(c) for c in frame.columns]
+    return frame
+
+
+def _feature_names(frame: pd.DataFrame, target: str, features: Sequence[str] | None,
+                   path: str | None) -> list[str]:
+    if features is None:
+        names = [c for c in frame.columns if c != target]
+        if not names:
+            raise ConfigError(f"dataset.path={path}: no column besides the target {target!r}")
+        return names
+    if isinstance(features, str) or not isinstance(features, Sequence) or not features:
+        raise ConfigError(f"dataset.features={features!r}: must be a list of column names, e.g. "
+                          "dataset.features=[a,b], or null for every column but the target")
+    names = [str(f) for f in features]
+    unknown = [n for n in names if n not in frame.columns]
+    if unknown:
+        raise ConfigError(f"dataset.features: no column {unknown[0]!r} in {path}; its columns: "
+                          f"{', '.join(frame.columns)}")
+    if target in names:
+        raise ConfigError(f"dataset.features: lists the target {target!r}; a model must not "
+                          "see its labels")
+    return names
+
+
+def _row(path: str, row: int) -> str:
+    """A data row (from 0) as the user finds it; a CSV's line number counts the header too."""
+    return f"row {row} (line {row + 2})" if Path(path).suffix.lower() == ".csv" else f"row {row}"
