@@ -6,7 +6,12 @@ From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# TensorFlow's C++ log lines stay off a terminal and a notebook unless asked for: this holds
+# when packexp is imported before TensorFlow (python -m packexp; import packexp first).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from packexp.errors import ConfigError, ExecutorError
 

@@ -10,7 +10,6 @@ from Python (hydra#2673): a sweep is a loop over ``tune`` calls.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +20,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp.errors import ConfigError
 from packexp.search_result import SearchResult, load
-
-# TensorFlow's C++ log lines stay off a notebook, as python -m packexp keeps them off a
-# terminal (no effect if TensorFlow was imported first).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -331,8 +332,15 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
 
 def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
     """A figure and its axes made without pyplot: no backend is chosen or changed (a
-    notebook keeps its own), nothing global is kept, and threads may draw."""
+    notebook keeps its own), nothing global is kept, and threads may draw. A notebook shows
+    the figure as a PNG."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=size)
+    class Drawing(Figure):
+        def _repr_png_(self) -> bytes:
+            buffer = io.BytesIO()
+            self.savefig(buffer, format="png", dpi=90)
+            return buffer.getvalue()
+
+    fig = Drawing(figsize=size)
     return fig, fig.subplots()

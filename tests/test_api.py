@@ -105,6 +105,23 @@ def test_a_bad_value_reads_as_the_command_line_s_line(tmp_path):
     assert cli.stderr.strip().splitlines()[-1] == f"packexp: error: {raised.value}"
 
 
+@pytest.mark.parametrize("break_data, words", [
+    (lambda x, y: (np.where(np.arange(x.size).reshape(x.shape) == 70, np.nan, x), y),
+     ["x has nan at row 1, column 6"]),
+    (lambda x, y: (x, np.zeros_like(y)), ["one class"]),
+    (lambda x, y: (x, y[:-1]), ["1797", "1796"]),
+])
+def test_bad_arrays_raise_one_line_naming_them_and_write_no_results(tmp_path, break_data,
+                                                                     words):
+    with pytest.raises(packexp.ConfigError) as raised:
+        packexp.tune(data=break_data(*digits_arrays()), **QUICK, run_dir=tmp_path / "run")
+    message = str(raised.value)
+    assert message.startswith("packexp.tune(data=...)") and "\n" not in message
+    for word in words:
+        assert word in message
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name != ".hydra"]
+
+
 def test_load_of_a_run_that_did_not_finish_names_the_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         packexp.load(tmp_path)
@@ -182,6 +199,31 @@ def test_a_builder_no_module_can_import_trains_here_and_not_on_ray(tmp_path):
     config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
     assert "_target_: packexp.in_process.local_mlp_" in config
     assert result.best["val_accuracy"] > 0
+
+
+@pytest.mark.tf
+def test_arrays_and_a_csv_of_the_same_data_give_the_same_scores(tmp_path):
+    x, y = digits_arrays()
+    table = pd.DataFrame(x, columns=[f"pixel{i}" for i in range(x.shape[1])])
+    table["digit"] = y
+    table.to_csv(tmp_path / "digits.csv", index=False)
+    arrays = packexp.tune(data=(x, y), **QUICK, pack=PLAIN, run_dir=tmp_path / "arrays")
+    csv = packexp.tune(data="table", **QUICK, pack=PLAIN, run_dir=tmp_path / "csv",
+                       dataset={"path": str(tmp_path / "digits.csv"), "target": "digit"})
+    assert scores(arrays) == scores(csv)
+    assert arrays.best == csv.best
+    with np.load(tmp_path / "arrays" / "data.npz") as kept:  # the run keeps its data
+        assert np.array_equal(kept["x"], x) and np.array_equal(kept["y"], y)
+
+
+@pytest.mark.tf
+def test_given_validation_arrays_are_validated_on(tmp_path):
+    x, y = digits_arrays()
+    result = packexp.tune(data=(x[:1500], y[:1500], x[1500:], y[1500:]), **QUICK,
+                          run_dir=tmp_path / "run")
+    assert result.results["dataset"] == "arrays"
+    accuracy = result.best["val_accuracy"] * 297  # 1797 - 1500 validation examples
+    assert abs(accuracy - round(accuracy)) < 1e-6
 
 
 @pytest.mark.tf
