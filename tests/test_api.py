@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 
 import packexp
 from packexp.api import literal, overrides_for
+from packexp.events import Listener
 from packexp.hyperband import Hyperband
 from packexp.listeners import SearchProgress
 from tests.helpers import packexp as run_cli
@@ -34,6 +35,16 @@ def small_mlp(input_shape, num_classes, hparams, width=16):
     inputs = keras.Input(input_shape)
     hidden = keras.layers.Dense(width, activation=hparams.get("activation", "relu"))(inputs)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(hidden))
+
+
+class InterruptAfterFirstPack(Listener):
+    """A listener that presses Ctrl-C once the search's first pack is journaled."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+
+    def on_pack_finished(self, event):
+        raise KeyboardInterrupt
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -224,6 +235,24 @@ def test_given_validation_arrays_are_validated_on(tmp_path):
     assert result.results["dataset"] == "arrays"
     accuracy = result.best["val_accuracy"] * 297  # 1797 - 1500 validation examples
     assert abs(accuracy - round(accuracy)) < 1e-6
+
+
+@pytest.mark.tf
+def test_an_interrupted_search_resumes_from_python_to_the_unbroken_one_s_scores(tmp_path):
+    x, y = digits_arrays()
+    settings = {**QUICK, "pack": PLAIN, "data": (x, y)}
+    unbroken = packexp.tune(**settings, run_dir=tmp_path / "unbroken")
+    stop = ["+listeners.stop._target_=tests.test_api.InterruptAfterFirstPack"]
+    with pytest.raises(KeyboardInterrupt):
+        packexp.tune(**settings, overrides=stop, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run" / "results.json").exists()
+    with pytest.raises(packexp.ConfigError, match="data differs"):
+        packexp.tune(**{**settings, "data": (x, (y + 1) % 10)}, resume=True,
+                     run_dir=tmp_path / "run")
+    resumed = packexp.tune(**settings, resume=True, run_dir=tmp_path / "run")
+    assert resumed.results["resumed"] is True
+    assert scores(resumed) == scores(unbroken)
+    assert resumed.best == unbroken.best
 
 
 @pytest.mark.tf
