@@ -10,6 +10,7 @@ from Python (hydra#2673): a sweep is a loop over ``tune`` calls.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,6 +61,7 @@ def tune(model: str | Callable[..., Any] | None = None,
             the line ``python -m packexp`` prints.
         ExecutorError, TrackingError: As on the command line.
     """
+    called = time.time()  # the search's startup_s counts from here
     args = [*overrides, *(override for key, value in settings.items()
                           for override in overrides_for(key, value))]
     for group, value in (("model", model), ("dataset", data), ("search_space", search_space)):
@@ -91,8 +93,8 @@ def tune(model: str | Callable[..., Any] | None = None,
         from hydra.core.utils import run_job
         from hydra.types import HydraContext
 
-        returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays), config=cfg,
-                           job_dir_key="hydra.run.dir", job_subdir_key=None,
+        returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called),
+                           config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
                            hydra_context=HydraContext(config_loader=hydra.config_loader,
                                                       callbacks=Callbacks(cfg)),
                            configure_logging=False)
@@ -198,10 +200,12 @@ def _hydra() -> Iterator[Any]:
             GlobalHydra.instance().initialize(outer)
 
 
-def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None) -> float:
+def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float) -> float:
     """``python -m packexp``'s job, with the arrays checked and written where the config
-    reads them, and the job's log in the run directory's ``packexp.log``."""
+    reads them, the job's log in the run directory's ``packexp.log``, and its ``startup_s``
+    counted from the ``tune`` call."""
     from packexp.run import job, trains_here
+    from packexp.session import count_next_job_from
 
     if _in_process(cfg) and not trains_here(cfg):
         raise ConfigError(f"model: {cfg.model._target_.rsplit('.', 1)[-1]} was defined in "
@@ -209,8 +213,12 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None) -> float:
                           "import it; define the builder in a module on their path")
     if arrays is not None:
         write_arrays(cfg, arrays)
-    with _logged():
-        return job(cfg)
+    count_next_job_from(called)
+    try:
+        with _logged():
+            return job(cfg)
+    finally:
+        count_next_job_from(None)
 
 
 def _in_process(cfg: DictConfig) -> bool:

@@ -101,6 +101,7 @@ def earlier_sessions_s(records: list[dict]) -> float:
 
 
 _jobs_started = 0
+_next_job_started: float | None = None
 
 
 
@@ -108,10 +109,22 @@ def command_started() -> float:
     """Where this job's ``startup_s`` counts from (time.time() seconds).
 
     The process's start for its first job, so Python, TensorFlow and Hydra starting count;
-    a later job of a multirun sweep starts afresh in the same process, at this call.
+    a later job of a multirun sweep starts afresh in the same process, at this call; a job
+    of ``packexp.tune``, at the call (``count_next_job_from``).
     """
     import psutil
 
-    global _jobs_started
+    global _jobs_started, _next_job_started
     _jobs_started += 1
+    if _next_job_started is not None:
+        started, _next_job_started = _next_job_started, None
+        return started
     return psutil.Process().create_time() if _jobs_started == 1 else time.time()
+
+
+def count_next_job_from(started: float | None) -> None:
+    """The next job's ``startup_s`` counts from ``started`` rather than the process's start
+    (``packexp.tune`` runs in a process, a notebook's kernel, that may be hours old); None
+    forgets a time no job took."""
+    global _next_job_started
+    _next_job_started = started
