@@ -78,7 +78,7 @@ def tune(model: str | Callable[..., Any] | None = None,
     with _hydra() as hydra:
         cfg = compose(args)
         if callable(model):
-            use_builder(cfg, model)
+            use_builder(cfg, model, cfg.hydra.overrides.task)
         if search_space is not None and not isinstance(search_space, str):
             use_search_space(cfg, search_space)
         out = Path(str(cfg.hydra.run.dir))  # read once: ${now:...} changes at each read
@@ -139,10 +139,15 @@ def arrays_of(data: Any) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(a) for a in data)
 
 
-def use_builder(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """The composed config's model becomes ``build`` (``packexp.in_process``)."""
+def use_builder(cfg: DictConfig, build: Callable[..., Any], args: Sequence[str]) -> None:
+    """The composed config's model becomes ``build`` (``packexp.in_process``); a model key
+    among the overrides ``args`` would be lost, and is refused."""
     from packexp import in_process
 
+    lost = next((a for a in args if a.lstrip("+~").startswith("model.")), None)
+    if lost is not None:
+        raise ConfigError(f"{lost}: a builder function given as model takes no model keys; "
+                          "bind its settings with functools.partial(build, key=value)")
     with open_dict(cfg):
         cfg.model = OmegaConf.create({"_target_": in_process.target(build), "_partial_": True})
         cfg.hydra.runtime.choices.model = getattr(build, "__name__", type(build).__name__)

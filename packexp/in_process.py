@@ -6,6 +6,7 @@ not on Ray workers (README, "From Python")."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -32,7 +33,8 @@ def target(build: Callable[..., Any]) -> str:
             found = None
         if found is build:
             return f"{module}.{qualname}"
-    name = f"{_identifier(getattr(build, '__name__', type(build).__name__))}_{_digest(build)}"
+    func = getattr(build, "func", build)  # a functools.partial's function names it
+    name = f"{_identifier(getattr(func, '__name__', type(func).__name__))}_{_digest(build)}"
     _kept[name] = build
     return PREFIX + name
 
@@ -50,12 +52,20 @@ def __getattr__(name: str) -> Callable[..., Any]:
 
 
 def _digest(build: Callable[..., Any]) -> str:
+    """Of the source (a partial's: its function's, and the arguments it binds)."""
+    if isinstance(build, functools.partial):
+        source = _source(build.func) + repr((build.args, sorted(build.keywords.items())))
+    else:
+        source = _source(build)
+    return hashlib.sha1(source.encode()).hexdigest()[:10]
+
+
+def _source(build: Callable[..., Any]) -> str:
     try:
-        source = inspect.getsource(build)
+        return inspect.getsource(build)
     except (OSError, TypeError):
         code = getattr(build, "__code__", None)
-        source = repr((code.co_code, code.co_consts)) if code is not None else repr(build)
-    return hashlib.sha1(source.encode()).hexdigest()[:10]
+        return repr((code.co_code, code.co_consts)) if code is not None else repr(build)
 
 
 def _identifier(name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import time
@@ -13,6 +14,7 @@ from rich.console import Console
 from sklearn.datasets import load_digits
 
 import packexp
+from packexp import in_process
 from packexp.api import literal, overrides_for
 from packexp.events import Listener
 from packexp.hyperband import Hyperband
@@ -87,6 +89,22 @@ def test_a_numpy_scalar_is_written_as_its_python_value():
         "4", "0.5", "true"]
 
 
+def test_a_builder_is_named_by_its_path_or_kept_under_a_name_its_code_gives():
+    assert in_process.target(small_mlp) == "tests.test_api.small_mlp"
+
+    def local(input_shape, num_classes, hparams):
+        return small_mlp(input_shape, num_classes, hparams)
+
+    name = in_process.target(local)
+    assert name.startswith("packexp.in_process.local_") and in_process.is_in_process(name)
+    assert in_process.target(local) == name  # the same code, the same name
+    assert getattr(in_process, name.rsplit(".", 1)[1]) is local
+    wide, narrow = (in_process.target(functools.partial(small_mlp, width=w)) for w in (64, 8))
+    assert wide.startswith("packexp.in_process.small_mlp_") and wide != narrow
+    with pytest.raises(AttributeError, match="no builder of that name"):
+        _ = in_process.nothing_here
+
+
 # Errors are exceptions of one line.
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -96,6 +114,7 @@ def test_a_numpy_scalar_is_written_as_its_python_value():
     ({"data": (np.zeros((4, 2)),)}, ["data", "tuple of 1"]),
     ({"search_space": {"params": {"batch_size": [32]}, "scale": 2}}, ["scale"]),
     ({"task": "plan"}, ["task='plan'", "python -m packexp"]),
+    ({"model": small_mlp, "overrides": ["model.width=8"]}, ["model.width=8", "partial"]),
 ])
 def test_bad_input_raises_a_config_error_of_one_line(tmp_path, kwargs, words):
     with pytest.raises(packexp.ConfigError) as raised:
