@@ -95,14 +95,19 @@ MIXED = list(enumerate(CONFIGS))  # four optimizers, activations, lrs and batch 
 NO_ADAM = [c for c in MIXED if c[1][1] != "adam"]  # Adam: see test_fused.py
 
 
+def train_alone(data, configs, steps, build=every_layer_cnn) -> list:
+    """Each of ``configs`` trained plain and alone, as ``train`` returns it."""
+    return [train(data, [config], steps, "off", build) for config in configs]
+
+
 def assert_fused_matches_plain_alone(data, configs, steps, build=every_layer_cnn,
-                                     conv="auto", rtol=RTOL, atol=ATOL) -> None:
-    """Each member of a fused pack ends as it does trained plain and alone: weights,
-    BatchNorm statistics, slots and validation loss."""
+                                     conv="auto", rtol=RTOL, atol=ATOL, alone=None) -> None:
+    """Each member of a fused pack ends as it does trained plain and alone (``alone``, from
+    ``train_alone``, unless given): weights, BatchNorm statistics, slots and validation loss."""
     fused, fused_eval, stats = train(data, configs, steps, "on", build, conv)
     assert stats.fused
-    for m, config in zip(fused, configs, strict=True):
-        [plain], plain_eval, plain_stats = train(data, [config], steps, "off", build)
+    alone = alone or train_alone(data, configs, steps, build)
+    for m, ([plain], plain_eval, plain_stats) in zip(fused, alone, strict=True):
         assert not plain_stats.fused and m.step == plain.step == steps
         assert_close(m, plain, rtol, atol)
         assert fused_eval[m.trial_id].val_loss == pytest.approx(
@@ -186,7 +191,17 @@ def test_a_finished_fused_cnn_member_keeps_its_batchnorm_statistics(images, conv
     assert_close(ms[0], alone)
 
 
-def test_mobilenet_fuses_whole(images, conv):
+MOBILENET = functools.partial(mobilenet.build, alpha=0.35)
+MOBILENET_CONFIGS = [(0, (20, "momentum", 1e-3, "relu")), (3, (32, "sgd", 1e-3, "leaky_relu"))]
+
+
+@pytest.fixture(scope="module")
+def mobilenets_alone(images) -> list:
+    """The MobileNetV2 members trained plain and alone, once for both convolution paths."""
+    return train_alone(images, MOBILENET_CONFIGS, 1, MOBILENET)
+
+
+def test_mobilenet_fuses_whole(images, conv, mobilenets_alone):
     """The real MobileNetV2: nested model, on-device resizing, ReLU6 layers in one member
     where the other has leaky-ReLU Activation layers, depthwise convolutions, residual adds.
 
@@ -197,9 +212,8 @@ def test_mobilenet_fuses_whole(images, conv):
     BatchNorm normalises 2x2 maps) between kernels that round differently, so this step is
     at lr 1e-3, where that weight moved by 4e-5.
     """
-    build = functools.partial(mobilenet.build, alpha=0.35)
-    configs = [(0, (20, "momentum", 1e-3, "relu")), (3, (32, "sgd", 1e-3, "leaky_relu"))]
-    assert_fused_matches_plain_alone(images, configs, 1, build, conv, rtol=1e-3, atol=1e-4)
+    assert_fused_matches_plain_alone(images, MOBILENET_CONFIGS, 1, MOBILENET, conv,
+                                     rtol=1e-3, atol=1e-4, alone=mobilenets_alone)
 
 
 def test_a_vector_model_concatenating_its_input_evaluates_like_plain(images):
