@@ -25,6 +25,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 # Plain packs, so results agree bit for bit; knn packs several members without calibrating.
 QUICK = ["experiment=quick", "strategy=knn", "pack.fusion=off"]
+# Where a check needs no second worker: each of quick's rungs is one pack, so a second would
+# add only its start-up (a TensorFlow process) to the run.
+ONE_WORKER = "executor.num_workers=1"
 WORKER_BUSY = "PackWorker.run_pack"
 
 
@@ -90,30 +93,25 @@ def local_scores(tmp_path_factory) -> dict:
     return scores(run_dir)
 
 
-def test_two_cpu_workers_give_the_results_of_local(tmp_path, ray_env, local_scores):
-    run_dir = tmp_path / "run"
-    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2"))
-    assert code == 0, err
-    assert scores(run_dir) == local_scores
-    assert not (run_dir / "attempts").exists()  # checkpoints of retired trials go
-
-
 def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ray_env,
                                                                      local_scores):
+    """Two CPU workers on a cluster of the run's own give the results of local, though one
+    is killed mid-pack. (Without a kill: test_joins_a_cluster_started_with_ray_start.)"""
     run_dir, killed = tmp_path / "run", []
-    proc = packexp(run_dir, ray_env, "executor=ray")
+    proc = packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2")
     kill_a_busy_worker(proc, killed)
     code, err = finish(proc)
     assert code == 0, err
     assert killed
     assert set(results_per_trial_and_rung(run_dir).values()) == {1}
     assert scores(run_dir) == local_scores
+    assert not (run_dir / "attempts").exists()  # checkpoints of retired trials go
 
 
 def test_retries_spent_stop_the_run_in_one_line_and_resume_finishes_it(tmp_path, ray_env,
                                                                        local_scores):
     run_dir, killed = tmp_path / "run", []
-    proc = packexp(run_dir, ray_env, "executor=ray", "executor.max_restarts=0",
+    proc = packexp(run_dir, ray_env, "executor=ray", ONE_WORKER, "executor.max_restarts=0",
                    "executor.max_task_retries=0")
     kill_a_busy_worker(proc, killed)
     code, err = finish(proc)
@@ -133,13 +131,13 @@ def test_retries_spent_stop_the_run_in_one_line_and_resume_finishes_it(tmp_path,
 def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, local_scores):
     run_dir = tmp_path / "run"
     journal = run_dir / "journal.jsonl"
-    proc = packexp(run_dir, ray_env, "executor=ray")
+    proc = packexp(run_dir, ray_env, "executor=ray", ONE_WORKER)
     assert wait_until(lambda: journal.exists() and '"event": "pack"' in journal.read_text(),
                       180)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert wait_until(lambda: not ray_processes(ray_env["RAY_TMPDIR"]), 30)
-    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "resume=true"))
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", ONE_WORKER, "resume=true"))
     assert code == 0, err
     assert set(results_per_trial_and_rung(run_dir).values()) == {1}
     assert scores(run_dir) == local_scores
@@ -152,6 +150,7 @@ def free_port() -> int:
 
 
 def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_env, local_scores):
+    """Two CPU workers (the cluster's two CPUs) give the results of local."""
     port = free_port()
     env = {**ray_env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     ray = Path(sys.executable).with_name("ray")
@@ -166,6 +165,7 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_env, local_scores)
                                    f"executor.address=127.0.0.1:{port}"))
         assert code == 0, err
         assert scores(run_dir) == local_scores
+        assert not (run_dir / "attempts").exists()
     finally:
         head.send_signal(signal.SIGTERM)
         try:
