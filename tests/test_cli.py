@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -118,44 +117,6 @@ def test_multirun_sweeps_strategies(tmp_path):
     first_job = runs[0]["startup_s"]
     assert first_job > runs[1]["startup_s"] >= 0
     assert runs[1]["startup_s"] < runs[0]["wall_time_s"]
-
-
-@pytest.mark.slow
-def test_kill_9_mid_run_then_resume(tmp_path):
-    """A SIGKILLed search resumes from its journal and ends as an uninterrupted one."""
-    import signal
-    import time
-
-    args = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
-    whole = packexp(*args, f"hydra.run.dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    run_dir = tmp_path / "killed"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.Popen([sys.executable, "-m", "packexp", *args, f"hydra.run.dir={run_dir}"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    journal = run_dir / "journal.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_text().count('"event": "result"') >= 6:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (run_dir / "results.json").exists()
-    done = journal.read_text().count('"event": "result"')
-
-    resumed = packexp(*args, "resume=true", f"hydra.run.dir={run_dir}")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resuming: {done} member results" in resumed.stdout + resumed.stderr
-
-    def scores(path):
-        results = json.loads((path / "results.json").read_text())
-        return {t["trial_id"]: [(r["rung"], r["val_accuracy"]) for r in t["rungs"]]
-                for t in results["trials"]}
-
-    assert scores(run_dir) == scores(tmp_path / "whole")
 
 
 @pytest.mark.slow

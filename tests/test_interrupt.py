@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM: one line naming the resume command, the signal's exit code, and a run
-that resumes to the scores of an unbroken one."""
+that resumes to the scores of an unbroken one; so does a SIGKILLed run."""
 
 from __future__ import annotations
 
@@ -52,6 +52,15 @@ def scores(run_dir: Path) -> dict:
             for t in results["trials"]}
 
 
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory) -> dict:
+    """The scores of SEARCH run whole, which every resumed run of it must end with."""
+    run_dir = tmp_path_factory.mktemp("whole") / "run"
+    whole = packexp(*SEARCH, f"hydra.run.dir={run_dir}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    return scores(run_dir)
+
+
 def expected_line(run_dir: Path, *args: str) -> str:
     return (f"packexp: interrupted; the run in {run_dir} is kept{RESUME}"
             + shlex.join(["python", "-m", "packexp", *args, "resume=true",
@@ -60,9 +69,7 @@ def expected_line(run_dir: Path, *args: str) -> str:
 
 @pytest.mark.slow
 def test_ctrl_c_prints_the_resume_command_and_the_resumed_run_ends_as_an_unbroken_one(
-        tmp_path):
-    whole = packexp(*SEARCH, f"hydra.run.dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
+        tmp_path, unbroken):
     run_dir = tmp_path / "run"
     code, lines, stderr = interrupt(signal.SIGINT, *SEARCH, f"hydra.run.dir={run_dir}",
                                     journal=run_dir / "journal.jsonl")
@@ -72,7 +79,34 @@ def test_ctrl_c_prints_the_resume_command_and_the_resumed_run_ends_as_an_unbroke
 
     resumed = resume(lines[0])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert scores(run_dir) == scores(tmp_path / "whole")
+    assert scores(run_dir) == unbroken
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_resume(tmp_path, unbroken):
+    """A SIGKILLed search resumes from its journal and ends as an uninterrupted one."""
+    run_dir = tmp_path / "killed"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "packexp", *SEARCH,
+                             f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    journal = run_dir / "journal.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and journal.read_text().count('"event": "result"') >= 6:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "results.json").exists()
+    done = journal.read_text().count('"event": "result"')
+
+    resumed = packexp(*SEARCH, "resume=true", f"hydra.run.dir={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming: {done} member results" in resumed.stdout + resumed.stderr
+    assert scores(run_dir) == unbroken
 
 
 @pytest.mark.slow
