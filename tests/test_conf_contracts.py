@@ -42,7 +42,8 @@ SHORT_RUNG_MOMENTUM = 0.7
 
 def test_every_model_and_dataset_config_is_found():
     assert {"mlp3", "mobilenet", "resnet50", "densenet121"} <= set(MODELS)
-    assert {"digits", "synthetic", "cifar10", "image_folder", "arrays", "table"} <= set(DATASETS)
+    assert {"digits", "synthetic", "cifar10", "image_folder", "mnist1d", "arrays",
+            "table"} <= set(DATASETS)
 
 
 def example_batch(shape: list[int]) -> np.ndarray:
@@ -133,12 +134,18 @@ class TestModelContract:
             assert "bn_momentum" not in model.node  # a key that would reach nothing
 
 
+# Where a dataset made in code (mnist1d) keeps what it made: the test's own folder.
+CACHE = "cache_dir"
+
+
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory) -> dict[str, Path]:
     """A tiny fake of each dataset read from disk, by config name."""
     root = tmp_path_factory.mktemp("data")
     return {"cifar10": fake_cifar10(root).tar, "image_folder": fake_image_folder(root / "images"),
-            "arrays": fake_arrays(root / "arrays.npz"), "table": fake_table(root / "table.csv")}
+            "arrays": fake_arrays(root / "arrays.npz"), "table": fake_table(root / "table.csv"),
+            CACHE: root / "made"}
+
 
 
 # The keys besides dataset.path that a dataset read from disk needs to read its fake.
@@ -154,6 +161,8 @@ def load(name: str, data_files: dict[str, Path]) -> Dataset:
         cfg.dataset.path = str(data_files[name])
         for key, value in DATA_FILE_KEYS.get(name, {}).items():
             cfg.dataset[key] = value
+    if CACHE in cfg.dataset:
+        cfg.dataset[CACHE] = str(data_files[CACHE])
     fit_dataset_to_model(cfg)
     return instantiate(cfg.dataset, "dataset")
 
