@@ -1,15 +1,16 @@
-"""packexp from Python: ``packexp.tune(...)`` composes the config ``python -m packexp``
-composes, runs the same job in this process and returns a ``SearchResult``.
+"""packexp from Python: ``tune`` runs ``python -m packexp``'s job on the same composed config.
 
-Hydra composes the config from ``conf/`` with the call's overrides, as on the command line;
-a builder function, arrays or a search-space dict replace their config group's node in the
-composed config before the job starts, so the same checks read them. Hydra runs no multirun
-from Python (hydra#2673): a sweep is a loop over ``tune`` calls.
+A builder function, arrays or a search-space dict replace their group's node in the composed
+config before the job starts, so the same checks read them. Hydra runs no multirun from
+Python (hydra#2673): a sweep is a loop over ``tune`` calls.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import random
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp.errors import ConfigError
 from packexp.search_result import SearchResult, load
+
+__all__ = ["SearchResult", "load", "tune"]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -62,6 +65,11 @@ def tune(model: str | Callable[..., Any] | None = None,
         ExecutorError, TrackingError: As on the command line.
     """
     called = time.time()  # the search's startup_s counts from here
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides={overrides!r}: give a list of overrides, e.g. "
+                          "[\"scheduler.R=27\"]")
+    if settings.get("resume") and run_dir is None:
+        raise ConfigError("resume=True: give run_dir=, the directory of the run to continue")
     args = [*overrides, *(override for key, value in settings.items()
                           for override in overrides_for(key, value))]
     for group, value in (("model", model), ("dataset", data), ("search_space", search_space)):
@@ -78,8 +86,10 @@ def tune(model: str | Callable[..., Any] | None = None,
     with _hydra() as hydra:
         cfg = compose(args)
         if callable(model):
-            use_builder(cfg, model, cfg.hydra.overrides.task)
+            use_builder(cfg, model, args)
         if search_space is not None and not isinstance(search_space, str):
+            refuse_lost_keys("search_space", args, "a search-space dict given as "
+                             "search_space takes no search_space keys; put them in the dict")
             use_search_space(cfg, search_space)
         out = Path(str(cfg.hydra.run.dir))  # read once: ${now:...} changes at each read
         with open_dict(cfg):
@@ -90,7 +100,7 @@ def tune(model: str | Callable[..., Any] | None = None,
             raise ConfigError(f"task={cfg.get('task')!r}: packexp.tune runs task=tune; run "
                               "other tasks with python -m packexp")
         from hydra._internal.callbacks import Callbacks  # as Hydra.run builds it (hydra-core 1.3)
-        from hydra.core.utils import run_job
+        from hydra.core.utils import JobStatus, run_job
         from hydra.types import HydraContext
 
         returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called),
@@ -98,7 +108,8 @@ def tune(model: str | Callable[..., Any] | None = None,
                            hydra_context=HydraContext(config_loader=hydra.config_loader,
                                                       callbacks=Callbacks(cfg)),
                            configure_logging=False)
-        _ = returned.return_value  # raises the job's exception
+        if returned.status == JobStatus.FAILED:  # its own error, without Hydra's printed line
+            raise returned._return_value
     return load(returned.hydra_cfg.hydra.runtime.output_dir)
 
 
@@ -122,8 +133,7 @@ def literal(value: Any) -> str:
         return repr(float(value))  # inf, -inf and nan as Hydra spells them
     if isinstance(value, Sequence) and not isinstance(value, str):
         return "[" + ",".join(literal(v) for v in value) + "]"
-    text = str(value)
-    return text if text.replace("_", "").replace("-", "").isalnum() else quoted(text)
+    return quoted(str(value))  # a string stays one: '123', 'true' and 'null' included
 
 
 def quoted(text: str) -> str:
@@ -136,7 +146,14 @@ def arrays_of(data: Any) -> tuple[np.ndarray, ...]:
         raise ConfigError(f"data: give a config name from conf/dataset/, (x, y) or (x_train, "
                           f"y_train, x_val, y_val); got {type(data).__name__}"
                           + (f" of {len(data)}" if isinstance(data, Sequence) else ""))
-    return tuple(np.asarray(a) for a in data)
+    try:
+        arrays = [np.asarray(a) for a in data]
+    except ValueError as e:  # ragged rows
+        raise ConfigError(f"packexp.tune(data=...): {' '.join(str(e).split())}") from None
+    # Labels from pandas (strings, categories) arrive as objects: as strings they can be
+    # kept without pickling.
+    return tuple(a.astype(str) if a.dtype == object and all(isinstance(v, str) for v in a.flat)
+                 else a for a in arrays)
 
 
 def use_builder(cfg: DictConfig, build: Callable[..., Any], args: Sequence[str]) -> None:
@@ -144,13 +161,24 @@ def use_builder(cfg: DictConfig, build: Callable[..., Any], args: Sequence[str])
     among the overrides ``args`` would be lost, and is refused."""
     from packexp import in_process
 
-    lost = next((a for a in args if a.lstrip("+~").startswith("model.")), None)
-    if lost is not None:
-        raise ConfigError(f"{lost}: a builder function given as model takes no model keys; "
-                          "bind its settings with functools.partial(build, key=value)")
+    refuse_lost_keys("model", args, "a builder function given as model takes no model "
+                     "keys; bind its settings with functools.partial(build, key=value)")
+    func = getattr(build, "func", build)
+    node: dict[str, Any] = {"_target_": in_process.target(build), "_partial_": True}
+    if (isinstance(build, functools.partial) and not build.args
+            and not in_process.is_in_process(in_process.target(func))):
+        # An importable function's partial: its settings go in the config, as YAML's would.
+        node = {**build.keywords, "_target_": in_process.target(func), "_partial_": True}
     with open_dict(cfg):
-        cfg.model = OmegaConf.create({"_target_": in_process.target(build), "_partial_": True})
-        cfg.hydra.runtime.choices.model = getattr(build, "__name__", type(build).__name__)
+        cfg.model = OmegaConf.create(node)
+        cfg.hydra.runtime.choices.model = getattr(func, "__name__", type(func).__name__)
+
+
+def refuse_lost_keys(group: str, args: Sequence[str], why: str) -> None:
+    """Overrides of ``group``'s keys, which a node given in Python replaces, are refused."""
+    lost = next((a for a in args if a.lstrip("+~").startswith(f"{group}.")), None)
+    if lost is not None:
+        raise ConfigError(f"{lost}: {why}")
 
 
 def use_search_space(cfg: DictConfig, space: Any) -> None:
@@ -209,9 +237,10 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float) 
     """``python -m packexp``'s job, with the arrays checked and written where the config
     reads them, the job's log in the run directory's ``packexp.log``, and its ``startup_s``
     counted from the ``tune`` call."""
-    from packexp.run import job, trains_here
+    from packexp.run import check, job, trains_here
     from packexp.session import count_next_job_from
 
+    check(cfg)  # the command line's checks first: a bad value is named as there
     if _in_process(cfg) and not trains_here(cfg):
         raise ConfigError(f"model: {cfg.model._target_.rsplit('.', 1)[-1]} was defined in "
                           "a notebook or __main__, where executor=ray's workers cannot "
@@ -219,11 +248,15 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float) 
     if arrays is not None:
         write_arrays(cfg, arrays)
     count_next_job_from(called)
+    # The search seeds Python's and NumPy's global generators; the caller's are put back.
+    python_state, numpy_state = random.getstate(), np.random.get_state()
     try:
         with _logged():
             return job(cfg)
     finally:
         count_next_job_from(None)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 def _in_process(cfg: DictConfig) -> bool:
@@ -239,10 +272,19 @@ def write_arrays(cfg: DictConfig, arrays: tuple[np.ndarray, ...]) -> None:
     from packexp.data.arrays import from_arrays
 
     d = cfg.dataset
-    from_arrays(*arrays[:2], *arrays[2:], name="arrays", source="packexp.tune(data=...)",
-                val_fraction=d.val_fraction, standardize=d.standardize, seed=cfg.seed)
+    try:
+        from_arrays(*arrays[:2], *arrays[2:], name="arrays", source="packexp.tune(data=...)",
+                    val_fraction=d.val_fraction, standardize=d.standardize, seed=cfg.seed)
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"dataset.{e}") from None  # a dataset key's value, as instantiate
     keys = ("x", "y", "x_val", "y_val")[:len(arrays)]
     path = Path(d.path)
+    if not cfg.get("resume") and any(f.exists() for f in (path, path.parent / "journal.jsonl")):
+        # a run's data is never written over, nor another run's directory written into
+        raise ConfigError(f"hydra.run.dir={path.parent}: holds a run already; add "
+                          "resume=True to continue it, or choose another run_dir")
     if cfg.get("resume") and path.exists():
         with np.load(path, allow_pickle=False) as kept:
             if set(kept.files) != set(keys) or not all(
@@ -256,20 +298,27 @@ def write_arrays(cfg: DictConfig, arrays: tuple[np.ndarray, ...]) -> None:
 
 @contextmanager
 def _logged() -> Iterator[None]:
-    """packexp's log lines of the job, at INFO, in the run directory's ``packexp.log`` (the
-    command line's Hydra logging would take over the caller's root logger)."""
+    """The job's log at INFO in the run directory's ``packexp.log``, and its warnings on
+    stderr; the caller's logging is left as it was (the command line's Hydra logging would
+    take over the root logger)."""
     from hydra.core.hydra_config import HydraConfig
 
-    handler = logging.FileHandler(Path(HydraConfig.get().runtime.output_dir) / "packexp.log")
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - "
-                                           "%(message)s"))
+    file = logging.FileHandler(Path(HydraConfig.get().runtime.output_dir) / "packexp.log")
+    file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - "
+                                        "%(message)s"))
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logging.Formatter("packexp: %(levelname)s: %(message)s"))
     logger = logging.getLogger("packexp")
-    level = logger.level
-    logger.addHandler(handler)
+    saved = logger.level, logger.propagate
+    for handler in (file, warnings):
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        handler.close()
+        for handler in (file, warnings):
+            logger.removeHandler(handler)
+        logger.level, logger.propagate = saved
+        file.close()

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from packexp.config import (
     batch_bucket,
+    check_batch_sizes,
     check_pairing,
     check_preprocessing,
     check_search,
@@ -61,6 +62,7 @@ class Components:
         dataset = instantiate(cfg.dataset, "dataset")
         build_model = instantiate(cfg.model, "model")
         check_pairing(cfg, build_model, dataset)
+        check_batch_sizes(space, dataset)
         apply_threads(cfg.device)
         if probe:
             probe_model(build_model, dataset, space)

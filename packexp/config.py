@@ -307,6 +307,17 @@ def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any
 
 
 
+def check_batch_sizes(space: SearchSpace, dataset: Any) -> None:
+    """Every batch size fits in the training split: a small dataset of a user's stops before
+    anything is written, not at its first pack."""
+    sizes = space.params.get("batch_size")
+    train_size = len(dataset.x_train)
+    if sizes and max(sizes) > train_size:
+        raise ConfigError(f"search_space.params.batch_size: {max(sizes)} is more than the "
+                          f"{train_size} training examples of dataset {dataset.name}; give "
+                          "batch sizes of at most that, or more data")
+
+
 def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
                         input_shape: tuple[int, ...]) -> None:
     """Every preprocessing the search can produce must apply to the data."""

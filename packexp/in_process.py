@@ -61,11 +61,31 @@ def _digest(build: Callable[..., Any]) -> str:
 
 
 def _source(build: Callable[..., Any]) -> str:
+    """Its source text and what it closes over and defaults to (``make(16)`` and
+    ``make(512)`` differ); another callable, by its class's source."""
+    if not inspect.isfunction(build):
+        try:
+            return inspect.getsource(type(build)) + _text(vars(build))
+        except (OSError, TypeError):
+            return type(build).__qualname__ + _text(vars(build))
     try:
-        return inspect.getsource(build)
+        text = inspect.getsource(build)
     except (OSError, TypeError):
-        code = getattr(build, "__code__", None)
-        return repr((code.co_code, code.co_consts)) if code is not None else repr(build)
+        text = repr((build.__code__.co_code, build.__code__.co_consts))
+    cells = [c.cell_contents for c in build.__closure__ or ()]
+    return text + _text([cells, build.__defaults__, build.__kwdefaults__])
+
+
+def _text(value: Any) -> str:
+    """``value`` as text that is the same in every process: plain values and containers
+    as themselves, anything else by its type and name (never by its address)."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return repr(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_text(k)}:{_text(v)}" for k, v in value.items()) + "}"
+    return f"<{type(value).__qualname__} {getattr(value, '__qualname__', '')}>"
 
 
 def _identifier(name: str) -> str:

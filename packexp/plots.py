@@ -334,13 +334,27 @@ def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
     """A figure and its axes made without pyplot: no backend is chosen or changed (a
     notebook keeps its own), nothing global is kept, and threads may draw. A notebook shows
     the figure as a PNG."""
-    from matplotlib.figure import Figure
-
-    class Drawing(Figure):
-        def _repr_png_(self) -> bytes:
-            buffer = io.BytesIO()
-            self.savefig(buffer, format="png", dpi=90)
-            return buffer.getvalue()
-
-    fig = Drawing(figsize=size)
+    fig = _png_figure_class()(figsize=size)
     return fig, fig.subplots()
+
+
+_PngFigure = None
+
+
+def _png_figure_class() -> type:
+    """``PngFigure``: a matplotlib ``Figure`` a notebook shows as a PNG (made once, when
+    first drawn, so that importing this module imports no matplotlib)."""
+    global _PngFigure
+    if _PngFigure is None:
+        from matplotlib.figure import Figure
+
+        class PngFigure(Figure):
+            def _repr_png_(self) -> bytes:
+                buffer = io.BytesIO()
+                self.savefig(buffer, format="png", dpi=90)
+                return buffer.getvalue()
+
+        PngFigure.__qualname__ = PngFigure.__name__  # found by pickle in this module
+        _PngFigure = PngFigure
+        globals()["PngFigure"] = PngFigure
+    return _PngFigure

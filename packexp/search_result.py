@@ -15,7 +15,7 @@ TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "va
                  "val_loss", "train_loss", "pack_id")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SearchResult:
     """A finished search.
 
@@ -67,15 +67,23 @@ def load(run_dir: str | Path) -> SearchResult:
     """The ``SearchResult`` of the finished search in ``run_dir``.
 
     Raises:
-        FileNotFoundError: ``run_dir`` holds no ``results.json`` (the search has not
-            finished: resume it with ``resume=true``).
+        FileNotFoundError: ``run_dir`` holds no finished search (the message says why).
+        ValueError: Its ``results.json`` is not a search's.
     """
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such directory")
     if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: holds no results.json; a search that did not "
-                                "finish can be resumed with resume=true and the same run_dir")
+        if not Journal(run_dir).exists:
+            raise FileNotFoundError(f"{run_dir}: holds no search (no journal.jsonl, no "
+                                    "results.json)")
+        raise FileNotFoundError(f"{run_dir}: holds no results.json yet; its search is "
+                                "running, was interrupted or failed (journal.jsonl): once it "
+                                "has stopped, resume it with resume=true and this run_dir")
     results = json.loads(path.read_text())
+    if "trials" not in results:
+        raise ValueError(f"{path}: is not a search's results (a profile's or a plan's?)")
     return SearchResult(run_dir=run_dir.resolve(), best=results.get("best"),
                         trials=trial_table(results), packs=pack_table(results),
                         mlflow_run_id=_tracking_run_id(run_dir), results=results)

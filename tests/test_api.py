@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import io
 import json
+import logging
+import pickle
+import random
 import time
 
 import numpy as np
@@ -69,11 +72,12 @@ def trials_without_paths(results: dict) -> list[dict]:
 # Overrides from keywords.
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("strategy", "knn", ["strategy=knn"]),
+    ("strategy", "knn", ["strategy='knn'"]),
+    ("tracking", {"experiment": "2024"}, ["tracking.experiment='2024'"]),
     ("seed", 3, ["seed=3"]),
     ("resume", True, ["resume=true"]),
     ("scheduler", {"R": 27, "eta": 3}, ["scheduler.R=27", "scheduler.eta=3"]),
-    ("pack", {"fusion": "off", "jit_compile": False}, ["pack.fusion=off",
+    ("pack", {"fusion": "off", "jit_compile": False}, ["pack.fusion='off'",
                                                         "pack.jit_compile=false"]),
     ("preprocess", {"mean": None, "std": [0.5, 0.25]},
      ["preprocess.mean=null", "preprocess.std=[0.5,0.25]"]),
@@ -104,6 +108,14 @@ def test_a_builder_is_named_by_its_path_or_kept_under_a_name_its_code_gives():
     with pytest.raises(AttributeError, match="no builder of that name"):
         _ = in_process.nothing_here
 
+    def make(width):
+        def build(input_shape, num_classes, hparams):
+            return small_mlp(input_shape, num_classes, hparams, width=width)
+        return build
+
+    assert in_process.target(make(16)) == in_process.target(make(16))
+    assert in_process.target(make(16)) != in_process.target(make(512))  # what it closes over
+
 
 # Errors are exceptions of one line.
 
@@ -115,16 +127,69 @@ def test_a_builder_is_named_by_its_path_or_kept_under_a_name_its_code_gives():
     ({"search_space": {"params": {"batch_size": [32]}, "scale": 2}}, ["scale"]),
     ({"task": "plan"}, ["task='plan'", "python -m packexp"]),
     ({"model": small_mlp, "overrides": ["model.width=8"]}, ["model.width=8", "partial"]),
+    ({"search_space": SPACE, "overrides": ["search_space.categorical=[]"]},
+     ["search_space.categorical=[]", "put them in the dict"]),
+    ({"overrides": "strategy=knn"}, ["overrides='strategy=knn'", "a list"]),
+    ({"resume": True, "run_dir": None}, ["resume=True", "run_dir="]),
+    ({"data": ([[1.0, 2.0], [3.0]], [0, 1])}, ["packexp.tune(data=...)"]),
+    ({"data": digits_arrays(), "seed": "abc"}, ["seed='abc'"]),
+    ({"data": digits_arrays(), "dataset": {"val_fraction": 2}}, ["dataset.val_fraction=2"]),
 ])
 def test_bad_input_raises_a_config_error_of_one_line(tmp_path, kwargs, words):
     with pytest.raises(packexp.ConfigError) as raised:
-        packexp.tune(run_dir=tmp_path / "run", **{**QUICK, **kwargs})
+        packexp.tune(**{"run_dir": tmp_path / "run", **QUICK, **kwargs})
     message = str(raised.value)
     assert "\n" not in message
     for word in words:
         assert word in message
-    assert not (tmp_path / "run" / "results.json").exists()
-    assert not (tmp_path / "run" / "journal.jsonl").exists()
+    written = {p.name for p in (tmp_path / "run").glob("*")} - {".hydra"}
+    assert not written  # no results, no journal, no data
+
+
+@pytest.mark.parametrize("earlier", ["journal.jsonl", "data.npz"])
+def test_a_run_dir_that_holds_a_run_is_never_written_over(tmp_path, earlier):
+    (tmp_path / earlier).write_bytes(b"the earlier run's")
+    with pytest.raises(packexp.ConfigError, match="holds a run already; add resume=True"):
+        packexp.tune(data=digits_arrays(), **QUICK, run_dir=tmp_path)
+    assert (tmp_path / earlier).read_bytes() == b"the earlier run's"
+    assert not (tmp_path / "data.npz").exists() or earlier == "data.npz"
+
+
+def test_labels_from_pandas_are_kept_as_strings_without_pickling(tmp_path):
+    from packexp.api import arrays_of
+
+    x, y = digits_arrays()
+    names = pd.Series(y).map(lambda d: f"digit {d}")
+    for labels in (names, names.astype("category"), names.astype("string")):
+        _, kept = arrays_of((pd.DataFrame(x), labels))
+        assert kept.dtype.kind == "U" and kept[0] == f"digit {y[0]}"
+        np.savez(tmp_path / "a.npz", y=kept)
+        with np.load(tmp_path / "a.npz", allow_pickle=False) as f:
+            assert np.array_equal(f["y"], kept)
+
+
+def test_a_partial_of_an_importable_builder_puts_its_settings_in_the_config():
+    from packexp.api import _hydra, compose, use_builder
+
+    with _hydra():
+        cfg = compose([])
+    use_builder(cfg, functools.partial(small_mlp, width=8), [])
+    assert dict(cfg.model) == {"width": 8, "_target_": "tests.test_api.small_mlp",
+                               "_partial_": True}
+    assert cfg.hydra.runtime.choices.model == "small_mlp"
+
+
+def test_load_says_what_a_directory_holds_instead_of_a_search(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        packexp.load(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="holds no search"):
+        packexp.load(tmp_path)
+    (tmp_path / "journal.jsonl").write_text("")
+    with pytest.raises(FileNotFoundError, match="running, was interrupted or failed"):
+        packexp.load(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps({"profile": "num_models"}))
+    with pytest.raises(ValueError, match="not a search's results"):
+        packexp.load(tmp_path)
 
 
 @pytest.mark.slow
@@ -153,11 +218,6 @@ def test_bad_arrays_raise_one_line_naming_them_and_write_no_results(tmp_path, br
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name != ".hydra"]
 
 
-def test_load_of_a_run_that_did_not_finish_names_the_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
-        packexp.load(tmp_path)
-
-
 # Searches.
 
 @pytest.mark.tf
@@ -178,10 +238,33 @@ def test_the_api_gives_the_command_line_s_trials_and_scores(tmp_path):
 
 
 @pytest.mark.tf
+def test_too_few_examples_for_the_batch_sizes_stop_before_the_journal(tmp_path):
+    x, y = digits_arrays()
+    with pytest.raises(packexp.ConfigError, match=r"^search_space\.params\.batch_size: 70 "
+                       r"is more than the 40 training examples of dataset arrays"):
+        packexp.tune(data=(x[:50], y[:50]), **QUICK, run_dir=tmp_path)
+    assert not (tmp_path / "journal.jsonl").exists()
+
+
+@pytest.mark.tf
 def test_the_result_holds_the_search_s_tables_and_reads_back(tmp_path):
+    logger = logging.getLogger("packexp")
+    before = (logger.level, logger.propagate, list(logger.handlers),
+              list(logging.getLogger().handlers))
+    np.random.seed(5)
+    random.seed(5)
     started = time.perf_counter()
     result = packexp.tune("mlp3", "digits", **QUICK, run_dir=tmp_path / "run")
     called = time.perf_counter() - started
+    draws = (np.random.random(), random.random())
+    np.random.seed(5)
+    random.seed(5)
+    assert draws == (np.random.random(), random.random())  # the caller's generators kept
+    assert before == (logger.level, logger.propagate, list(logger.handlers),
+                      list(logging.getLogger().handlers))
+    assert "] - bracket " in (tmp_path / "run" / "packexp.log").read_text()
+    assert result != packexp.load(tmp_path / "run")  # compared by identity, never raising
+    assert pickle.loads(pickle.dumps(result.plot())).axes
     raw = json.loads((tmp_path / "run" / "results.json").read_text())
     assert result.run_dir == (tmp_path / "run").resolve()
     assert result.best == raw["best"] and result.best_val_accuracy > 0.5
