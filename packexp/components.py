@@ -30,6 +30,7 @@ from packexp.config import (
 from packexp.device import apply_threads
 from packexp.events import Listener
 from packexp.hyperband import Hyperband, steps_for
+from packexp.samplers import Sampler
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Device, Strategy
 
@@ -48,6 +49,7 @@ class Components:
     space: SearchSpace
     scheduler: Hyperband
     strategy: Strategy
+    sampler: Sampler
     dataset: Any
     build_model: Callable[..., Any]
     max_members: int
@@ -59,6 +61,7 @@ class Components:
         every value of its hyper-parameters so a bad one fails before any training. The
         thread counts are set here, before TensorFlow's runtime starts."""
         space, scheduler, strategy = check_search(cfg)
+        sampler = instantiate(cfg.sampler, "sampler")
         dataset = instantiate(cfg.dataset, "dataset")
         build_model = instantiate(cfg.model, "model")
         check_pairing(cfg, build_model, dataset)
@@ -67,14 +70,15 @@ class Components:
         if probe:
             probe_model(build_model, dataset, space)
         check_preprocessing(cfg.preprocess, space, dataset.input_shape)
-        return cls(cfg, space, scheduler, strategy, dataset, build_model,
+        return cls(cfg, space, scheduler, strategy, sampler, dataset, build_model,
                    member_cap(cfg.pack.max_members),
                    {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")})
 
     def facts(self) -> dict[str, Any]:
         """The search's names, seed and schedule, as ``results.json`` states them."""
         scheduler = self.scheduler
-        return {**self.names, "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
+        return {**self.names, "sampler": component_name(self.cfg, "sampler"),
+                "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
                 "continue_on_promotion": scheduler.continue_on_promotion,
                 "lr_horizon": scheduler.lr_horizon}
 

@@ -33,6 +33,7 @@ from packexp.events import (
 from packexp.executors import Executor, LocalExecutor, PackJob
 from packexp.hyperband import Bracket, steps_for
 from packexp.listeners.results import ResultsCollector
+from packexp.samplers import Observation, Sampler
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext, Strategy
 
@@ -71,6 +72,7 @@ class PackedSearch:
     train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
     brackets: list = field(default_factory=list)  # the whole search, for the strategy
     executor: Executor | None = None  # where packs train; None: this process
+    sampler: Sampler = field(default_factory=Sampler)  # a bracket's configurations
     started: float = field(default_factory=time.perf_counter)
     first_pack_at: float | None = None  # time.time() when the first pack began
     _last: dict[int, list[str]] = field(default_factory=dict)
@@ -109,12 +111,22 @@ class PackedSearch:
         return sum(len(v) for v in self._done.values())
 
     def sample(self, bracket: Bracket) -> list[Trial]:
-        trials = self.space.sample(bracket.rungs[0].n, self.seed, bracket.s)
+        trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
+                                     self.history(bracket))
         if len(trials) < bracket.rungs[0].n:
             log.warning("bracket %d wants %d configurations; the space has only %d",
                         bracket.s, bracket.rungs[0].n, len(trials))
         self.book.add_trials(bracket.s, trials)
         return trials
+
+    def history(self, bracket: Bracket) -> list[Observation]:
+        """The scored rungs of the brackets sampled before ``bracket``: what a resumed run
+        knows at its start too, since it replays every bracket's results."""
+        order = [b.s for b in self.brackets] or [bracket.s]
+        earlier = set(order[:order.index(bracket.s)]) if bracket.s in order else set()
+        return [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
+                for t in self.trials.values() if t.bracket in earlier
+                for r in t.rungs if r.val_accuracy is not None]
 
     def train_rung(
         self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -24,6 +25,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+# MLflow draws a progress bar per downloaded file where tqdm is installed (Optuna brings it).
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 if TYPE_CHECKING:
     from mlflow.entities import Run

@@ -18,6 +18,8 @@ from packexp.events import Listener, Listeners, RungResult, TrialEnded, TrialRec
 from packexp.hyperband import Hyperband, steps_for
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
+from packexp.samplers import Sampler
+from packexp.samplers.tpe import TpeSampler
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy, greedy_fill
 from packexp.strategies.none import NoneStrategy
@@ -151,7 +153,8 @@ HYPERBAND = Hyperband(9, 3)  # rungs of 9, 3, 1; 5, 1; 3 trials
 
 
 def new_search(run_dir: Path, trainer: FakeTrainer, strategy: Strategy | None = None,
-               continue_on_promotion: bool = True) -> PackedSearch:
+               continue_on_promotion: bool = True, sampler: Sampler | None = None
+               ) -> PackedSearch:
     """A search of two-member packs, journaling to ``run_dir`` (continued if it has a journal)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir)
@@ -163,7 +166,8 @@ def new_search(run_dir: Path, trainer: FakeTrainer, strategy: Strategy | None = 
                         listeners=Listeners([JournalListener(journal), Ended()]),
                         checkpoints=run_dir / "checkpoints", seed=0,
                         tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,
-                        train_size=TRAIN_SIZE, brackets=HYPERBAND.brackets())
+                        train_size=TRAIN_SIZE, brackets=HYPERBAND.brackets(),
+                        sampler=sampler or Sampler())
 
 
 def search_to_the_end(search: PackedSearch) -> PackedSearch:
@@ -254,13 +258,14 @@ def records_of(run_dir: Path, event: str) -> list[dict]:
 
 
 def kill_then_resume(tmp_path: Path, trainer: FakeTrainer, die_at_call: int,
-                     strategy: Strategy | None = None) -> tuple[PackedSearch, list[dict]]:
+                     strategy: Strategy | None = None, sampler: Sampler | None = None
+                     ) -> tuple[PackedSearch, list[dict]]:
     trainer.die_at_call, trainer.calls = die_at_call, []
     with pytest.raises(KeyboardInterrupt):
-        search_to_the_end(new_search(tmp_path, trainer))
+        search_to_the_end(new_search(tmp_path, trainer, sampler=sampler))
     records = Journal(tmp_path).read()
     trainer.die_at_call, trainer.calls = None, []
-    resumed = new_search(tmp_path, trainer, strategy)
+    resumed = new_search(tmp_path, trainer, strategy, sampler=sampler)
     assert resumed.replay(records) == sum(r["event"] == "result" for r in records)
     return search_to_the_end(resumed), records
 
@@ -288,6 +293,22 @@ def test_a_resumed_run_names_its_packs_as_an_unbroken_one_does(tmp_path, trainer
     resumed, _ = kill_then_resume(tmp_path / "killed", trainer, die_at_call)
     assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
     assert outcome(resumed) == outcome(whole)
+
+
+@pytest.mark.parametrize("die_at_call", [5, 9])  # at bracket 2's rung 1, in bracket 1
+def test_a_sampler_that_learns_samples_a_resumed_run_as_the_unbroken_one(tmp_path, trainer,
+                                                                          die_at_call):
+    tpe = TpeSampler(random_fraction=0.0, min_points=3)
+    whole = search_to_the_end(new_search(tmp_path / "whole", trainer, sampler=tpe))
+    resumed, _ = kill_then_resume(tmp_path / "killed", trainer, die_at_call, sampler=tpe)
+    assert {i: t.hparams for i, t in resumed.trials.items()} == {
+        i: t.hparams for i, t in whole.trials.items()}
+    assert outcome(resumed) == outcome(whole)
+    at_random = search_to_the_end(new_search(tmp_path / "random", trainer))
+    drawn = {i: t.hparams for i, t in whole.trials.items()}
+    assert drawn != {i: t.hparams for i, t in at_random.trials.items()}  # the model drew
+    assert all(t.hparams == at_random.trials[i].hparams  # the first bracket knows nothing
+               for i, t in whole.trials.items() if t.bracket == 2)
 
 
 def test_a_resumed_trial_continues_from_its_checkpoint(tmp_path, trainer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -14,6 +15,8 @@ from packexp.hyperband import Hyperband, steps_for
 from packexp.report import print_plan
 from packexp.strategies import RungContext
 from packexp.telemetry import device_facts
+
+log = logging.getLogger(__name__)
 
 
 def plan_dict(scheduler: Hyperband) -> dict:
@@ -54,6 +57,11 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     payload["capacity"] = {"source": source, "bytes": capacity.limit,
                            "max_members": capacity.max_members}
     payload["strategy"] = component_name(cfg, "strategy")
+    if parts.sampler.learns:  # only the first bracket's draws are known before results
+        payload["sampled_as_results_arrive"] = True
+        log.warning("sampler=%s samples each bracket's configurations from the results of "
+                    "the brackets before it: the packs shown after the first bracket are "
+                    "random draws, not the search's", component_name(cfg, "sampler"))
     write_json(run_dir / "plan.json", payload)
     print_plan(payload, run_dir / "plan.json")
     key = "epochs_continued" if scheduler.continue_on_promotion else "epochs_from_scratch"

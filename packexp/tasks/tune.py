@@ -56,7 +56,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     continue_on_promotion=scheduler.continue_on_promotion,
                     lr_horizon=scheduler.horizon_epochs, probe_seconds=probe_seconds,
                     train_size=cache.data.train_size, brackets=scheduler.brackets(),
-                    executor=executor)
+                    executor=executor, sampler=parts.sampler)
                 if records:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)

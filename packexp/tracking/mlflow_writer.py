@@ -430,6 +430,8 @@ def main(fd: int, main_file: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # the tracker ends the runs; this drains
     sys.argv = [main_file]
+    # No progress bar per artifact where tqdm is installed: the tracker's stderr is the user's.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     connection = Connection(fd)
     lock = threading.Lock()
 

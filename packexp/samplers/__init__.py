@@ -1,0 +1,34 @@
+"""Samplers: where a bracket's configurations come from. Pure Python, one module per config
+file in ``conf/sampler/``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packexp.search_space import SearchSpace, Trial
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One scored rung of an earlier bracket: a configuration, its epochs, its score."""
+
+    hparams: dict[str, Any]
+    epochs: float
+    val_accuracy: float
+
+
+class Sampler:
+    """Draws ``n`` configurations for bracket ``bracket``: uniformly at random, as Li et al.'s
+    Hyperband does. A sampler that learns reads ``history``, the scored rungs of the
+    brackets before this one (synchronous Hyperband: all of them are done), so that a
+    resumed search, which replays every bracket's results, samples as the unbroken one did.
+    """
+
+    #: Whether configurations depend on results (``task=plan`` cannot show them ahead).
+    learns: bool = False
+
+    def sample(self, space: SearchSpace, n: int, seed: int, bracket: int,
+               history: Sequence[Observation]) -> list[Trial]:
+        return space.sample(n, seed, bracket)

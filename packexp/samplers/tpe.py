@@ -1,0 +1,112 @@
+"""``sampler=tpe``: BOHB's sampling (Falkner et al. 2018) with Optuna's TPESampler as the model.
+
+Each configuration of a bracket is drawn, with probability ``1 - random_fraction``, from a
+tree-structured Parzen estimator fitted on the results at the largest budget (epochs) that has
+at least ``min_points`` of them; otherwise, and while no budget has enough, at random.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from packexp.errors import ConfigError
+from packexp.samplers import Observation, Sampler
+from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
+
+# Separates the sampler's own seeds from the trials' (derive_seed(seed, bracket, i)).
+STREAM = 7919
+
+
+class TpeSampler(Sampler):
+    """BOHB's model-based sampling through Optuna's ask-and-tell interface.
+
+    Args:
+        random_fraction: BOHB's rho: the share of configurations drawn at random, whatever
+            the model says, so the whole space stays explored.
+        min_points: Results a budget needs before its model is used; null: the number of
+            hyper-parameters plus one, BOHB's N_min.
+    """
+
+    learns = True
+
+    def __init__(self, random_fraction: float = 1 / 3, min_points: int | None = None) -> None:
+        if not 0 <= random_fraction <= 1:
+            raise ConfigError(f"sampler.random_fraction={random_fraction!r}: must be between "
+                              "0 and 1")
+        if min_points is not None and (isinstance(min_points, bool)
+                                       or not isinstance(min_points, int) or min_points < 2):
+            raise ConfigError(f"sampler.min_points={min_points!r}: must be null or an "
+                              "integer of at least 2")
+        self.random_fraction = random_fraction
+        self.min_points = min_points
+
+    def sample(self, space: SearchSpace, n: int, seed: int, bracket: int,
+               history: Sequence[Observation]) -> list[Trial]:
+        trials = space.sample(n, seed, bracket)  # identities, seeds, and the random draws
+        fitted = self.budget(space, history)
+        if not fitted:
+            return trials
+        coin = np.random.default_rng(derive_seed(seed, bracket, STREAM))
+        drawn = []
+        for i, trial in enumerate(trials):
+            if coin.random() < self.random_fraction:
+                drawn.append(trial)
+                continue
+            hparams = ask(space, fitted, derive_seed(seed, bracket, STREAM + 1 + i))
+            drawn.append(dataclasses.replace(trial, hparams=hparams,
+                                             features=space.features(hparams)))
+        return drawn
+
+    def budget(self, space: SearchSpace, history: Sequence[Observation]) -> list[Observation]:
+        """The results at the largest budget with at least ``min_points`` of them; [] if none."""
+        needed = self.min_points or len(space.dims) + 1
+        by_epochs: dict[float, list[Observation]] = {}
+        for o in history:
+            by_epochs.setdefault(o.epochs, []).append(o)
+        enough = [e for e, seen in by_epochs.items() if len(seen) >= needed]
+        return by_epochs[max(enough)] if enough else []
+
+
+def ask(space: SearchSpace, observed: Sequence[Observation], seed: int) -> dict[str, Any]:
+    """One configuration from a TPE fitted on ``observed`` (higher accuracy is better)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spaces = {name: distribution(dim) for name, dim in space.dims.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.add_trials([optuna.trial.create_trial(params=dict(o.hparams), distributions=spaces,
+                                                value=o.val_accuracy) for o in observed])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        params = study.ask(spaces).params
+    return {name: plain(params[name]) for name in space.dims}
+
+
+def distribution(dim: Any) -> Any:
+    """The Optuna distribution of a search-space dimension."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    if isinstance(dim, Choice):
+        return CategoricalDistribution(dim.values)
+    if isinstance(dim, IntRange):
+        return IntDistribution(dim.low, dim.high, step=dim.step)
+    if isinstance(dim, FloatRange):
+        return FloatDistribution(dim.low, dim.high, log=dim.log)
+    raise TypeError(f"{dim.where}: no Optuna distribution for kind={dim.kind}")
+
+
+def plain(value: Any) -> Any:
+    """A NumPy scalar as the plain Python value the space's own draws give."""
+    return value.item() if isinstance(value, np.generic) else value
