@@ -1,24 +1,35 @@
-"""Files a run writes whole: JSON records that a reader sees complete or not at all."""
+"""Files a run writes whole: a reader sees them complete or not at all."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 def write_json(path: Path, payload: Any) -> None:
     """Writes atomically: a reader sees the old file or the new one, never half of one.
 
     The directory is made if it is missing."""
+    with atomic_file(path, "w") as f:
+        json.dump(payload, f, indent=2)
+
+
+@contextmanager
+def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """A file to write that replaces ``path`` only once the block ends without error (its
+    directory made if missing); a failed block leaves no file behind."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
+        with os.fdopen(fd, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -8,14 +8,13 @@ examples takes about a second."""
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from packexp.data import Dataset
+from packexp.files import atomic_file
 
 # Bumped when the arrays made for the same settings change, so kept files are remade.
 VERSION = 1
@@ -44,8 +43,9 @@ def load(num_samples: int = 5000, train_split: float = 0.8,
             arrays = {k: f[k] for k in f.files}
     else:
         arrays = _make(num_samples, train_split, seed)
-        if kept is not None:
-            _write(kept, arrays)
+        if kept is not None:  # whole or not at all: runs starting together may read it
+            with atomic_file(kept) as f:
+                np.savez(f, **arrays)
     return Dataset(name="mnist1d", x_train=arrays["x"].astype(np.float32),
                    y_train=arrays["y"].astype(np.int32),
                    x_val=arrays["x_test"].astype(np.float32),
@@ -78,16 +78,3 @@ def _kept_file(cache_dir: str | None, num_samples: int, train_split: float,
     except ValueError:
         directory = Path(cache_dir).resolve()
     return directory / f"mnist1d-v{VERSION}-n{num_samples}-split{train_split:g}-seed{seed}.npz"
-
-
-def _write(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Writes atomically: runs starting together read a whole file or make their own."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
