@@ -281,7 +281,7 @@ class PackedSearch:
                     m.state, self.checkpoints / m.trial_id / f"r{rung}")
                 self._states[m.trial_id] = m.state  # the next rung reads the memory copy
         pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
-                            time.perf_counter() - t0)
+                            time.perf_counter() - t0, self._spent(members, epochs))
         scores: dict[str, float | None] = {}
         for m in members:
             ev = pack_run.evaluation[m.trial_id]
@@ -300,12 +300,24 @@ class PackedSearch:
                 self._retire(m.trial_id, "failed")
             scores[m.trial_id] = ev.val_accuracy
         best = self.best()
-        self._emit(PackFinished(pack, len(self.packs),
-                                         best["val_accuracy"] if best else None))
+        self._emit(PackFinished(pack, len(self.packs), best["val_accuracy"] if best else None,
+                                round(sum(p.epochs_spent for p in self.packs) + pack.epochs_spent,
+                                      4)))
         return scores
 
+    def _spent(self, members: list, epochs: float) -> float:
+        """Epochs the members trained in this pack: a continued trial only those its rung
+        adds, one trained from scratch all of them (as ``_state_for`` started it)."""
+        spent = 0.0
+        for m in members:
+            last = self.trials[m.trial_id].last
+            continued = last and self.continue_on_promotion and last.checkpoint
+            spent += epochs - (last.epochs if continued else 0.0)
+        return round(spent, 4)
+
     def _record(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
-                pack_run: Any, predicted_s: float | None, checkpoint_s: float) -> PackRecord:
+                pack_run: Any, predicted_s: float | None, checkpoint_s: float,
+                epochs_spent: float) -> PackRecord:
         """The pack's record: its members, settings and time by phase."""
         stats, members = pack_run.stats, pack_run.members
         now = time.perf_counter()
@@ -327,7 +339,7 @@ class PackedSearch:
             peak_memory_mb=round(pack_run.peak_memory_bytes / 2**20, 2),
             planned_cost_mb=round(sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
             splits=pack_run.splits, started_s=round(pack_run.started - self.started, 4),
-            elapsed_s=round(now - self.started, 4))
+            elapsed_s=round(now - self.started, 4), epochs_spent=epochs_spent)
 
     def _restore(self, result: RungResult) -> None:
         """A result journaled before the resume, back in the book (nothing re-journaled)."""

@@ -88,6 +88,7 @@ class PackRecord:
     splits: int = 0
     started_s: float | None = None
     elapsed_s: float | None = None
+    epochs_spent: float = 0.0  # epochs its members trained here, summed (promotions: the rest)
 
     # A pack's time by phase, in its record and summed over the search (README).
     PHASES: ClassVar[tuple[str, ...]] = ("build_s", "trace_s", "train_s", "eval_s",
@@ -180,12 +181,14 @@ class MemberScored(Event):
 
 @dataclass(frozen=True)
 class PackFinished(Event):
-    """A pack whose members are all scored; ``best``: the search's best score so far."""
+    """A pack whose members are all scored; ``best``: the search's best score so far;
+    ``epochs_spent``: the epochs every pack so far trained, summed (the search's budget used)."""
 
     handler: ClassVar[str] = "on_pack_finished"
     pack: PackRecord
     index: int
     best: float | None = None
+    epochs_spent: float | None = None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,29 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: dic
             "eval_programs": sum(p.eval_programs for p in packs),
             "reused_members": sum(p.reused_members for p in packs),
             "prediction_error": prediction_error(packs),
+            "epochs_spent": round(sum(p.epochs_spent for p in packs), 4),
+            "anytime": anytime(trials, packs),
             "trials": [t.to_dict() for t in trials], "packs": [p.to_dict() for p in packs],
             "best": best}
+
+
+def anytime(trials: Sequence[Any], packs: Sequence[PackRecord]) -> list[dict[str, Any]]:
+    """The best validation accuracy so far at each pack's end, in the order packs finished:
+    against the search's wall time (``elapsed_s``) and the epochs spent so far (``epochs``,
+    every member's trained epochs summed), so searches compare at equal time or budget."""
+    by_pack: dict[str, float] = {}
+    for t in trials:
+        for r in t.rungs:
+            if r.val_accuracy is not None and math.isfinite(r.val_accuracy):
+                by_pack[r.pack_id] = max(by_pack.get(r.pack_id, -math.inf), r.val_accuracy)
+    points, spent, best = [], 0.0, None
+    for p in packs:
+        spent += p.epochs_spent
+        if p.pack_id in by_pack:
+            best = by_pack[p.pack_id] if best is None else max(best, by_pack[p.pack_id])
+        points.append({"pack_id": p.pack_id, "elapsed_s": p.elapsed_s,
+                       "epochs": round(spent, 4), "best": best})
+    return points
 
 
 def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:

@@ -422,3 +422,25 @@ def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, trainer, horizon):
     search.lr_horizon = horizon
     search_to_the_end(search)
     assert trainer.calls and all(c["lr_horizon"] == horizon for c in trainer.calls)
+
+
+@pytest.mark.parametrize("continued", [True, False])
+def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(tmp_path,
+                                                                               trainer, continued):
+    from packexp.results import anytime, search_results
+
+    search = search_to_the_end(new_search(tmp_path, trainer, continue_on_promotion=continued))
+    points = anytime(search.trials.values(), search.packs)
+    assert [p["pack_id"] for p in points] == [p.pack_id for p in search.packs]
+    # Epochs spent: what the brackets train, continued or from scratch (Hyperband.epochs).
+    assert points[-1]["epochs"] == pytest.approx(
+        sum(HYPERBAND.epochs(b, continued) for b in HYPERBAND.brackets()))
+    spent = [p["epochs"] for p in points]
+    best = [p["best"] for p in points]
+    assert spent == sorted(spent) and best == sorted(best)
+    assert best[-1] == search.best()["val_accuracy"]
+    first = [search.trials[i] for i in search.packs[0].members if i != FAILING]
+    assert best[0] == max(t.hparams["x"] / 100 for t in first)
+    results = search_results(search.trials.values(), search.packs, search.best(),
+                             wall_time_s=1.0)
+    assert results["anytime"] == points and results["epochs_spent"] == points[-1]["epochs"]

@@ -103,6 +103,13 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
         assert [s for s, _ in history(client, pid, key)] == list(range(n))
     running = [v for _, v in history(client, pid, "best_so_far_val_accuracy")]
     assert running == sorted(running) and running[-1] == pytest.approx(best)
+    anytime = results["anytime"]  # the same curve against the epochs spent
+    assert history(client, pid, "epochs_spent") == [
+        (i, pytest.approx(a["epochs"])) for i, a in enumerate(anytime)]
+    assert sorted(history(client, pid, "best_so_far_by_epochs")) == sorted(
+        (round(a["epochs"]), a["best"]) for a in anytime)
+    assert anytime[-1]["epochs"] == results["epochs_spent"] == pytest.approx(
+        sum(p["epochs_spent"] for p in results["packs"]))
     metrics = parent.data.metrics
     assert metrics["best_val_accuracy"] == pytest.approx(best)
     assert metrics["wall_time_s"] == pytest.approx(results["wall_time_s"], abs=0.01)

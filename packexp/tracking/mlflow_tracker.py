@@ -105,7 +105,7 @@ class MlflowTracker(Tracker):
              "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
 
     def on_pack_finished(self, event: PackFinished) -> None:
-        self.log_pack(event.index, event.pack.to_dict(), event.best)
+        self.log_pack(event.index, event.pack.to_dict(), event.best, event.epochs_spent)
 
     def on_trial_ended(self, event: TrialEnded) -> None:
         self.end_trial(event.trial_id, STATUS[event.status])
@@ -198,11 +198,14 @@ class MlflowTracker(Tracker):
         self._logged.add(trial_id)
 
     def log_pack(self, index: int, pack: Mapping[str, Any],
-                 best_val_accuracy: float | None = None) -> None:
+                 best_val_accuracy: float | None = None,
+                 epochs_spent: float | None = None) -> None:
         """One finished pack's measurements on the parent run, ``step`` = ``index``.
 
         Also logs the best validation accuracy so far and the resource readings taken since
-        the last call, so the UI plots them against wall time while the search runs.
+        the last call, so the UI plots them against wall time while the search runs; and the
+        epochs spent so far, with the best so far again as ``best_so_far_by_epochs``, whose
+        ``step`` is those epochs (rounded), to plot it against the budget used.
         """
         now = _now_ms()
         values = {k: pack.get(k) for k in (
@@ -213,7 +216,11 @@ class MlflowTracker(Tracker):
         values["reused"] = float(bool(pack.get("reused")))
         values["reused_members"] = pack.get("reused_members")
         values["best_so_far_val_accuracy"] = best_val_accuracy
+        values["epochs_spent"] = epochs_spent
         metrics = [(k, float(v), now, index) for k, v in values.items() if v is not None]
+        if best_val_accuracy is not None and epochs_spent is not None:
+            metrics.append(("best_so_far_by_epochs", float(best_val_accuracy), now,
+                            round(epochs_spent)))
         self._post("log a pack", "log_metrics", metrics)
         self._flush_samples()
 
