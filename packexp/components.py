@@ -78,6 +78,7 @@ class Components:
         """The search's names, seed and schedule, as ``results.json`` states them."""
         scheduler = self.scheduler
         return {**self.names, "sampler": component_name(self.cfg, "sampler"),
+                "scheduler": component_name(self.cfg, "scheduler"),
                 "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
                 "continue_on_promotion": scheduler.continue_on_promotion,
                 "lr_horizon": scheduler.lr_horizon}

@@ -142,7 +142,11 @@ class Event:
 class RungPlanned(Event):
     """A rung's trials still to train, grouped into packs (``fusion``: each pack's setting,
     None for the run's). ``done``: its trials a resume skips; ``journaled``: the plan was
-    read back from the journal, not made now."""
+    read back from the journal, not made now.
+
+    Asynchronous halving plans a rung many times: each plan has its own ``key`` (its packs
+    are ``<key>-p<j>``) and names the configurations it drew (``sampled``), which a resume
+    cannot draw again, since they were drawn from the results known then."""
 
     handler: ClassVar[str] = "on_rung_planned"
     bracket: int
@@ -152,6 +156,13 @@ class RungPlanned(Event):
     fusion: Sequence[str | None]
     done: Sequence[str] = ()
     journaled: bool = False
+    key: str | None = None
+    sampled: Sequence[Trial] = ()
+
+    @property
+    def name(self) -> str:
+        """The plan's name: its packs are ``<name>-p<j>``."""
+        return self.key or f"b{self.bracket}-r{self.rung}"
 
 
 @dataclass(frozen=True)

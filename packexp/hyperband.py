@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from packexp.pack_options import LR_HORIZONS
 from packexp.search_space import Trial
@@ -92,6 +93,10 @@ class Hyperband:
             total += rung.n * (rung.r - before if continued else rung.r)
             before = rung.r
         return total
+
+    def drive(self, search: Any) -> None:
+        """Runs the search (``driver.PackedSearch``): its brackets one after another."""
+        self.run(search.sample, search.train_rung)
 
     def run(self, sample: SampleFn, train_rung: TrainRungFn) -> None:
         """Runs every bracket's successive halving.

@@ -60,8 +60,13 @@ def print_plan(payload: dict, path: Path) -> None:
     from rich.table import Table
 
     console = _console(160)
-    table = Table(title=f"Hyperband R={payload['R']}, eta={payload['eta']}: "
-                        f"{len(payload['brackets'])} brackets")
+    title = (f"Hyperband R={payload['R']}, eta={payload['eta']}: "
+             f"{len(payload['brackets'])} brackets")
+    if payload.get("asynchronous"):
+        title = (f"ASHA R={payload['R']}, eta={payload['eta']}: rungs of "
+                 f"{', '.join(f'{r:g}' for r in payload['rungs_epochs'])} epochs, at most "
+                 f"{payload['max_epochs']:g} epochs in all; counts expected")
+    table = Table(title=title)
     for column in ("bracket s", "rung", "n", "r (epochs)", "epochs, continued",
                    "epochs, from scratch"):
         table.add_column(column, justify="right")

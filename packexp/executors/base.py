@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,13 +92,20 @@ class Executor(abc.ABC):
         self.cfg = cfg
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.cache: Any = None
+        self._running: dict[int, PackJob] = {}  # submitted, not yet returned (by identity)
+        self._dispatched: dict[int, float] = {}
+        self.busy_s = 0.0
+        self.first_dispatch: float | None = None
+        self.last_return: float | None = None
 
     def start(self, cache: Any) -> Executor:
         """Readies the executor; ``cache`` is the driver's ``PackCache``."""
         self.cache = cache
         return self
 
-    @abc.abstractmethod
+    #: Packs that can train at once: workers.
+    workers: ClassVar[int] = 1
+
     def run(self, jobs: Sequence[PackJob],
             on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:
         """Trains ``jobs``; yields ``(index, pack runs)`` in plan order (``jobs`` order).
@@ -105,6 +113,72 @@ class Executor(abc.ABC):
         ``on_start(index)`` is called as each job is dispatched. Pack runs are
         ``packing.trainer.PackRun``s; a member's ``checkpoint`` is set when a worker wrote
         its state (then ``state`` is None)."""
+        todo = list(range(len(jobs)))
+        done: dict[int, list] = {}
+        published = 0
+        index = {id(job): k for k, job in enumerate(jobs)}
+        try:
+            while published < len(jobs):
+                while self.free() and todo:
+                    k = todo.pop(0)
+                    on_start(k)
+                    self.submit(jobs[k])
+                job, runs = self.next_done()
+                done[index[id(job)]] = runs
+                while published in done:
+                    yield published, done.pop(published)
+                    published += 1
+        finally:
+            self.cancel()
+
+    def free(self) -> int:
+        """Workers with nothing to train."""
+        return self.workers - len(self._running)
+
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    def submit(self, job: PackJob) -> None:
+        """Hands ``job`` to a free worker (``free()`` must be positive)."""
+        if not self.free():
+            raise RuntimeError("submit: no worker is free")
+        self._running[id(job)] = job
+        self._dispatched[id(job)] = time.perf_counter()
+        self._dispatch(job)
+
+    def next_done(self) -> tuple[PackJob, list]:
+        """Waits for a submitted job to finish; returns it and its pack runs."""
+        job, runs = self._collect()
+        del self._running[id(job)]
+        now = time.perf_counter()
+        started = self._dispatched.pop(id(job))
+        self.busy_s += now - started
+        self.first_dispatch = started if self.first_dispatch is None else min(
+            self.first_dispatch, started)
+        self.last_return = now
+        return job, runs
+
+    def usage(self) -> dict[str, Any]:
+        """Workers' time: busy from each job's dispatch to its result's return, over the span
+        from the first dispatch to the last return; the rest is idle."""
+        span = (self.last_return - self.first_dispatch) if self.first_dispatch is not None else 0
+        return {"workers": self.workers, "busy_s": round(self.busy_s, 4),
+                "span_s": round(span, 4),
+                "idle_fraction": round(1 - self.busy_s / (self.workers * span), 4) if span > 0
+                else None}
+
+    @abc.abstractmethod
+    def _dispatch(self, job: PackJob) -> None:
+        """Starts training ``job`` (a worker is free for it)."""
+
+    @abc.abstractmethod
+    def _collect(self) -> tuple[PackJob, list]:
+        """Blocks until one started job is trained; returns it and its pack runs."""
+
+    def cancel(self) -> None:
+        """Gives up the jobs still in flight (the search failed or was interrupted)."""
+        self._running.clear()
+        self._dispatched.clear()
 
     def on_device(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Runs ``fn(cache, *args)`` where packs train, with that place's ``PackCache``: the

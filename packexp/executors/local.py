@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-
 from packexp.executors.base import Executor, PackJob
 
 
 class LocalExecutor(Executor):
-    """Trains each pack in turn with the driver's own ``PackCache``."""
+    """Trains each pack in turn with the driver's own ``PackCache``: one worker, which trains
+    a submitted pack when the driver waits for it."""
 
-    def run(self, jobs: Sequence[PackJob],
-            on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:
+    def _dispatch(self, job: PackJob) -> None:
+        pass
+
+    def _collect(self) -> tuple[PackJob, list]:
         from packexp.packing.member import read_state
         from packexp.packing.trainer import train_group
 
-        for k, job in enumerate(jobs):
-            on_start(k)
-            states = {i: read_state(s) if isinstance(s, str) else s
-                      for i, s in job.states.items()}
-            yield k, train_group(job.group, self.cache, job.epochs, states,
-                                 fusion=job.fusion, lr_horizon=job.lr_horizon)
+        job = next(iter(self._running.values()))
+        states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
+        return job, train_group(job.group, self.cache, job.epochs, states,
+                                fusion=job.fusion, lr_horizon=job.lr_horizon)

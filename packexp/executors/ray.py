@@ -7,8 +7,7 @@ import os
 import shutil
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -121,7 +120,7 @@ def _cap_gpu_memory(share: float) -> None:
 
 
 class RayExecutor(Executor):
-    """Dispatches a rung's packs to free actors (``ray.wait``) and yields them in plan order.
+    """Dispatches packs to free actors as they free up (``ray.wait``).
 
     The driver stays the only writer of the journal and the tracking store; actors return
     plain dicts and write checkpoints under ``shared_dir``. The driver trains nothing and
@@ -187,6 +186,7 @@ class RayExecutor(Executor):
         self._group = None
         self._actors: list[Any] = []
         self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
+        self._refs: dict[Any, tuple[PackJob, int]] = {}  # in flight: its job and actor
 
     def start(self, cache: Any) -> RayExecutor:
         super().start(cache)
@@ -275,37 +275,33 @@ class RayExecutor(Executor):
     def view(self) -> CacheView:
         return CacheView.merged(self._views)
 
-    def run(self, jobs: Sequence[PackJob],
-            on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:
+    @property
+    def workers(self) -> int:
+        return len(self._actors)
+
+    def _dispatch(self, job: PackJob) -> None:
+        """Sends ``job`` to the free actor whose cache could set up most of it."""
+        busy = {worker for _, worker in self._refs.values()}
+        worker = self._closest(job, [w for w in range(len(self._actors)) if w not in busy])
+        self._refs[self._actors[worker].run_pack.remote(job)] = (job, worker)
+
+    def _collect(self) -> tuple[PackJob, list]:
         import ray
 
-        todo = deque(range(len(jobs)))
-        free = list(range(len(self._actors)))
-        running: dict[Any, tuple[int, int]] = {}
-        done: dict[int, tuple[list[dict], float]] = {}
-        published = 0
-        try:
-            while published < len(jobs):
-                while free and todo:
-                    k = todo.popleft()
-                    worker = self._closest(jobs[k], free)
-                    free.remove(worker)
-                    on_start(k)
-                    running[self._actors[worker].run_pack.remote(jobs[k])] = (k, worker)
-                ready, _ = ray.wait(list(running), num_returns=1)
-                for ref in ready:
-                    k, worker = running.pop(ref)
-                    runs, self._views[worker] = self._get(ref, jobs[k])
-                    done[k] = (runs, time.perf_counter())
-                    free.append(worker)
-                while published in done:
-                    runs, received = done.pop(published)
-                    self._drop_other_attempts(jobs[published].key, runs)
-                    yield published, [unpack(r, jobs[published], received) for r in runs]
-                    published += 1
-        finally:
-            for ref in running:
-                ray.cancel(ref)  # actor tasks: the actors themselves go in ``close``
+        [ref], _ = ray.wait(list(self._refs), num_returns=1)
+        job, worker = self._refs.pop(ref)
+        runs, self._views[worker] = self._get(ref, job)
+        received = time.perf_counter()
+        self._drop_other_attempts(job.key, runs)
+        return job, [unpack(r, job, received) for r in runs]
+
+    def cancel(self) -> None:
+        import ray
+
+        for ref in self._refs:
+            ray.cancel(ref)  # actor tasks: the actors themselves go in ``close``
+        self._refs.clear()
+        super().cancel()
 
     def _closest(self, job: PackJob, free: list[int]) -> int:
         """The free actor whose cache could set up most of ``job`` without building (the

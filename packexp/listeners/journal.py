@@ -17,10 +17,14 @@ class JournalListener(Listener):
         self.journal = journal
 
     def on_rung_planned(self, event: RungPlanned) -> None:
-        if not event.journaled:  # a plan read back from the journal is there already
-            self.journal.append("plan", bracket=event.bracket, rung=event.rung,
-                                packs=[[t.trial_id for t in g] for g in event.packs],
-                                fusion=list(event.fusion))
+        if event.journaled:  # a plan read back from the journal is there already
+            return
+        extra = {} if event.key is None else {"key": event.key, "sampled": [
+            {"trial_id": t.trial_id, "hparams": dict(t.hparams), "seed": t.seed}
+            for t in event.sampled]}
+        self.journal.append("plan", bracket=event.bracket, rung=event.rung,
+                            packs=[[t.trial_id for t in g] for g in event.packs],
+                            fusion=list(event.fusion), **extra)
 
     def on_member_scored(self, event: MemberScored) -> None:
         self.journal.append("result", **event.result.to_dict())

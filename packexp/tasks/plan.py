@@ -44,8 +44,11 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     parts.strategy.prepare(parts.device(run_dir, device_facts(),
                                         lambda fn, *args: fn(parts.cache(), *args),
                                         capacity, len(dataset.x_train)))
+    asynchronous = getattr(scheduler, "asynchronous", False)
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
-        trials = space.sample(bracket.rungs[0].n, cfg.seed, bracket.s)
+        # ASHA's first plan: the configurations it draws before any result.
+        first = (scheduler.sample_size or parts.max_members) if asynchronous else None
+        trials = space.sample(first or bracket.rungs[0].n, cfg.seed, bracket.s)
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
                                                         t.hparams["batch_size"],
                                                         len(dataset.x_train))
@@ -57,6 +60,11 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     payload["capacity"] = {"source": source, "bytes": capacity.limit,
                            "max_members": capacity.max_members}
     payload["strategy"] = component_name(cfg, "strategy")
+    if asynchronous:
+        payload.update(asynchronous=True, rungs_epochs=scheduler.rungs,
+                       max_epochs=scheduler.max_epochs, num_configs=scheduler.num_configs)
+        log.info("scheduler=asha promotes as results arrive: the counts are expected ones, "
+                 "and the packs shown are its first plan's")
     if parts.sampler.learns:  # only the first bracket's draws are known before results
         payload["sampled_as_results_arrive"] = True
         log.warning("sampler=%s samples each bracket's configurations from the results of "

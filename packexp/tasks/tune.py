@@ -61,7 +61,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)
                     executor.discard(journaled_checkpoints(records))
-                scheduler.run(search.sample, search.train_rung)
+                scheduler.drive(search)
                 search.finish()
             results = search_results(
                 book.trials.values(), book.packs, book.best(),
@@ -69,7 +69,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 **parts.facts(), calibration_s=round(calibration_s, 3), resumed=bool(records),
                 startup_s=None if search.first_pack_at is None
                 else round(search.first_pack_at - job_started, 3),
-                capacity={"bytes": capacity.limit, "max_members": parts.max_members})
+                capacity={"bytes": capacity.limit, "max_members": parts.max_members},
+                workers=executor.usage())
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5))
     return float(search_metrics(results)["best_val_accuracy"])

@@ -88,7 +88,8 @@ class MlflowTracker(Tracker):
     # The search's events, each kept as the store keeps it.
 
     def on_rung_planned(self, event: RungPlanned) -> None:
-        self.log_rung_plan(event.bracket, event.rung, event.epochs, event.packs, event.done)
+        self.log_rung_plan(event.bracket, event.rung, event.epochs, event.packs, event.done,
+                           event.name)
 
     def on_member_scored(self, event: MemberScored) -> None:
         result, pack = event.result, event.pack
@@ -165,18 +166,20 @@ class MlflowTracker(Tracker):
         return self.uri.startswith(("sqlite:", "file:")) or "://" not in self.uri
 
     def log_rung_plan(self, bracket: int, rung: int, epochs: float, packs: Sequence[Sequence[Any]],
-                      done: Sequence[str] = ()) -> None:
-        """The strategy's packs for one rung, as ``packing/b<s>-r<rung>.json`` on the parent."""
+                      done: Sequence[str] = (), name: str | None = None) -> None:
+        """The strategy's packs for one rung, as ``packing/<name>.json`` on the parent (the
+        plan's name: ``b<s>-r<rung>`` under Hyperband)."""
+        name = name or f"b{bracket}-r{rung}"
         payload = {
             "bracket": bracket, "rung": rung, "epochs": epochs,
-            "packs": [{"pack_id": f"b{bracket}-r{rung}-p{j:02d}",
+            "packs": [{"pack_id": f"{name}-p{j:02d}",
                        "members": [t.trial_id for t in group],
                        "hparams": [dict(t.hparams) for t in group]}
                       for j, group in enumerate(packs)],
             "done_before_resume": list(done),
         }
-        name = f"packing/b{bracket}-r{rung}{'-resumed' if done else ''}.json"
-        self._post("log the packing plan", "log_rung_plan", payload, name)
+        self._post("log the packing plan", "log_rung_plan", payload,
+                   f"packing/{name}{'-resumed' if done else ''}.json")
 
     def log_trial_rung(
         self, trial_id: str, hparams: Mapping[str, Any], tags: Mapping[str, Any],
