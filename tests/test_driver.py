@@ -119,6 +119,10 @@ class FakeTrainer:
 
 @pytest.fixture
 def trainer(monkeypatch) -> FakeTrainer:
+    return install_fake_trainer(monkeypatch)
+
+
+def install_fake_trainer(monkeypatch) -> FakeTrainer:
     """The fake, in place of the TensorFlow modules PackedSearch imports when it trains."""
     fake = FakeTrainer()
     for name, functions in (("trainer", ("train_group",)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -269,3 +270,28 @@ def test_packs_go_to_the_worker_that_keeps_their_structure(tmp_path, ray_env):
     assert out["kept"] == out["keys"]  # the two workers' caches, merged
     assert out["again_reused"] is True  # dispatched by affinity, not to the first free worker
     assert out["driver_built"] == 0
+
+
+def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, ray_env):
+    """scheduler=asha under Ray: packs overlap on the two workers, every promotion follows
+    the paper's rule as the results arrived, the budget holds and the idle share is
+    reported."""
+    from packexp.asha import Asha
+    from packexp.journal import Journal
+    from tests.test_asha import assert_promotions_follow_the_rule
+
+    run_dir = tmp_path / "run"
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2",
+                               "scheduler=asha", "scheduler.sample_size=2"))
+    assert code == 0, err
+    results = json.loads((run_dir / "results.json").read_text())
+    asha = Asha(results["R"], results["eta"])
+    workers = results["workers"]
+    assert workers["workers"] == 2 and 0 <= workers["idle_fraction"] < 1
+    assert asha.max_epochs - 1 < results["epochs_spent"] <= asha.max_epochs
+    spans = sorted((p["started_s"], p["elapsed_s"]) for p in results["packs"])
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), "no two packs overlapped"
+    records = Journal(run_dir).read()
+    assert_promotions_follow_the_rule(records, asha.eta, len(asha.rungs))
+    assert max(results_per_trial_and_rung(run_dir).values()) == 1
+    assert not (run_dir / "attempts").exists()  # every checkpoint retired with its trial

@@ -24,6 +24,8 @@ class SearchProgress(Listener):
     def __init__(self, scheduler: Any, console: Console | None = None) -> None:
         self.console = console or Console()
         self.brackets = scheduler.s_max + 1
+        # Asynchronous halving plans a rung many times: one bar of its epoch budget instead.
+        self.budget = scheduler.max_epochs if getattr(scheduler, "asynchronous", False) else None
         self._progress: Progress | None = None
         self._task = None
         self._rung = ""
@@ -38,7 +40,7 @@ class SearchProgress(Listener):
         if self.enabled:
             self._progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("packs"), TimeElapsedColumn(), console=self.console, transient=True)
+                TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=self.console, transient=True)
             self._progress.start()
         return self
 
@@ -49,17 +51,24 @@ class SearchProgress(Listener):
     def on_rung_planned(self, event: RungPlanned) -> None:
         if self._progress is None:
             return
+        if self.budget is not None:
+            if self._task is None:
+                self._task = self._progress.add_task("ASHA", total=self.budget, unit="epochs")
+            return
         self._rung = (f"bracket {self.brackets - event.bracket}/{self.brackets} "
                       f"(s={event.bracket}) rung {event.rung} to {event.epochs:g} epochs")
         if self._task is not None:
             self._progress.remove_task(self._task)
-        self._task = self._progress.add_task(self._rung, total=len(event.packs))
+        self._task = self._progress.add_task(self._rung, total=len(event.packs), unit="packs")
 
     def on_pack_started(self, event: PackStarted) -> None:
-        if self._progress is not None and self._task is not None:
+        if self._progress is not None and self._task is not None and self.budget is not None:
+            self._progress.update(self._task, description=f"ASHA: pack {event.key}, "
+                                  f"{len(event.members)} members")
+        elif self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=f"{self._rung}, pack "
                                   f"{event.index + 1}: {len(event.members)} members")
 
     def on_pack_finished(self, event: PackFinished) -> None:
         if self._progress is not None and self._task is not None:
-            self._progress.advance(self._task)
+            self._progress.advance(self._task, event.pack.epochs_spent if self.budget else 1)

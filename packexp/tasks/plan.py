@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
         # ASHA's first plan: the configurations it draws before any result.
         first = (scheduler.sample_size or parts.max_members) if asynchronous else None
         trials = space.sample(first or bracket.rungs[0].n, cfg.seed, bracket.s)
+        if asynchronous:  # named as the search names them
+            trials = [dataclasses.replace(t, trial_id=f"t{i:04d}") for i, t in enumerate(trials)]
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
                                                         t.hparams["batch_size"],
                                                         len(dataset.x_train))
