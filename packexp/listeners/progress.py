@@ -40,7 +40,8 @@ class SearchProgress(Listener):
         if self.enabled:
             self._progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=self.console, transient=True)
+                TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=self.console,
+                transient=True)
             self._progress.start()
         return self
 
