@@ -75,6 +75,7 @@ class Run:
     epochs_spent: float
     anytime: list[dict[str, Any]]
     budget_epochs: float | None = None
+    idle_fraction: float | None = None  # packexp's workers' idle share (results.json workers)
 
     @property
     def best_accuracy(self) -> float | None:
@@ -112,7 +113,8 @@ def run_packexp(arm: str, seed: int, overrides: list[str], run_dir: Path) -> Run
     process_s = run_child(arm, seed, cmd)
     results = json.loads((run_dir / "results.json").read_text())
     return Run(arm, seed, process_s, results["wall_time_s"], results["best"],
-               results["epochs_spent"], results["anytime"])
+               results["epochs_spent"], results["anytime"],
+               idle_fraction=(results.get("workers") or {}).get("idle_fraction"))
 
 
 def run_optuna(seed: int, overrides: list[str], budget: float, out: Path) -> Run:
@@ -276,7 +278,9 @@ def summarize(runs: Sequence[Run], arms: Sequence[str]) -> dict[str, Any]:
             "best_min": min(scores, default=None), "best_max": max(scores, default=None),
             "wall_time_s_mean": mean([r.wall_time_s for r in mine]),
             "process_s_mean": mean([r.process_s for r in mine]),
-            "epochs_spent_mean": mean([r.epochs_spent for r in mine])}
+            "epochs_spent_mean": mean([r.epochs_spent for r in mine]),
+            "idle_fraction_mean": mean([r.idle_fraction for r in mine
+                                        if r.idle_fraction is not None])}
         if arm == OPTUNA:
             row["budget_epochs_mean"] = mean([r.budget_epochs for r in mine])
         if target is not None and baseline_wall:
@@ -303,7 +307,7 @@ def markdown(summary: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
     header = ["arm", "seeds", "best (mean ± std)", "min best", "max best", "search s",
-              "process s", "epochs", "to random's best (share of its time)",
+              "process s", "epochs", "workers idle", "to random's best (share of its time)",
               "best - optuna", "process / optuna"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for arm, row in summary["arms"].items():
@@ -314,7 +318,8 @@ def markdown(summary: dict[str, Any]) -> str:
                  f"{number(row['best_mean'], 4)} ± {row['best_std']:.4f}",
                  number(row["best_min"], 4), number(row["best_max"], 4),
                  number(row["wall_time_s_mean"], 1), number(row["process_s_mean"], 1),
-                 number(row["epochs_spent_mean"], 1), reached,
+                 number(row["epochs_spent_mean"], 1), number(row["idle_fraction_mean"], 3),
+                 reached,
                  number(row.get("best_minus_optuna"), 4),
                  number(row.get("process_vs_optuna"), 2)]
         lines.append("| " + " | ".join(cells) + " |")
