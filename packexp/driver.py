@@ -75,6 +75,7 @@ class PackedSearch:
     executor: Executor | None = None  # where packs train; None: this process
     sampler: Sampler = field(default_factory=Sampler)  # a bracket's configurations
     started: float = field(default_factory=time.perf_counter)
+    session: int = 0  # resumes before this one: started_s and elapsed_s restart each session
     first_pack_at: float | None = None  # time.time() when the first pack began
     _last: dict[int, list[str]] = field(default_factory=dict)
     _done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
@@ -474,7 +475,8 @@ class PackedSearch:
             peak_memory_mb=round(pack_run.peak_memory_bytes / 2**20, 2),
             planned_cost_mb=round(sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
             splits=pack_run.splits, started_s=round(pack_run.started - self.started, 4),
-            elapsed_s=round(now - self.started, 4), epochs_spent=epochs_spent)
+            elapsed_s=round(now - self.started, 4), epochs_spent=epochs_spent,
+            session=self.session)
 
     def _restore(self, result: RungResult) -> None:
         """A result journaled before the resume, back in the book (nothing re-journaled)."""

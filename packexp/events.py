@@ -89,6 +89,7 @@ class PackRecord:
     started_s: float | None = None
     elapsed_s: float | None = None
     epochs_spent: float = 0.0  # epochs its members trained here, summed (promotions: the rest)
+    session: int | None = None  # 0 for the run's first session, then one more per resume
 
     # A pack's time by phase, in its record and summed over the search (README).
     PHASES: ClassVar[tuple[str, ...]] = ("build_s", "trace_s", "train_s", "eval_s",

@@ -57,6 +57,9 @@ def pack_spans(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
     ``build_s + train_s`` before they ended; without ``elapsed_s`` they follow each other.
     """
     spans: list[tuple[float, float]] = []
+    if packs and all(p.get("session") is not None and p.get("elapsed_s") is not None
+                     for p in packs):
+        return _spans_by_session(packs)
     offset = last_raw_end = last_end = 0.0
     for pack in packs:
         busy = float(pack.get("build_s", 0.0)) + float(pack.get("train_s", 0.0))
@@ -73,6 +76,21 @@ def pack_spans(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
         spans.append((offset + start, offset + end))
         last_end = offset + end
     return spans
+
+
+def _spans_by_session(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """Spans of packs that name their session: each session's clock begins where the
+    sessions before it ended. Packs of one session may overlap (several workers)."""
+    from packexp.results import session_offsets
+
+    offsets = session_offsets([(p["session"], float(p["elapsed_s"])) for p in packs])
+    out = []
+    for p in packs:
+        end = float(p["elapsed_s"])
+        busy = float(p.get("build_s", 0.0)) + float(p.get("train_s", 0.0))
+        start = p.get("started_s", end - busy)
+        out.append((offsets[p["session"]] + start, offsets[p["session"]] + end))
+    return out
 
 
 def phase_totals(results: Mapping[str, Any]) -> dict[str, float]:
@@ -147,7 +165,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     fig, ax = _figure((12, height))
     palette = matplotlib.colormaps["tab10"]
     idle_from = 0.0
-    for start, end in spans:
+    for start, end in sorted(spans):  # several workers' packs overlap
         if start - idle_from > 0.01:
             ax.axvspan(idle_from, start, color=IDLE_COLOR, zorder=0, gid="idle")
         idle_from = max(idle_from, end)

@@ -38,8 +38,10 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: dic
 
 def anytime(trials: Sequence[Any], packs: Sequence[PackRecord]) -> list[dict[str, Any]]:
     """The best validation accuracy so far at each pack's end, in the order packs finished:
-    against the search's wall time (``elapsed_s``) and the epochs spent so far (``epochs``,
-    every member's trained epochs summed), so searches compare at equal time or budget."""
+    against the search's wall time (``elapsed_s``, a resumed run's sessions laid end to
+    end) and the epochs spent so far (``epochs``, every member's trained epochs summed), so
+    searches compare at equal time or budget."""
+    offsets = session_offsets([(p.session, p.elapsed_s) for p in packs])
     by_pack: dict[str, float] = {}
     for t in trials:
         for r in t.rungs:
@@ -50,9 +52,28 @@ def anytime(trials: Sequence[Any], packs: Sequence[PackRecord]) -> list[dict[str
         spent += p.epochs_spent
         if p.pack_id in by_pack:
             best = by_pack[p.pack_id] if best is None else max(best, by_pack[p.pack_id])
-        points.append({"pack_id": p.pack_id, "elapsed_s": p.elapsed_s,
+        elapsed = None if p.elapsed_s is None else round(
+            p.elapsed_s + offsets.get(p.session, 0.0), 4)
+        points.append({"pack_id": p.pack_id, "elapsed_s": elapsed,
                        "epochs": round(spent, 4), "best": best})
     return points
+
+
+def session_offsets(ends: Sequence[tuple[int | None, float | None]]) -> dict[int, float]:
+    """Where each session's clock begins on the run's one clock: the sessions before it
+    laid end to end, each as long as its last pack's ``elapsed_s``.
+
+    Args:
+        ends: Each pack's ``(session, elapsed_s)``; packs without a session are left out.
+    """
+    last: dict[int, float] = {}
+    for session, elapsed in ends:
+        if session is not None and elapsed is not None:
+            last[session] = max(last.get(session, 0.0), elapsed)
+    offsets, total = {}, 0.0
+    for session in sorted(last):
+        offsets[session], total = total, total + last[session]
+    return offsets
 
 
 def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:

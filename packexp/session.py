@@ -88,6 +88,11 @@ def open_journal(cfg: DictConfig, run_dir: Path) -> tuple[Journal, list[dict]]:
 
 
 
+def sessions(records: list[dict]) -> int:
+    """How many sessions a resumed run continues: 0 for a fresh run."""
+    return (1 + sum(r["event"] == "resume" for r in records)) if records else 0
+
+
 def earlier_sessions_s(records: list[dict]) -> float:
     """Search time spent by the sessions a resumed run continues (to its last finished pack)."""
     total, session = 0.0, 0.0

@@ -110,6 +110,9 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
     assert scores(resumed) == scores(whole)
     assert resumed["best"] == whole["best"]
     assert resumed["resumed"]
+    assert {p["session"] for p in resumed["packs"]} == {0, 1}
+    assert [a["elapsed_s"] for a in resumed["anytime"]] == sorted(
+        a["elapsed_s"] for a in resumed["anytime"])  # the second session after the first
     journaled = {(r["trial_id"], r["rung"]) for r in finished}
     assert not journaled & set(trained), "finished work was retrained"
     assert len(trained) + len(journaled) == sum(len(t["rungs"]) for t in whole["trials"])

@@ -437,6 +437,30 @@ def test_pack_spans_put_a_resumed_session_after_the_first():
     assert plots.pack_spans(packs) == [(1.0, 2.0), (2.5, 4.0), (4.5, 5.5), (5.5, 7.0)]
 
 
+def test_pack_spans_of_overlapping_packs_keep_each_session_on_one_clock():
+    """Two workers: a pack published after another may have started before it ended (and
+    under ASHA packs are published as they finish). Sessions come from the records."""
+    packs = [{"started_s": 0.0, "elapsed_s": 2.0, "session": 0},
+             {"started_s": 0.5, "elapsed_s": 3.0, "session": 0},  # overlaps the first
+             {"started_s": 1.0, "elapsed_s": 1.5, "session": 0},  # ended before both
+             {"started_s": 0.2, "elapsed_s": 1.0, "session": 1}]
+    assert plots.pack_spans(packs) == [(0.0, 2.0), (0.5, 3.0), (1.0, 1.5), (3.2, 4.0)]
+
+
+def test_anytime_lays_a_resumed_runs_sessions_end_to_end():
+    from packexp.events import PackRecord, RungResult, TrialRecord
+    from packexp.results import anytime
+
+    packs = [PackRecord("p0", 0, 0, 1.0, ["a"], elapsed_s=2.0, epochs_spent=1.0, session=0),
+             PackRecord("p1", 0, 0, 1.0, ["b"], elapsed_s=0.5, epochs_spent=1.0, session=1)]
+    trials = [TrialRecord(i, {}, 0, rungs=[RungResult(i, 0, 0, 1.0, 10, acc, 0.1, 0.1, p,
+                                                      None)])
+              for i, acc, p in (("a", 0.5, "p0"), ("b", 0.7, "p1"))]
+    assert anytime(trials, packs) == [
+        {"pack_id": "p0", "elapsed_s": 2.0, "epochs": 1.0, "best": 0.5},
+        {"pack_id": "p1", "elapsed_s": 2.5, "epochs": 2.0, "best": 0.7}]
+
+
 PHASED = {"build_s": 0.1, "trace_s": 0.2, "train_s": 0.5, "eval_s": 0.05, "checkpoint_s": 0.05,
           "probe_s": 0.3}
 

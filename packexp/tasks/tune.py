@@ -20,7 +20,13 @@ from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
 from packexp.plots import write_plots
 from packexp.report import print_summary
 from packexp.results import search_metrics, search_results
-from packexp.session import command_started, earlier_sessions_s, open_journal, tracked
+from packexp.session import (
+    command_started,
+    earlier_sessions_s,
+    open_journal,
+    sessions,
+    tracked,
+)
 from packexp.strategies import Capacity
 from packexp.tasks.plan import plan_dict
 
@@ -56,7 +62,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     continue_on_promotion=scheduler.continue_on_promotion,
                     lr_horizon=scheduler.horizon_epochs, probe_seconds=probe_seconds,
                     train_size=cache.data.train_size, brackets=scheduler.brackets(),
-                    executor=executor, sampler=parts.sampler)
+                    executor=executor, sampler=parts.sampler, session=sessions(records))
                 if records:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)
