@@ -87,7 +87,7 @@ class Asha:
         rung."""
         per_config = sum(self.cost(k) / self.eta**k for k in range(len(self.rungs)))
         n = self.num_configs or max(1, int(self.max_epochs / per_config))
-        return Bracket(s=0, rungs=tuple(Rung(n=max(1, n // self.eta**k), r=r)
+        return Bracket(s=0, rungs=tuple(Rung(n=n // self.eta**k, r=r)
                                         for k, r in enumerate(self.rungs)))
 
     def brackets(self) -> list[Bracket]:

@@ -102,8 +102,12 @@ class PackedSearch:
         return self.book.packs
 
     def replay(self, records: list[dict]) -> int:
-        """Loads a killed run's finished work from its journal; returns the members found."""
-        for r in records:
+        """Loads a killed run's finished work from its journal; returns the members found.
+
+        Results of a pack without its ``pack`` record (the run was killed while the pack
+        was committed) are left out: the whole pack trains again, as an unbroken run trained
+        it (``commit``'s order 2)."""
+        for r in finished(records):
             if r["event"] == "result":
                 result = RungResult.from_dict(r)
                 self._done.setdefault((result.bracket, result.rung), {})[result.trial_id] = result
@@ -276,6 +280,7 @@ class PackedSearch:
                     # Queued jobs hold their members' states; the rest would only fill memory
                     # (a later promotion reads its checkpoint).
                     self._states.clear()
+                    self._retire_unpromotable(state)
                     if not queue:
                         break
                     queue.sort(key=lambda q: -q[0])  # stable: plan order within a rung
@@ -296,6 +301,17 @@ class PackedSearch:
                             self._retire(trial_id, "finished")
         finally:
             self.executor.cancel()
+
+    def _retire_unpromotable(self, state: AshaState) -> None:
+        """Ends the trials that no budget is left to promote (their checkpoints go with
+        them): below every rung whose promotion costs more than the epochs still free."""
+        asha = state.asha
+        for k in range(state.top):
+            if state.spent + asha.cost(k + 1) <= asha.max_epochs + 1e-9:
+                continue
+            for trial_id, _ in state.results[k]:
+                if trial_id not in state.planned[k + 1]:
+                    self._retire(trial_id, "killed")
 
     def _draw(self, state: AshaState, n: int) -> list[Trial]:
         """``n`` new configurations from the sampler, given every result so far; numbered
@@ -362,8 +378,9 @@ class PackedSearch:
             epochs = bracket.rungs[rung].r
             context = self._context([t for _, g, _ in left for t in g], epochs, bracket, rung)
             self._emit(RungPlanned(bracket.s, rung, epochs, [g for _, g, _ in left],
-                                   [f for _, _, f in left], sorted(done), journaled=True,
-                                   key=record["key"]))
+                                   [f for _, _, f in left],
+                                   sorted(i for p in record["packs"] for i in p if i in done),
+                                   journaled=True, key=record["key"]))
             queue += [(rung, j, self._job(f"{record['key']}-p{j:02d}", bracket, rung, g, f),
                        context) for j, g, f in left]
         return queue
@@ -497,9 +514,17 @@ class PackedSearch:
         self._states.pop(trial_id, None)
 
 
+def finished(records: list[dict]) -> list[dict]:
+    """The journal's records less the results of packs whose ``pack`` record is missing."""
+    packs = {r["pack"]["pack_id"] for r in records if r["event"] == "pack"}
+    return [r for r in records if r["event"] != "result" or r["pack_id"] in packs]
+
+
 def journaled_checkpoints(records: list[dict]) -> set[str]:
-    """The checkpoints a resumed search may continue from: each trial's last journaled one."""
-    last = {r["trial_id"]: r["checkpoint"] for r in records if r["event"] == "result"}
+    """The checkpoints a resumed search may continue from: each trial's last one whose pack
+    was journaled whole."""
+    last = {r["trial_id"]: r["checkpoint"] for r in finished(records)
+            if r["event"] == "result"}
     return {path for path in last.values() if path}
 
 

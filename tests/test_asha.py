@@ -325,6 +325,13 @@ def test_task_plan_shows_ashas_rungs_budget_and_first_packs(tmp_path, capsys):
         f"t{i:04d}" for i in range(8)]
     assert "ASHA R=27" in capsys.readouterr().out
     assert not (tmp_path / "journal.jsonl").exists()
+    # Five configurations in all: the first plan draws five, and none is expected at R.
+    run(compose_config(["task=plan", "scheduler=asha", "scheduler.num_configs=5",
+                        "tracking=none", "strategy=knn"]), run_dir=tmp_path / "five")
+    plan = json.loads((tmp_path / "five" / "plan.json").read_text())
+    [bracket] = plan["brackets"]
+    assert sum(len(p) for p in bracket["first_rung_packs"]) == 5
+    assert [r["n"] for r in bracket["rungs"]] == [5, 1, 0]
 
 
 @pytest.mark.parametrize("scheduler, shown", [
@@ -345,3 +352,85 @@ def test_the_progress_display_counts_ashas_epochs_and_hyperbands_packs(tmp_path,
         scheduler.drive(search)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # without the colours
     assert all(s in text for s in shown), text
+
+
+def test_a_diverged_member_is_never_promoted_and_ends_failed(tmp_path, trainer, monkeypatch):
+    import tests.test_driver
+
+    monkeypatch.setattr(tests.test_driver, "FAILING", "t0001")
+    search = to_the_end(asha_search(tmp_path, trainer))
+    failing = search.trials["t0001"]
+    assert failing.status == "failed" and len(failing.rungs) == 1
+    assert failing.rungs[0].val_accuracy is None and failing.rungs[0].checkpoint is None
+    assert all("t0001" not in c["ids"] for c in trainer.calls[1:] if c["epochs"] > 1)
+
+
+def test_trials_no_budget_can_promote_end_before_the_search_does(tmp_path, trainer,
+                                                                   monkeypatch):
+    """Once a promotion from rung k costs more than the epochs left, rung k's trials are
+    retired and their checkpoints deleted while the search goes on."""
+    on_disk = []
+    original = trainer.train_group
+
+    def train_group(group, *args, **kwargs):
+        on_disk.append(({t.trial_id for t in group},
+                        {p.parent.name for p in (tmp_path / "checkpoints").rglob("*.json")}))
+        return original(group, *args, **kwargs)
+
+    import sys
+
+    monkeypatch.setattr(sys.modules["packexp.packing.trainer"], "train_group", train_group)
+    search = to_the_end(asha_search(tmp_path, trainer))
+    members, files = on_disk[-1]
+    assert files <= members  # only the last pack's own states are kept
+    ended_early = {i for i, t in search.trials.items() if t.status == "killed"}
+    assert ended_early
+
+
+def test_a_search_killed_between_two_members_results_resumes_as_the_unbroken_one(
+        tmp_path, trainer, monkeypatch):
+    """The pack's first member is journaled, its pack record is not: the resumed run trains
+    the whole pack again, so its promotions and numbers are the unbroken run's."""
+    whole = to_the_end(asha_search(tmp_path / "whole", trainer))
+    seen = []
+    original = JournalListener.on_member_scored
+
+    def on_member_scored(self, event):
+        original(self, event)
+        seen.append(event.result.trial_id)
+        first_of_two = len(event.pack.members) > 1 and event.pack.members[0] == seen[-1]
+        if len(seen) > 6 and first_of_two:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(JournalListener, "on_member_scored", on_member_scored)
+    with pytest.raises(KeyboardInterrupt):
+        to_the_end(asha_search(tmp_path / "killed", trainer))
+    monkeypatch.setattr(JournalListener, "on_member_scored", original)
+    records = Journal(tmp_path / "killed").read()
+    assert records[-1]["event"] == "result"  # killed between a pack's results
+    resumed = asha_search(tmp_path / "killed", trainer)
+    resumed.replay(records)
+    to_the_end(resumed)
+    assert outcome(resumed) == outcome(whole)
+    assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
+    assert sum(p.epochs_spent for p in resumed.packs) == sum(p.epochs_spent
+                                                             for p in whole.packs)
+
+
+def test_a_workers_killed_attempt_keeps_the_checkpoints_the_journal_names(tmp_path):
+    """A resumed pack that comes back deletes its earlier attempts' files, but not those of
+    members whose results the journal holds (a later promotion continues from them)."""
+    pytest.importorskip("ray")
+    from packexp.executors.ray import RayExecutor
+
+    executor = RayExecutor(None, tmp_path)
+    old, new = (tmp_path / "attempts" / f"a003-r0-p00.{tag}" for tag in ("aaaa", "bbbb"))
+    for folder, names in ((old, ("t0009", "t0010")), (new, ("t0009",))):
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / f"{name}.npz").write_bytes(b"state")
+    executor.discard({str(old / "t0010.npz"), str(new / "t0009.npz")})
+    executor._drop_other_attempts("a003-r0-p00", [{"attempt": new.name}])
+    assert sorted(p.name for p in (tmp_path / "attempts").rglob("*.npz")) == [
+        "t0009.npz", "t0010.npz"]
+    assert not (old / "t0009.npz").exists() and (old / "t0010.npz").exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,10 +92,7 @@ class Executor(abc.ABC):
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.cache: Any = None
         self._running: dict[int, PackJob] = {}  # submitted, not yet returned (by identity)
-        self._dispatched: dict[int, float] = {}
-        self.busy_s = 0.0
-        self.first_dispatch: float | None = None
-        self.last_return: float | None = None
+        self._worked: list[tuple[float, float]] = []  # each pack's (start, end) on its worker
 
     def start(self, cache: Any) -> Executor:
         """Readies the executor; ``cache`` is the driver's ``PackCache``."""
@@ -143,42 +139,40 @@ class Executor(abc.ABC):
         if not self.free():
             raise RuntimeError("submit: no worker is free")
         self._running[id(job)] = job
-        self._dispatched[id(job)] = time.perf_counter()
         self._dispatch(job)
 
     def next_done(self) -> tuple[PackJob, list]:
         """Waits for a submitted job to finish; returns it and its pack runs."""
-        job, runs = self._collect()
+        job, runs, worked = self._collect()
         del self._running[id(job)]
-        now = time.perf_counter()
-        started = self._dispatched.pop(id(job))
-        self.busy_s += now - started
-        self.first_dispatch = started if self.first_dispatch is None else min(
-            self.first_dispatch, started)
-        self.last_return = now
+        self._worked.append(worked)
         return job, runs
 
     def usage(self) -> dict[str, Any]:
-        """Workers' time: busy from each job's dispatch to its result's return, over the span
-        from the first dispatch to the last return; the rest is idle."""
-        span = (self.last_return - self.first_dispatch) if self.first_dispatch is not None else 0
-        return {"workers": self.workers, "busy_s": round(self.busy_s, 4),
-                "span_s": round(span, 4),
-                "idle_fraction": round(1 - self.busy_s / (self.workers * span), 4) if span > 0
-                else None}
+        """Workers' time this session: busy while a worker trained a pack (by its own clock,
+        from taking the pack to handing its results back), over the span from the first
+        pack's start to the last one's end; the rest is idle."""
+        if not self._worked:
+            return {"workers": self.workers, "busy_s": 0.0, "span_s": 0.0,
+                    "idle_fraction": None}
+        busy = sum(end - start for start, end in self._worked)
+        span = max(end for _, end in self._worked) - min(start for start, _ in self._worked)
+        return {"workers": self.workers, "busy_s": round(busy, 4), "span_s": round(span, 4),
+                "idle_fraction": round(max(0.0, 1 - busy / (self.workers * span)), 4)
+                if span > 0 else None}
 
     @abc.abstractmethod
     def _dispatch(self, job: PackJob) -> None:
         """Starts training ``job`` (a worker is free for it)."""
 
     @abc.abstractmethod
-    def _collect(self) -> tuple[PackJob, list]:
-        """Blocks until one started job is trained; returns it and its pack runs."""
+    def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
+        """Blocks until one started job is trained; returns it, its pack runs, and when its
+        worker took it and handed it back (``time.time()``)."""
 
     def cancel(self) -> None:
         """Gives up the jobs still in flight (the search failed or was interrupted)."""
         self._running.clear()
-        self._dispatched.clear()
 
     def on_device(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Runs ``fn(cache, *args)`` where packs train, with that place's ``PackCache``: the

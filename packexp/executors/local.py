@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from packexp.executors.base import Executor, PackJob
 
 
@@ -12,11 +14,13 @@ class LocalExecutor(Executor):
     def _dispatch(self, job: PackJob) -> None:
         pass
 
-    def _collect(self) -> tuple[PackJob, list]:
+    def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
         from packexp.packing.member import read_state
         from packexp.packing.trainer import train_group
 
         job = next(iter(self._running.values()))
+        started = time.time()
         states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
-        return job, train_group(job.group, self.cache, job.epochs, states,
-                                fusion=job.fusion, lr_horizon=job.lr_horizon)
+        runs = train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
+                           lr_horizon=job.lr_horizon)
+        return job, runs, (started, time.time())

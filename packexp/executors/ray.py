@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -60,9 +59,11 @@ class PackWorker:
         """``fn(cache, *args)`` on this actor's device, and its cache after."""
         return fn(self.cache, *args), CacheView.of(self.cache)
 
-    def run_pack(self, job: PackJob) -> tuple[list[dict], CacheView]:
-        """Trains ``job``; returns its pack runs as plain dicts (``RayExecutor.unpack``) and
-        what this actor's cache keeps after it.
+    def run_pack(self, job: PackJob) -> tuple[tuple[list[dict], tuple[float, float]],
+                                               CacheView]:
+        """Trains ``job``; returns its pack runs as plain dicts (``RayExecutor.unpack``) with
+        when this actor took the pack and handed it back (``time.time()``), and what its
+        cache keeps after it.
 
         Each call writes into a directory of its own, so a retried call never overwrites
         the files of the attempt before it.
@@ -70,7 +71,7 @@ class PackWorker:
         from packexp.packing.member import read_state, write_state
         from packexp.packing.trainer import train_group
 
-        started = time.perf_counter()
+        started, took = time.perf_counter(), time.time()
         attempt = self.shared_dir / ATTEMPTS / f"{job.key}.{uuid.uuid4().hex[:8]}"
         states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
         runs = train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
@@ -95,7 +96,7 @@ class PackWorker:
                 "attempt": attempt.name, "pid": os.getpid(),
             })
         log.debug("pack %s trained in %.3f s", job.key, time.perf_counter() - started)
-        return out, CacheView.of(self.cache)
+        return (out, (took, time.time())), CacheView.of(self.cache)
 
 
 def _cap_gpu_memory(share: float) -> None:
@@ -187,6 +188,7 @@ class RayExecutor(Executor):
         self._actors: list[Any] = []
         self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
         self._refs: dict[Any, tuple[PackJob, int]] = {}  # in flight: its job and actor
+        self._journaled: set[str] = set()  # checkpoints a resumed run's journal names
 
     def start(self, cache: Any) -> RayExecutor:
         super().start(cache)
@@ -285,15 +287,15 @@ class RayExecutor(Executor):
         worker = self._closest(job, [w for w in range(len(self._actors)) if w not in busy])
         self._refs[self._actors[worker].run_pack.remote(job)] = (job, worker)
 
-    def _collect(self) -> tuple[PackJob, list]:
+    def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
         import ray
 
         [ref], _ = ray.wait(list(self._refs), num_returns=1)
         job, worker = self._refs.pop(ref)
-        runs, self._views[worker] = self._get(ref, job)
+        (runs, worked), self._views[worker] = self._get(ref, job)
         received = time.perf_counter()
         self._drop_other_attempts(job.key, runs)
-        return job, [unpack(r, job, received) for r in runs]
+        return job, [unpack(r, job, received) for r in runs], worked
 
     def cancel(self) -> None:
         import ray
@@ -311,7 +313,8 @@ class RayExecutor(Executor):
         members = [member_key(t, sliced) for t in job.group]
         return max(sorted(free), key=lambda w: self._views[w].affinity(key, members))
 
-    def _get(self, ref: Any, job: PackJob) -> tuple[list[dict], CacheView]:
+    def _get(self, ref: Any, job: PackJob) -> tuple[tuple[list[dict], tuple[float, float]],
+                                                    CacheView]:
         import ray
 
         try:
@@ -327,13 +330,20 @@ class RayExecutor(Executor):
                 "are journaled: add resume=true to finish the run") from None
 
     def _drop_other_attempts(self, key: str, runs: list[dict]) -> None:
-        """Files of a killed attempt of the same pack: only the one published counts."""
+        """Files of a killed attempt of the same pack: only the one published counts, and
+        the checkpoints a resumed run's journal names (``discard``'s ``keep``)."""
         kept = {r["attempt"] for r in runs}
         for other in (self.shared_dir / ATTEMPTS).glob(f"{key}.*"):
-            if other.name not in kept:
-                shutil.rmtree(other, ignore_errors=True)
+            if other.name in kept:
+                continue
+            for path in other.glob("*"):
+                if str(path) not in self._journaled:
+                    path.unlink(missing_ok=True)
+            if not any(other.iterdir()):
+                other.rmdir()
 
     def discard(self, keep: set[str]) -> None:
+        self._journaled = set(keep)
         discard_attempts(self.shared_dir / ATTEMPTS, keep)
 
     def close(self) -> None:

@@ -72,4 +72,7 @@ class SearchProgress(Listener):
 
     def on_pack_finished(self, event: PackFinished) -> None:
         if self._progress is not None and self._task is not None:
-            self._progress.advance(self._task, event.pack.epochs_spent if self.budget else 1)
+            if self.budget is not None:  # the search's epochs so far, a resume's included
+                self._progress.update(self._task, completed=event.epochs_spent)
+            else:
+                self._progress.advance(self._task)

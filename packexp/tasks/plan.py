@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from packexp.asha import AshaState
 from packexp.components import Components
 from packexp.config import component_name
 from packexp.device import planning_capacity
@@ -48,7 +49,8 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     asynchronous = getattr(scheduler, "asynchronous", False)
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         # ASHA's first plan: the configurations it draws before any result.
-        first = (scheduler.sample_size or parts.max_members) if asynchronous else None
+        first = AshaState(scheduler).new_configs(scheduler.sample_size or parts.max_members
+                                                 ) if asynchronous else None
         trials = space.sample(first or bracket.rungs[0].n, cfg.seed, bracket.s)
         if asynchronous:  # named as the search names them
             trials = [dataclasses.replace(t, trial_id=f"t{i:04d}") for i, t in enumerate(trials)]

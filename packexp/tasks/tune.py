@@ -62,7 +62,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     continue_on_promotion=scheduler.continue_on_promotion,
                     lr_horizon=scheduler.horizon_epochs, probe_seconds=probe_seconds,
                     train_size=cache.data.train_size, brackets=scheduler.brackets(),
-                    executor=executor, sampler=parts.sampler, session=sessions(records))
+                    executor=executor, sampler=parts.sampler, session=sessions(records),
+                    started=started)
                 if records:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)
