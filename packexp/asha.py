@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from packexp.hyperband import Bracket, Hyperband, Rung
+from packexp.hyperband import Bracket, Hyperband, Rung, bracket_epochs
 from packexp.pack_options import LR_HORIZONS
 
 
@@ -64,9 +64,8 @@ class Asha:
         self.R, self.eta, self.min_r = R, eta, min_r
         self.num_configs, self.sample_size = num_configs, sample_size
         self.continue_on_promotion, self.lr_horizon = continue_on_promotion, lr_horizon
-        self.max_epochs = float(max_epochs) if max_epochs is not None else sum(
-            hyperband.epochs(b) for hyperband in [Hyperband(R, eta, continue_on_promotion)]
-            for b in hyperband.brackets())
+        self.max_epochs = float(max_epochs) if max_epochs is not None else hyperband_epochs(
+            Hyperband(R, eta, continue_on_promotion))
 
     @property
     def rungs(self) -> list[float]:
@@ -96,12 +95,8 @@ class Asha:
     def epochs(self, bracket: Bracket, continued: bool | None = None) -> float:
         """Epochs the bracket's expected counts train (``task=plan``'s table); the search
         itself stops at ``max_epochs``."""
-        continued = self.continue_on_promotion if continued is None else continued
-        total, before = 0.0, 0.0
-        for rung in bracket.rungs:
-            total += rung.n * (rung.r - before if continued else rung.r)
-            before = rung.r
-        return total
+        return bracket_epochs(bracket, self.continue_on_promotion if continued is None
+                              else continued)
 
     def cost(self, rung: int) -> float:
         """Epochs a member trains to reach ``rung`` from the rung below."""
@@ -112,6 +107,11 @@ class Asha:
     def drive(self, search: Any) -> None:
         """Runs the search (``driver.PackedSearch``) under this schedule."""
         search.run_asha(self)
+
+
+def hyperband_epochs(hyperband: Hyperband) -> float:
+    """Epochs synchronous Hyperband trains in all: ASHA's default budget."""
+    return sum(hyperband.epochs(b) for b in hyperband.brackets())
 
 
 def promotable(results: Sequence[Sequence[tuple[str, float | None]]],

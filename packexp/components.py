@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from packexp.asha import Asha
 from packexp.config import (
     batch_bucket,
     check_batch_sizes,
@@ -47,7 +48,7 @@ class Components:
 
     cfg: DictConfig
     space: SearchSpace
-    scheduler: Hyperband
+    scheduler: Hyperband | Asha
     strategy: Strategy
     sampler: Sampler
     dataset: Any

@@ -87,12 +87,8 @@ class Hyperband:
 
     def epochs(self, bracket: Bracket, continued: bool | None = None) -> float:
         """Epochs a bracket trains in all, with or without continuation on promotion."""
-        continued = self.continue_on_promotion if continued is None else continued
-        total, before = 0.0, 0.0
-        for rung in bracket.rungs:
-            total += rung.n * (rung.r - before if continued else rung.r)
-            before = rung.r
-        return total
+        return bracket_epochs(bracket, self.continue_on_promotion if continued is None
+                              else continued)
 
     def drive(self, search: Any) -> None:
         """Runs the search (``driver.PackedSearch``): its brackets one after another."""
@@ -111,6 +107,16 @@ class Hyperband:
                 scores = train_rung(bracket, i, trials, rung.r)
                 if i + 1 < len(bracket.rungs):
                     trials = keep_best(trials, scores, bracket.rungs[i + 1].n)
+
+
+def bracket_epochs(bracket: Bracket, continued: bool) -> float:
+    """Epochs ``bracket``'s rungs train in all: each promoted configuration only the epochs
+    its rung adds when ``continued``, all of them otherwise."""
+    total, before = 0.0, 0.0
+    for rung in bracket.rungs:
+        total += rung.n * (rung.r - before if continued else rung.r)
+        before = rung.r
+    return total
 
 
 def keep_best(

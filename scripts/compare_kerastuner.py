@@ -33,6 +33,23 @@ def compose(overrides: list[str]):
         return hydra_compose(config_name="config", overrides=overrides)
 
 
+def keras_model(cfg: Any, build_model: Any, data: Any, hparams: dict) -> Any:
+    """What a Keras user writes: mlp3's layers with the activation built in (packexp's mlp3
+    selects it at run time, computing every choice), other models as packexp builds them.
+    compare_search.py's Optuna arm trains the same."""
+    import keras
+
+    if cfg.model._target_ != "packexp.models.mlp3.build":
+        return build_model(data.input_shape, data.num_classes, hparams)
+    width = hparams.get("width", cfg.model.get("width", 64))
+    layers = [keras.Input(tuple(data.input_shape))]
+    if len(data.input_shape) > 1:
+        layers.append(keras.layers.Flatten())
+    layers += [keras.layers.Dense(width, activation=hparams.get("activation", "relu"))
+               for _ in range(hparams.get("depth", cfg.model.get("depth", 3)))]
+    return keras.Sequential([*layers, keras.layers.Dense(data.num_classes)])
+
+
 def run_packexp(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     """packexp's search (strategy=knn) in a child process; its results.json."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -92,18 +109,7 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
         return hp.Choice(dim.name, list(dim.values))
 
     def plain_model(hparams: dict) -> keras.Model:
-        """What a KerasTuner user writes: mlp3's layers with the activation built in (packexp's
-        mlp3 selects it at run time, computing every choice), other models as packexp
-        builds them."""
-        if cfg.model._target_ != "packexp.models.mlp3.build":
-            return build_model(dataset.input_shape, dataset.num_classes, hparams)
-        width = hparams.get("width", cfg.model.get("width", 64))
-        layers = [keras.Input(tuple(dataset.input_shape))]
-        if len(dataset.input_shape) > 1:
-            layers.append(keras.layers.Flatten())
-        layers += [keras.layers.Dense(width, activation=hparams.get("activation", "relu"))
-                   for _ in range(hparams.get("depth", cfg.model.get("depth", 3)))]
-        return keras.Sequential([*layers, keras.layers.Dense(dataset.num_classes)])
+        return keras_model(cfg, build_model, dataset, hparams)
 
     def keras_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
         """Keras's own class with packexp's defaults for the name (packexp runs its rules)."""

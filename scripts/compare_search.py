@@ -192,17 +192,10 @@ def optuna_worker(out: Path, overrides: list[str], budget: float) -> None:
         raise TypeError(f"{dim.where}: the optuna arm has no kind={dim.kind}")
 
     def plain_model(hparams: dict) -> keras.Model:
-        """As compare_kerastuner.py builds it: mlp3's layers with the activation built in
-        (packexp's mlp3 selects it at run time), other models as packexp builds them."""
-        if cfg.model._target_ != "packexp.models.mlp3.build":
-            return parts.build_model(data.input_shape, data.num_classes, hparams)
-        width = hparams.get("width", cfg.model.get("width", 64))
-        layers = [keras.Input(tuple(data.input_shape))]
-        if len(data.input_shape) > 1:
-            layers.append(keras.layers.Flatten())
-        layers += [keras.layers.Dense(width, activation=hparams.get("activation", "relu"))
-                   for _ in range(hparams.get("depth", cfg.model.get("depth", 3)))]
-        return keras.Sequential([*layers, keras.layers.Dense(data.num_classes)])
+        """As compare_kerastuner.py builds it (``keras_model``)."""
+        from compare_kerastuner import keras_model
+
+        return keras_model(cfg, parts.build_model, data, hparams)
 
     def keras_optimizer(hparams: dict) -> keras.optimizers.Optimizer:
         """Keras's own class for the name, with packexp's defaults and the trial's options."""
