@@ -1,6 +1,6 @@
 """Asynchronous successive halving (ASHA, Li et al. 2020): its rungs, budget and promotion rule.
 
-Pure Python. The driver's loop over it is ``PackedSearch.run_asha`` (``packexp/driver.py``):
+Pure Python. The driver's loop over it is ``PackedSearch.run_asha`` (``packexp/asha_driver.py``):
 whenever a worker is free, promotions are planned first, then new configurations, and the
 packs go out as workers free up, so no worker waits at a rung's end.
 """

@@ -6,7 +6,10 @@ from packexp.strategies.base import (
     Planned,
     RungContext,
     Strategy,
+    check_fits,
+    check_partition,
     greedy_fill,
 )
 
-__all__ = ["Capacity", "Device", "Planned", "RungContext", "Strategy", "greedy_fill"]
+__all__ = ["Capacity", "Device", "Planned", "RungContext", "Strategy", "check_fits",
+           "check_partition", "greedy_fill"]

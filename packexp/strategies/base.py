@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from packexp.errors import ConfigError
 from packexp.search_space import Trial, derive_seed
 
 
@@ -144,3 +145,22 @@ def greedy_fill(trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]
         else:
             packs.append([trial])
     return packs
+
+
+def check_fits(trials: list[Trial], capacity: Capacity, source: str) -> None:
+    """A member that cannot fit even alone is a config error naming both numbers."""
+    for t in trials:
+        if not capacity.fits([t]):
+            raise ConfigError(
+                f"{source}: {capacity.limit / 2**20:.2f} MB is smaller than one member "
+                f"({t.trial_id}, batch {t.hparams['batch_size']}, needs "
+                f"{capacity.cost(t) / 2**20:.1f} MB)")
+
+
+def check_partition(trials: list[Trial], packs: list[list[Trial]], capacity: Capacity) -> None:
+    """Guards the strategy contract: each trial in exactly one pack, none over capacity."""
+    placed = sorted(t.trial_id for p in packs for t in p)
+    if placed != sorted(t.trial_id for t in trials):
+        raise RuntimeError("strategy returned packs that do not hold each trial exactly once")
+    if any(len(p) > 1 and not capacity.fits(p) for p in packs):
+        raise RuntimeError("strategy returned a pack over capacity")
