@@ -309,6 +309,20 @@ def ray_processes(ray_tmp: str) -> list[int]:
     return found
 
 
+def describe(pids: list[int]) -> list[str]:
+    """Each process as ``pid name status cmdline``, for an assertion's message."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out.append(f"{pid} {p.name()} {p.status()} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            out.append(f"{pid} (gone)")
+    return out
+
+
 def wait_until(condition, timeout_s: float) -> bool:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
