@@ -217,16 +217,27 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
     """Builds the model for every value of each of its hyper-parameters (a range's bounds;
     the others at the space's first configuration), and each optimizer with the space's
     arguments, so a bad value fails before any training; the first build must map one input
-    to logits ``[batch, num_classes]``."""
+    to logits ``[batch, num_classes]``. A hyper-parameter the model takes at run time (its
+    builder's ``RUNTIME_HPARAMS``, such as the activation) is set on the first build instead
+    of building again."""
+    from packexp.models import runtime_hparams
+    from packexp.models.activation import set_activation
+
     probe_optimizers(space)
     first = space.first
+    runtime = set(runtime_hparams(build_model))
     values = {k: dim.values if isinstance(dim, Choice) else (dim.low, dim.high)
               for k, dim in space.dims.items()}
     variants = [first] + [{**first, k: v} for k, vs in model_hparams(values).items()
                           for v in vs if v != first[k]]
     where = f"model: cannot build for {dataset.name} {list(dataset.input_shape)}"
+    built = None  # the first configuration's model
     for i, hparams in enumerate(variants):
+        changed = {k: v for k, v in hparams.items() if v != first.get(k)}
         try:
+            if built is not None and changed and set(changed) <= runtime:
+                set_activation(built, changed)
+                continue
             model = build_model(dataset.input_shape, dataset.num_classes, hparams)
         except ValueError as e:
             raise ConfigError(f"{where}: {' '.join(str(e).split())}") from None
@@ -235,6 +246,7 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
                               f"{' '.join(f'{type(e).__name__}: {e}'.split())}") from None
         if i == 0:
             check_logits(model, dataset)
+            built = model
 
 
 

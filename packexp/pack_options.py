@@ -15,6 +15,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "misaligned": ("mask", "switch"),
     "data_sharing": ("gather", "slice"),
     "fusion": ("auto", "on", "off"),
+    "loop": ("auto", "off"),
     "grouped_conv": ("auto", "native", "split"),
     "jit_compile": (True, False, "auto"),
 }
@@ -28,7 +29,7 @@ LEAST: dict[str, tuple[int, str]] = {
 }
 
 # The settings ``Pack`` takes as keyword arguments; the others are the search's.
-PACK_ARGS = ("misaligned", "data_sharing", "fusion", "grouped_conv", "jit_compile",
+PACK_ARGS = ("misaligned", "data_sharing", "fusion", "loop", "grouped_conv", "jit_compile",
              "chunk_steps", "eval_batch_size")
 
 # Learning-rate profiles over a member's budget (``packing/schedules.py`` defines them), and
@@ -79,6 +80,10 @@ class PackSettings:
         fusion: ``auto``: members of one architecture train as one fused model where it
             pays (Dense models; CNNs on a GPU); ``on``: wherever the layers allow; ``off``:
             the plain pack of separate models.
+        loop: A plain, uncompiled pack of one architecture: ``auto`` runs it as one program
+            that loops over its members and holds one model's graph, traced once per
+            architecture for packs of every size (``packing.looped``); ``off``: every
+            member's graph side by side in the pack's own program.
         grouped_conv: A fused pack's Conv2D layers: ``native`` (one grouped convolution),
             ``split`` (one per member) or ``auto`` (native where TensorFlow can
             differentiate it).
@@ -93,6 +98,7 @@ class PackSettings:
     misaligned: str = "mask"
     data_sharing: str = "gather"
     fusion: str = "auto"
+    loop: str = "auto"
     grouped_conv: str = "auto"
     jit_compile: bool | str = "auto"
     reuse: int = 32

@@ -3,7 +3,9 @@ activation a search space lists."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -19,18 +21,28 @@ class SelectActivation(keras.layers.Layer):
     computes, bit for bit. (``tf.switch_case`` would run only the chosen one, but XLA on a
     CPU crashed compiling it under TensorFlow 2.21.) The choice is not one of the model's
     weights: it is a trial's hyper-parameter, set from its ``activation`` whenever a member
-    takes a trial (``set_activation``).
+    takes a trial (``set_activation``). A looped program, never compiled, gives it as a
+    tensor while it traces (``choosing``) and runs only the chosen function
+    (``tf.switch_case``): the same values and gradients, without computing the others.
+
+    ``relu_max_value`` caps ``relu`` where the layer replaces a capped ReLU (MobileNetV2's
+    ReLU6), so ``relu`` keeps the network's own non-linearity.
     """
 
-    def __init__(self, choices: Sequence[str], selected: str | None = None, **kwargs: Any
-                 ) -> None:
+    def __init__(self, choices: Sequence[str], selected: str | None = None,
+                 relu_max_value: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.choices = tuple(choices)
-        self.functions = [keras.activations.get(name) for name in self.choices]
+        self.relu_max_value = None if relu_max_value is None else float(relu_max_value)
+        self.functions = [
+            functools.partial(keras.activations.relu, max_value=self.relu_max_value)
+            if name == "relu" and self.relu_max_value is not None
+            else keras.activations.get(name) for name in self.choices]
         self.selected = selected or self.choices[0]
         # Set past Keras's attribute tracking: the choice is no weight of the model.
         object.__setattr__(self, "choice", tf.Variable(self._index(self.selected),
                                                        trainable=False, dtype=tf.int32))
+        object.__setattr__(self, "_given", None)
 
     def _index(self, name: str) -> int:
         if name not in self.choices:
@@ -44,6 +56,8 @@ class SelectActivation(keras.layers.Layer):
     def call(self, x: tf.Tensor) -> tf.Tensor:
         if len(self.functions) == 1:
             return self.functions[0](x)
+        if self._given is not None:  # a looped program's member: only its choice runs
+            return tf.switch_case(self._given, [lambda f=f: f(x) for f in self.functions])
         choice = self.choice.value()
         out = self.functions[0](x)
         for k, f in enumerate(self.functions[1:], start=1):
@@ -55,7 +69,7 @@ class SelectActivation(keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "choices": list(self.choices),
-                "selected": self.selected}
+                "selected": self.selected, "relu_max_value": self.relu_max_value}
 
 
 def selectors(model: keras.Model) -> list[SelectActivation]:
@@ -68,3 +82,23 @@ def set_activation(model: keras.Model, hparams: Mapping[str, Any]) -> None:
     if "activation" in hparams:
         for layer in selectors(model):
             layer.select(hparams["activation"])
+
+
+def choice_index(model: keras.Model) -> int:
+    """The index of the activation ``model``'s selectors hold (0 when it has none)."""
+    layers = selectors(model)
+    return layers[0].choices.index(layers[0].selected) if layers else 0
+
+
+@contextlib.contextmanager
+def choosing(model: keras.Model, choice: tf.Tensor) -> Iterator[None]:
+    """While tracing within it, ``model``'s selectors apply activation ``choice`` (an int32
+    scalar tensor) instead of reading their variables: a looped program gives each member's."""
+    layers = selectors(model)
+    for layer in layers:
+        object.__setattr__(layer, "_given", choice)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            object.__setattr__(layer, "_given", None)

@@ -1,5 +1,5 @@
-"""keras.applications CNNs, the class named in YAML: small-image resizing and activation
-swapping."""
+"""keras.applications CNNs, the class named in YAML: small-image resizing, and the activation
+chosen at run time (every ReLU becomes a ``SelectActivation``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ from typing import Any
 
 import keras
 
+from packexp.models.activation import SelectActivation
+
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
 # keras.applications rejects smaller inputs; build_application resizes up to it.
 MIN_SIZE = 32
 # Convolutions need [height, width, channels]; a dataset with images: auto gives them.
 NEEDS_IMAGES = True
+# Hyper-parameters a built model takes at run time: one built model and one traced program
+# serve every activation.
+RUNTIME_HPARAMS = ("activation",)
 
 
 def build(
@@ -44,36 +49,44 @@ def build(
                              bn_momentum=bn_momentum, **kwargs)
 
 
-def _is_relu(layer: keras.layers.Layer) -> bool:
+def _relu_cap(layer: keras.layers.Layer) -> tuple[bool, float | None]:
+    """Whether ``layer`` is a (possibly capped) ReLU, and its cap."""
     if isinstance(layer, keras.layers.ReLU):
-        return True
-    return isinstance(layer, keras.layers.Activation) and layer.get_config()["activation"] == "relu"
+        config = layer.get_config()
+        plain = not config.get("negative_slope") and not config.get("threshold")
+        cap = config.get("max_value")
+        return plain, None if cap is None else float(cap)
+    is_relu = (isinstance(layer, keras.layers.Activation)
+               and layer.get_config()["activation"] == "relu")
+    return is_relu, None
 
 
 def replace_activation(model: keras.Model, activation: str) -> keras.Model:
-    """Clones ``model`` with every ReLU non-linearity swapped for ``activation``.
+    """Clones ``model`` with every ReLU non-linearity a ``SelectActivation`` of ``ACTIVATIONS``
+    holding ``activation`` (``relu`` keeps a capped ReLU's cap: MobileNetV2's ReLU6).
 
     The clone has freshly initialised weights, drawn from Keras's seeded default seed, so two
-    builds after the same ``keras.utils.set_random_seed`` are identical. Dense layers keep
-    their own ``activation`` argument, so a linear classifier stays linear.
+    builds after the same ``keras.utils.set_random_seed`` are identical, whatever the
+    activation: the activation is runtime data (``RUNTIME_HPARAMS``), not structure. Dense
+    layers keep their own ``activation`` argument, so a linear classifier stays linear.
 
     Args:
         model: A Functional or Sequential model.
-        activation: A Keras activation name; ``"relu"`` returns ``model`` unchanged.
+        activation: One of ``ACTIVATIONS``.
 
     Returns:
-        The model with ``Activation(activation)`` layers in place of its ReLUs, same names.
+        The model with ``SelectActivation`` layers in place of its ReLUs, same names.
 
     Raises:
         ValueError: a layer cannot be cloned from its config (a custom layer without a
             complete ``get_config``); the message names it.
     """
-    if activation == "relu":
-        return model
 
     def swap(layer: keras.layers.Layer) -> keras.layers.Layer:
-        if _is_relu(layer):
-            return keras.layers.Activation(activation, name=layer.name)
+        relu, cap = _relu_cap(layer)
+        if relu:
+            return SelectActivation(ACTIVATIONS, activation, relu_max_value=cap,
+                                    name=layer.name)
         try:
             return layer.__class__.from_config(layer.get_config())
         except Exception as e:  # whatever a custom layer's config methods raise

@@ -11,6 +11,8 @@ from packexp.models import keras_apps
 
 # Convolutions need [height, width, channels]; a dataset with images: auto gives them.
 NEEDS_IMAGES = True
+# The activation is a SelectActivation's choice (keras_apps): runtime data, not structure.
+RUNTIME_HPARAMS = keras_apps.RUNTIME_HPARAMS
 
 
 def build(

@@ -19,6 +19,13 @@ from packexp.pack_options import PACK_DEFAULTS, check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused_graph import convolutional, couples_rows
+from packexp.packing.looped import (
+    LoopedState,
+    program_for,
+    stack_members,
+    why_not_looped,
+    write_members,
+)
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 
@@ -31,6 +38,7 @@ class PackStats:
 
     members: int
     fused: bool = False
+    looped: bool = False  # one program looping over the members (``packing.looped``)
     xla: bool = False
     grouped_conv: str | None = None  # fused packs with grouped convolutions: native or split
     steps: int = 0
@@ -92,6 +100,7 @@ class Pack:
         misaligned: str = PACK_DEFAULTS.misaligned,
         data_sharing: str = PACK_DEFAULTS.data_sharing,
         fusion: str = PACK_DEFAULTS.fusion,
+        loop: str = PACK_DEFAULTS.loop,
         grouped_conv: str = PACK_DEFAULTS.grouped_conv,
         jit_compile: bool | str = PACK_DEFAULTS.jit_compile,
         chunk_steps: int = PACK_DEFAULTS.chunk_steps,
@@ -101,7 +110,7 @@ class Pack:
         if not members:
             raise ValueError("a pack needs at least one member")
         for setting, value in (("misaligned", misaligned), ("data_sharing", data_sharing),
-                               ("fusion", fusion), ("grouped_conv", grouped_conv),
+                               ("fusion", fusion), ("loop", loop), ("grouped_conv", grouped_conv),
                                ("jit_compile", jit_compile)):
             check_choice(setting, value)
         self.members = list(members)
@@ -109,6 +118,7 @@ class Pack:
         self.misaligned = misaligned
         self.data_sharing = data_sharing
         self.fusion = fusion
+        self.loop = loop
         self.grouped_conv = grouped_conv
         self._stream_step = 0
         self._jit_auto = jit_compile == "auto"
@@ -131,6 +141,8 @@ class Pack:
         self._eval_fns: dict[tuple[int, ...], Any] = {}
         self._fused: FusedPack | None = None
         self._unfused_reason: str | None = None
+        self._unlooped_reason: str | None = None
+        self._looped_state: LoopedState | None = None  # the members' state as last trained
         self.eval_trace_s = 0.0  # the last ``evaluate``'s tracing, when it traced
 
     def reloaded(self) -> None:
@@ -141,6 +153,7 @@ class Pack:
         fused pack re-stacks its members' weights and optimizer state.
         """
         self._stream_step = 0
+        self._looped_state = None
         if self._fused is not None:
             self._fused.reload()
 
@@ -156,6 +169,8 @@ class Pack:
         remaining = {m.trial_id: int(steps.get(m.trial_id, 0)) for m in self.members}
         if self._fusable():
             return self._train_fused(remaining)
+        if self.looped:
+            return self._train_looped(remaining)
         stats = PackStats(members=self._real, xla=self.jit_compile)
         while True:
             active = [m for m in self.members if remaining[m.trial_id] > 0 and not m.failed]
@@ -195,6 +210,58 @@ class Pack:
                         "pack of %d trains unfused: %s", len(self.members),
                         self._unfused_reason)
         return not self._unfused_reason
+
+    @property
+    def looped(self) -> bool:
+        """Whether the pack trains as a loop over its members in one program that holds one
+        model (``packing.looped``): plain, uncompiled packs of one architecture."""
+        if self.loop == "off" or self.jit_compile or self._fusable():
+            return False
+        if self._unlooped_reason is None:
+            self._unlooped_reason = why_not_looped(self.members, self.data_sharing,
+                                                   self.misaligned) or ""
+            if self._unlooped_reason:
+                log.info("pack of %d is not looped: %s", len(self.members),
+                         self._unlooped_reason)
+        return not self._unlooped_reason
+
+    def _train_looped(self, remaining: dict[str, int]) -> PackStats:
+        program, new = program_for(self.members, self.data)
+        state = self._looped_state or stack_members(self.members)
+        stats = PackStats(members=self._real, looped=True)
+        if new:
+            stats.trace_s = program.warm_up(self.data, state)
+        if not program.reported:
+            stats.programs, program.reported = 1, True
+        x, y = self.data.x_train, self.data.y_train
+        starts = np.zeros(len(self.members), np.int64)
+        seeds = tf.constant([m.trial.seed for m in self.members], tf.int64)
+        batch = max(m.batch_size for m in self.members)
+        while True:
+            ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
+                  for m in self.members]
+            n = max(ks)
+            if n == 0:
+                break
+            idxs = np.zeros((len(self.members), n, batch), np.int32)
+            for i, (m, k) in enumerate(zip(self.members, ks, strict=True)):
+                starts[i] = m.step
+                if k:
+                    idxs[i, :k, : m.batch_size] = m.next_batches(k)
+            t0 = time.perf_counter()
+            losses, arrays = program.train(x, y, tf.constant(idxs), tf.constant(ks, tf.int32),
+                                           tf.constant(starts), seeds, state.hparams,
+                                           state.arrays())
+            mean_losses = losses.numpy()
+            elapsed = time.perf_counter() - t0
+            state = LoopedState(*arrays, hparams=state.hparams)
+            stats.steps += n
+            stats.train_s += elapsed
+            stats.chunk_step_ms.append(1000 * elapsed / n)
+            self._account(self.members, ks, mean_losses, remaining)
+        write_members(self.members, state)
+        self._looped_state = state
+        return stats
 
     def _fused_xla(self, steps: int) -> bool:
         """Whether a fused pack compiles with XLA: as the plain pack decides (``auto``: Dense
@@ -272,6 +339,15 @@ class Pack:
             scored = self.members
             fn = self._fused.evaluate
             traced = self._fused.trace_eval()
+        elif self.looped:
+            scored = self.members
+            program, _ = program_for(scored, self.data)
+            state = self._looped_state or stack_members(scored)
+            traced = program.trace_eval()
+
+            def fn(x, y):
+                return tuple(t.numpy() for t in program.evaluate(
+                    x, y, state.weights, state.frozen, state.hparams["choice"]))
         else:  # every member, idle and failed ones included: one program for the pack
             scored = self.members
             positions = tuple(range(len(scored)))
@@ -328,6 +404,8 @@ class Pack:
         self._eval_fns.clear()
         self._fused = None
         self._unfused_reason = None
+        self._unlooped_reason = None
+        self._looped_state = None
 
     def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):
         # By position: a reused pack's members are new trials in the same models.

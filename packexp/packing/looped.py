@@ -1,0 +1,315 @@
+"""Looped packs: members of one architecture trained by one program that holds one model.
+
+The program loops over the pack's members (``tf.while_loop``) and, for each, over its own
+steps, calling the architecture's template model statelessly (``stateless_call``) on the
+member's own weights and applying its own update rule to its own slots, as
+``optimizers.apply_gradients`` joins them. Everything that differs between members is an
+input (weights, slots, batch size, learning rate and schedule, update rule, activation,
+data order, seeds), so one traced program serves every pack of the architecture, of any
+size, and its trace costs one model's, however many members a pack holds.
+
+Each member runs the operations it would run alone, on its own numbers: packed, alone,
+fresh or on a reused program, it ends bit for bit the same. ``LoopedProgram.for_members``
+keeps the programs (``PROGRAMS``), keyed by ``architecture_key``.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from packexp import optim
+from packexp.models.activation import choice_index, choosing
+from packexp.pack_options import LR_SCHEDULES
+from packexp.packing.data import DeviceData, Preprocessing
+from packexp.packing.member import Member
+from packexp.packing.optimizers import RuleOptimizer, general_update
+from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
+
+# Programs kept in this process, least recently used dropped first.
+KEEP = 8
+
+
+def why_not_looped(members: Sequence[Member], data_sharing: str, misaligned: str) -> str | None:
+    """None when ``members`` can train in a looped pack; otherwise why not."""
+    if data_sharing != "gather":
+        return "a looped pack needs gather data sharing"
+    if misaligned != "mask":
+        return "a looped pack masks finished members (misaligned=mask)"
+    for m in members:
+        if not isinstance(m.optimizer, RuleOptimizer):
+            return f"member {m.trial_id}: its optimizer has no update rule (packexp.optim)"
+        if any(v.constraint is not None or v.dtype != "float32"
+               for v in m.model.trainable_variables):
+            return f"member {m.trial_id}: a weight is constrained or not float32"
+    if len({architecture_key(m.model) for m in members}) != 1:
+        return "members' architectures differ"
+    if len({m.preprocessing for m in members}) != 1:
+        return "members' preprocessing differs"
+    return None
+
+
+_KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def architecture_key(model: keras.Model) -> tuple:
+    """What a program traced from ``model`` depends on: every layer's class, configuration
+    (names and a selected activation aside) and weight shapes, in order, and the input."""
+    key = _KEYS.get(model)
+    if key is None:
+        layers = []
+        for layer in model._flatten_layers(include_self=False):
+            if isinstance(layer, keras.Model):  # its layers follow
+                continue
+            config = {k: v for k, v in layer.get_config().items()
+                      if k not in ("name", "selected")}
+            layers.append((type(layer).__name__, repr(sorted(config.items())),
+                           tuple(tuple(w.shape) for w in layer.weights)))
+        key = (tuple(model.inputs[0].shape[1:]), str(model.inputs[0].dtype), tuple(layers))
+        _KEYS[model] = key
+    return key
+
+
+@dataclass
+class LoopedState:
+    """A pack's members' state and hyper-parameters, stacked on a leading member axis."""
+
+    weights: tuple[tf.Tensor, ...]  # each trainable weight [members, *shape]
+    frozen: tuple[tf.Tensor, ...]  # each non-trainable one (BatchNorm statistics, seeds)
+    m: tuple[tf.Tensor, ...]  # the update rule's first slot per weight group [members, n]
+    v: tuple[tf.Tensor, ...]  # and its second
+    iterations: tf.Tensor  # [members] int64
+    hparams: dict[str, tf.Tensor]  # sizes, lr, horizon, schedule, coefficients, choice
+
+    def arrays(self) -> tuple:
+        return (self.weights, self.frozen, self.m, self.v, self.iterations)
+
+
+def stack_members(members: Sequence[Member]) -> LoopedState:
+    """Reads the members' Keras weights, optimizer state and hyper-parameters."""
+    models = [m.model for m in members]
+    opts: list[RuleOptimizer] = [m.optimizer for m in members]  # type: ignore[misc]
+
+    def stacked(lists: Sequence[Sequence[Any]]) -> tuple[tf.Tensor, ...]:
+        return tuple(tf.stack([v.value for v in vs]) for vs in zip(*lists, strict=True))
+
+    schedules = [schedule_of(o) for o in opts]
+    hparams = {
+        "sizes": tf.constant([m.batch_size for m in members], tf.int32),
+        "lr": tf.stack([base_learning_rate(o).value for o in opts]),
+        "horizon": tf.constant([float(s.horizon.numpy()) if s else 1.0 for s in schedules],
+                               tf.float32),
+        "schedule": tf.constant([LR_SCHEDULES.index(s.name) if s else 0 for s in schedules],
+                                tf.int32),
+        "coefficients": tf.stack([o.coefficients.value for o in opts]),
+        "choice": tf.constant([choice_index(model) for model in models], tf.int32),
+    }
+    return LoopedState(stacked([mo.trainable_variables for mo in models]),
+                       stacked([mo.non_trainable_variables for mo in models]),
+                       stacked([o._m for o in opts]), stacked([o._v for o in opts]),
+                       tf.stack([o.iterations.value for o in opts]), hparams)
+
+
+def write_members(members: Sequence[Member], state: LoopedState) -> None:
+    """Copies the stacked state back into each member's Keras variables."""
+    for stacked, per_member in (
+            (state.weights, [m.model.trainable_variables for m in members]),
+            (state.frozen, [m.model.non_trainable_variables for m in members]),
+            (state.m, [m.optimizer._m for m in members]),
+            (state.v, [m.optimizer._v for m in members]),
+            ((state.iterations,), [[m.optimizer.iterations] for m in members])):
+        for j, values in enumerate(stacked):
+            for variables, value in zip(per_member, tf.unstack(values), strict=True):
+                variables[j].assign(value)
+
+
+class LoopedProgram:
+    """The training and evaluation programs of one architecture, for packs of any size.
+
+    Args:
+        template: A member of the architecture; its model is called statelessly, so its own
+            weights are never read or written by the programs.
+        data: The device data whose shapes the programs take.
+    """
+
+    def __init__(self, template: Member, data: DeviceData) -> None:
+        self.model = template.model
+        self.preprocessing: Preprocessing = template.preprocessing
+        optimizer: RuleOptimizer = template.optimizer  # type: ignore[assignment]
+        self.groups = [list(g) for g in optimizer._groups]
+        self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        weights = self.model.trainable_variables
+        self._shapes = [tuple(v.shape) for v in weights]
+        self._sizes = [int(np.prod(s)) for s in self._shapes]
+        x = data.x_train
+        stacked = [tf.TensorSpec([None, *v.shape], v.dtype) for v in weights]
+        frozen = [tf.TensorSpec([None, *v.shape], v.dtype)
+                  for v in self.model.non_trainable_variables]
+        slots = [tf.TensorSpec([None, sum(self._sizes[i] for i in g)], tf.float32)
+                 for g in self.groups]
+        self._arrays_spec = (tuple(stacked), tuple(frozen), tuple(slots), tuple(slots),
+                             tf.TensorSpec([None], tf.int64))
+        hparams_spec = {"sizes": tf.TensorSpec([None], tf.int32),
+                        "lr": tf.TensorSpec([None], tf.float32),
+                        "horizon": tf.TensorSpec([None], tf.float32),
+                        "schedule": tf.TensorSpec([None], tf.int32),
+                        "coefficients": tf.TensorSpec([None, len(optim.FIELDS)], tf.float32),
+                        "choice": tf.TensorSpec([None], tf.int32)}
+        data_spec = (tf.TensorSpec([None, *x.shape[1:]], x.dtype),
+                     tf.TensorSpec([None], data.y_train.dtype))
+        self.train = tf.function(self._train_chunk, autograph=False, input_signature=(
+            *data_spec, tf.TensorSpec([None, None, None], tf.int32),
+            tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None], tf.int64), hparams_spec, self._arrays_spec))
+        self.evaluate = tf.function(self._evaluate, autograph=False, input_signature=(
+            tf.TensorSpec([None, *data.x_val.shape[1:]], data.x_val.dtype),
+            tf.TensorSpec([None], tf.int32), self._arrays_spec[0], self._arrays_spec[1],
+            tf.TensorSpec([None], tf.int32)))
+        self.trace_s = 0.0
+        self.eval_trace_s = 0.0
+        self.eval_traced = False
+        # Whether a pack's record counted the program yet: the first pack to run it does,
+        # though a memory probe may have traced it (its time is then the probe's).
+        self.reported = False
+
+    # -- training --------------------------------------------------------------------------
+
+    def warm_up(self, data: DeviceData, state: LoopedState) -> float:
+        """Traces and runs the training program once with no step; returns the seconds."""
+        t0 = time.perf_counter()
+        n = int(state.iterations.shape[0])
+        self.train(data.x_train, data.y_train, tf.zeros([n, 1, 1], tf.int32),
+                   tf.zeros([n], tf.int32), tf.zeros([n], tf.int64), tf.zeros([n], tf.int64),
+                   state.hparams, state.arrays())
+        self.trace_s = time.perf_counter() - t0
+        return self.trace_s
+
+    def _train_chunk(self, x_all, y_all, idxs, ks, starts, seeds, hparams, arrays):
+        """Trains member i ``ks[i]`` steps on batches ``idxs[i, :ks[i], :sizes[i]]``;
+        returns each member's mean loss and the new arrays."""
+        n = tf.shape(ks)[0]
+        outputs = tf.nest.map_structure(
+            lambda t: tf.TensorArray(t.dtype, size=n, element_shape=t.shape[1:]), arrays)
+        losses = tf.TensorArray(tf.float32, size=n, element_shape=[])
+
+        def member(i, losses, outputs):
+            own = tf.nest.map_structure(lambda t: t[i], arrays)
+            hp = {k: v[i] for k, v in hparams.items()}
+
+            def step(t, total, own):
+                batch = idxs[i, t, : hp["sizes"]]
+                seed = tf.stack([seeds[i], starts[i] + tf.cast(t, tf.int64)])
+                x = self.preprocessing(tf.gather(x_all, batch), seed)
+                loss, own = self._step(own, x, tf.gather(y_all, batch), hp)
+                return t + 1, total + loss, own
+
+            _, total, own = tf.while_loop(lambda t, *_: t < ks[i], step,
+                                          (tf.constant(0), tf.constant(0.0), own))
+            losses = losses.write(i, total / tf.cast(tf.maximum(ks[i], 1), tf.float32))
+            outputs = tf.nest.map_structure(lambda ta, t: ta.write(i, t), outputs, own)
+            return i + 1, losses, outputs
+
+        _, losses, outputs = tf.while_loop(lambda i, *_: i < n, member,
+                                           (tf.constant(0), losses, outputs))
+        return losses.stack(), tf.nest.map_structure(lambda ta: ta.stack(), outputs)
+
+    def _step(self, own, x, y, hp):
+        """One step of one member: what ``Pack``'s plain step and ``apply_gradients`` do,
+        on tensors instead of variables."""
+        weights, frozen, m_slots, v_slots, iterations = own
+        weights = list(weights)
+        with choosing(self.model, hp["choice"]), tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, frozen, extra = self.model.stateless_call(
+                weights, list(frozen), x, training=True, return_losses=True)
+            loss = self._loss(y, logits)
+            extra = [tf.reduce_sum(tf.cast(t, loss.dtype)) for t in extra]
+            loss = tf.add_n([loss, *extra]) if extra else loss
+        grads = tape.gradient(loss, weights)
+        coefficients = dict(zip(optim.FIELDS, tf.unstack(hp["coefficients"]), strict=True))
+        lr = hp["lr"] * self._profile(hp["schedule"], fraction(iterations, hp["horizon"]))
+        step = tf.cast(iterations + 1, tf.float32)
+        new_m, new_v = [], []
+        for group, m, v in zip(self.groups, m_slots, v_slots, strict=True):
+            g = (tf.reshape(grads[group[0]], [-1]) if len(group) == 1 else
+                 tf.concat([tf.reshape(grads[i], [-1]) for i in group], axis=0))
+            delta, m, v = general_update(g, m, v, coefficients, lr, step)
+            new_m.append(m)
+            new_v.append(v)
+            deltas = ([delta] if len(group) == 1 else
+                      tf.split(delta, [self._sizes[i] for i in group]))
+            for i, d in zip(group, deltas, strict=True):
+                weights[i] = weights[i] - tf.reshape(d, self._shapes[i])
+        return loss, (tuple(weights), tuple(frozen), tuple(new_m), tuple(new_v),
+                      iterations + 1)
+
+    @staticmethod
+    def _profile(schedule: tf.Tensor, z: tf.Tensor) -> tf.Tensor:
+        """The member's learning-rate profile at ``z``: each computed as Keras's schedule
+        computes it, the member's selected."""
+        out = profile(LR_SCHEDULES[0], z)
+        for k, name in enumerate(LR_SCHEDULES[1:], start=1):
+            out = tf.where(tf.equal(schedule, k), profile(name, z), out)
+        return out
+
+    # -- evaluation ------------------------------------------------------------------------
+
+    def _evaluate(self, x, y, weights, frozen, choice):
+        """Each member's correct predictions and summed loss on ``x``: as ``Pack``'s."""
+        n = tf.shape(choice)[0]
+        x = self.preprocessing.evaluation(x)
+
+        def member(i, correct, losses):
+            with choosing(self.model, choice[i]):
+                logits, _ = self.model.stateless_call([w[i] for w in weights],
+                                                      [f[i] for f in frozen], x, training=False)
+            pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            correct = correct.write(i, tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)))
+            per_example = keras.losses.sparse_categorical_crossentropy(y, logits,
+                                                                       from_logits=True)
+            return i + 1, correct, losses.write(i, tf.reduce_sum(per_example))
+
+        empty = tf.TensorArray(tf.float32, size=n, element_shape=[])
+        _, correct, losses = tf.while_loop(lambda i, *_: i < n, member,
+                                           (tf.constant(0), empty, empty))
+        return correct.stack(), losses.stack()
+
+    def trace_eval(self) -> bool:
+        """Traces the evaluation program if it is not yet; returns whether it traced."""
+        if self.eval_traced:
+            return False
+        t0 = time.perf_counter()
+        self.evaluate.get_concrete_function()
+        self.eval_trace_s = time.perf_counter() - t0
+        self.eval_traced = True
+        return True
+
+
+PROGRAMS: OrderedDict[tuple, LoopedProgram] = OrderedDict()
+
+
+def program_for(members: Sequence[Member], data: DeviceData) -> tuple[LoopedProgram, bool]:
+    """The kept program of the members' architecture, or a new one; and whether it is new.
+
+    Keyed by ``architecture_key``, the preprocessing and the data's shapes: a kept program
+    that does not match is never used."""
+    template = members[0]
+    key = (architecture_key(template.model), template.preprocessing,
+           tuple(data.x_train.shape[1:]), str(data.x_train.dtype),
+           tuple(tuple(g) for g in template.optimizer._groups))
+    program = PROGRAMS.get(key)
+    if program is not None:
+        PROGRAMS.move_to_end(key)
+        return program, False
+    program = PROGRAMS[key] = LoopedProgram(template, data)
+    while len(PROGRAMS) > KEEP:
+        PROGRAMS.popitem(last=False)
+    return program, True
