@@ -14,8 +14,7 @@ from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.models.activation import SelectActivation
 from packexp.models.keras_apps import ACTIVATIONS
-from packexp.packing import DeviceData, Member, Pack
-from packexp.packing import looped
+from packexp.packing import DeviceData, Member, Pack, looped
 from packexp.packing.data import Preprocessing
 from packexp.search_space import Trial, derive_seed
 
