@@ -338,7 +338,8 @@ class PackedSearch(AsyncHalving):
         probe_s, self._probed = probed - self._probed, probed
         return PackRecord(
             pack_id=pack_id, bracket=bracket.s, rung=rung, epochs=epochs,
-            members=[m.trial_id for m in members], fused=stats.fused, xla=stats.xla,
+            members=[m.trial_id for m in members], fused=stats.fused, looped=stats.looped,
+            xla=stats.xla,
             grouped_conv=stats.grouped_conv, reused=pack_run.reused,
             reused_members=pack_run.reused_members, steps=stats.steps,
             build_s=round(pack_run.build_s, 4), trace_s=round(stats.trace_s, 4),

@@ -65,6 +65,7 @@ class PackRecord:
     epochs: float
     members: list[str]
     fused: bool = False
+    looped: bool = False  # a plain pack run by its architecture's looped program
     xla: bool = False
     grouped_conv: str | None = None
     reused: bool = False

@@ -29,7 +29,8 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
                   "on reused models); "
                   f"{results.get('programs', 0)} step programs built "
                   f"({sum(bool(p.get('xla')) and p.get('programs', 0) for p in results['packs'])}"
-                  f" compiled with XLA), {results.get('eval_programs', 0)} evaluation programs")
+                  f" compiled with XLA, {sum(bool(p.get('looped')) for p in results['packs'])}"
+                  f" packs looped), {results.get('eval_programs', 0)} evaluation programs")
     phases = results.get("phases")
     if phases:
         console.print(f"training {results['train_share']:.0%} of the search; "

@@ -144,8 +144,9 @@ def regroup(cache: PackCache) -> dict:
 @pytest.mark.parametrize("fusion", ["off", "on"])
 def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_do(data,
                                                                                   fusion):
-    cache = make_cache(data, keep=8, fusion=fusion)
-    a, b = regroup(cache), regroup(make_cache(data, keep=0, fusion=fusion))
+    # Unrolled plain packs: looped ones hold their members' states and take none (below).
+    cache = make_cache(data, keep=8, fusion=fusion, loop="off")
+    a, b = regroup(cache), regroup(make_cache(data, keep=0, fusion=fusion, loop="off"))
     # Structures here are activations: optimizers with update rules are runtime data.
     assert cache.hits == 0
     assert a[("t10", 1)][2] == 2  # relu and tanh, from the broken first pack
@@ -155,6 +156,24 @@ def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_
     assert not any(r for _, _, r, _ in b.values())
     assert all(fused == (fusion == "on") for _, _, _, fused in a.values())
     assert_same(a, b, exact=fusion == "off")
+
+
+def test_looped_packs_hold_states_on_one_template_and_end_as_fresh_unrolled_ones(data):
+    """Packs of one structure loop over states held on the structure's template
+    (``HeldMember``): beyond it, only the build that confirms its replayed initial weights
+    is made, and every member ends bit for bit as the unrolled engine trains it afresh."""
+
+    def cache(keep: int, **options) -> PackCache:
+        made = make_cache(data, keep, fusion="off", **options)
+        made.model_runtime = ("activation",)  # mlp3's: every trial here is one structure
+        return made
+
+    held, builds = cache(8), []
+    make = held.make_member
+    held.make_member = lambda t: builds.append(t.trial_id) or make(t)
+    a = search(held)
+    assert_same(a, search(cache(0, loop="off")), exact=True)
+    assert len(builds) == 2 and len(a) == 12
 
 
 def test_loose_members_are_bounded_by_keep(data):

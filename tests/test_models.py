@@ -9,6 +9,7 @@ import pytest
 from hydra.utils import instantiate
 
 from packexp.models import keras_apps, mlp3, needs_images
+from packexp.models.activation import selectors
 from packexp.models.mobilenet import build as build_mobilenet
 from tests.helpers import activation_counts, all_layers, bn_momenta, compose_config
 
@@ -33,12 +34,23 @@ def test_mobilenet_returns_logits_not_probabilities():
     assert not np.allclose(logits.sum(axis=1), 1.0)
 
 
-def test_activation_replaces_every_relu():
-    relu = activation_counts(mobilenet([32, 32, 3], "relu"))
-    tanh = activation_counts(mobilenet([32, 32, 3], "tanh"))
-    assert set(relu) == {"ReLU"}
-    assert set(tanh) == {"tanh"}
-    assert tanh["tanh"] == relu["ReLU"]
+def test_every_relu_becomes_a_runtime_activation_and_relu_keeps_relu6():
+    """Each of MobileNetV2's ReLU6 layers is a SelectActivation: one structure for every
+    activation; ``relu`` keeps the cap of 6, as keras.applications builds it."""
+    original = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3),
+                                              alpha=0.35, classes=3)
+    relus = activation_counts(original)["ReLU"]
+    for name in ("relu", "tanh"):
+        model = mobilenet([32, 32, 3], name)
+        assert activation_counts(model) == {}
+        chosen = {layer.selected for layer in selectors(model)}
+        assert (len(selectors(model)), chosen) == (relus, {name})
+        assert {layer.relu_max_value for layer in selectors(model)} == {6.0}
+    x = keras.ops.convert_to_tensor(np.linspace(-3, 9, 13, dtype="float32"))
+    select = selectors(mobilenet([32, 32, 3], "relu"))[0]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(select(x)),
+                                  np.clip(np.linspace(-3, 9, 13), 0, 6))
+    assert keras_apps.RUNTIME_HPARAMS == ("activation",)
 
 
 def test_activation_changes_the_outputs_under_one_seed():

@@ -26,7 +26,7 @@ from packexp.pack_options import PACK_DEFAULTS
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import convolutional
 from packexp.packing.initial import InitialWeights
-from packexp.packing.member import IDLE, Member, MemberState
+from packexp.packing.member import IDLE, HeldMember, Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, rule_options
 from packexp.packing.pack import Pack
 from packexp.packing.schedules import base_learning_rate
@@ -73,6 +73,11 @@ class PackCache:
         self._confirmed: set[tuple] = set()  # see ``replayed``
         self._fresh_slots: dict[tuple, tuple[Any, int]] = {}
         self._convolutional: bool | None = None  # of the run's model, once one is built
+        # Per member structure: the built member held members of looped packs run on, or
+        # None where its packs do not loop (``_template``).
+        self._templates: dict[tuple, Member] = {}
+        self._fresh: dict[str, MemberState] = {}  # templates' trials' fresh states
+        self._loops: dict[tuple, bool] = {}  # (structure, members, fusion) -> whether it loops
 
     def key(self, trials: Sequence[Trial], fusion: str | None = None) -> tuple:
         return pack_key(trials, self.pack_options.get("data_sharing") == "slice",
@@ -147,6 +152,7 @@ class PackCache:
             built[order[0].trial_id] = self._note(self.make_member(order[0]))
         order = self._seats(order)
         key = self.key(order, fusion)
+        template = self._template(order, fusion, built)
         pack = self._idle.pop(key, None)
         if pack is not None:
             self.hits += 1
@@ -160,6 +166,12 @@ class PackCache:
             return pack, True
         self.misses += 1
         members = []
+        if template is not None:  # a looped pack: states held on the template, none built
+            members = [HeldMember.on(template, t, states.get(t.trial_id)
+                                     or self._fresh.pop(t.trial_id, None)
+                                     or self.initial_state(t), template.preprocessing)
+                       for t in order]
+            return Pack(members, self.data, **self._options(key)), False
         for trial in order:
             if trial.trial_id.startswith(IDLE):
                 member = self._idle_member(trial) or self.make_member(trial)
@@ -175,10 +187,42 @@ class PackCache:
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
+        return Pack(members, self.data, **self._options(key)), False
+
+    def _options(self, key: tuple) -> dict[str, Any]:
         options = dict(self.pack_options)
         if key[-1] is not None:
             options["fusion"] = key[-1]
-        return Pack(members, self.data, **options), False
+        return options
+
+    def _template(self, order: Sequence[Trial], fusion: str | None,
+                  built: Mapping[str, Member]) -> Member | None:
+        """The member whose model a looped pack of ``order`` runs, its members held as
+        states (``HeldMember``); None where the pack would not loop (``Pack.looped``: an
+        uncompiled plain pack of one structure with update rules), so its members are built.
+        """
+        options = self.pack_options
+        if (options.get("loop", PACK_DEFAULTS.loop) == "off" or self.bucketed
+                or options.get("jit_compile") is True or options.get("misaligned") == "switch"
+                or options.get("data_sharing") == "slice"):
+            return None
+        structures = {self.member_key(t) for t in order}
+        if len(structures) != 1:
+            return None
+        structure = structures.pop()
+        if structure not in self._templates:
+            first = order[0]
+            member = built.get(first.trial_id) or self._note(self.make_member(first))
+            self._learn_structure(first, member)
+            self._templates[structure] = member
+            self._fresh[first.trial_id] = member.state()  # its trial's state, built
+        template = self._templates[structure]
+        decision = (structure, len(order), fusion)
+        if decision not in self._loops:  # as the pack engine decides, once per size
+            options = self._options(self.key(order, fusion))
+            self._loops[decision] = Pack([template] * len(order), self.data,
+                                         **options).looped
+        return template if self._loops[decision] else None
 
     @property
     def replayed(self) -> frozenset[tuple]:
@@ -195,8 +239,10 @@ class PackCache:
         sliced = self.pack_options.get("data_sharing") == "slice"
         key = self.member_key(trial, sliced)
         if not self._loose.get(key):
+            # Held members run only in looped packs: their packs are never broken up.
             broken = next((k for k, pack in self._idle.items()
-                           if any(self.member_key(m.trial, sliced) == key for m in pack.members)),
+                           if any(self.member_key(m.trial, sliced) == key for m in pack.members)
+                           and not any(isinstance(m, HeldMember) for m in pack.members)),
                           None)
             if broken is None or self.bucketed:  # a compiled program outweighs a build
                 return None
@@ -272,4 +318,6 @@ class PackCache:
     def clear(self) -> None:
         self._idle.clear()
         self._loose.clear()
+        self._templates.clear()
+        self._fresh.clear()
 

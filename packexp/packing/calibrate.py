@@ -31,7 +31,7 @@ from packexp.search_space import Trial, member_bucket
 
 log = logging.getLogger(__name__)
 
-VERSION = 4  # bumped whenever a record's fields change
+VERSION = 5  # bumped whenever a record's fields change
 TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
 CYCLES = 5  # whole single packs timed as the search runs them (``pack_s``)
@@ -98,6 +98,8 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
         checkpoint_s = (time.perf_counter() - t0) / 3
     settings = {k: cache.pack_options[k] for k in ("fusion", "misaligned", "data_sharing",
                                                    "jit_compile")}
+    # Plain packs of the architecture run looped: one program for every pack of it.
+    settings["looped"] = any(p.get("looped") for p in packs if p["fusion"] == "off")
     # Members whose batches are padded to the bucket step at its size, whatever their own.
     padded = cache.bucketed and not couples_rows(probe.model)
     settings["batch_bucket"] = cache.pack_options.get("batch_bucket") if padded else None
@@ -131,7 +133,10 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str) -> dict:
         setup += pack.eval_trace_s
     setup += max(0.0, evals[0] - min(evals[1:]))  # a new evaluation's first call
     cache.checkin(pack)
+    # A looped pack that traced nothing ran the architecture's program an earlier one traced.
+    reused = reused or (first.looped and first.trace_s == 0)
     return {"fusion": "on" if pack.fused else "off", "xla": bool(first.xla),
+            "looped": first.looped,
             "batches": [int(t.hparams["batch_size"]) for t in group], "steps": [1, long],
             "step_s": step_s, "call_s": call_s, "setup_s": None if reused else setup,
             "eval_s": min(evals[1:])}

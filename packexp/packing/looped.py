@@ -19,7 +19,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import keras
@@ -27,10 +27,11 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim
-from packexp.models.activation import choice_index, choosing
+from packexp.models.activation import choosing, selectors
 from packexp.pack_options import LR_SCHEDULES
 from packexp.packing.data import DeviceData, Preprocessing
-from packexp.packing.member import Member
+from packexp.packing.initial import state_variables
+from packexp.packing.member import Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, general_update
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 
@@ -87,48 +88,107 @@ class LoopedState:
     m: tuple[tf.Tensor, ...]  # the update rule's first slot per weight group [members, n]
     v: tuple[tf.Tensor, ...]  # and its second
     iterations: tf.Tensor  # [members] int64
-    hparams: dict[str, tf.Tensor]  # sizes, lr, horizon, schedule, coefficients, choice
+    # sizes, lr, horizon, schedule, coefficients and choice, one value per member
+    hparams: dict[str, tf.Tensor] = field(default_factory=dict)
 
     def arrays(self) -> tuple:
         return (self.weights, self.frozen, self.m, self.v, self.iterations)
 
 
+@dataclass(frozen=True)
+class StateLayout:
+    """Where a member's state (``MemberState``: ``state_variables`` and the optimizer's
+    variables, in order) holds what a looped program takes."""
+
+    trainable: tuple[int, ...]  # of the weights, the model's trainable variables
+    frozen: tuple[int, ...]  # and its non-trainable ones
+    m: tuple[int, ...]  # of the slots, the update rule's first slot per group
+    v: tuple[int, ...]
+    iterations: int
+    lr: int  # the learning rate, or its schedule's base
+    coefficients: int
+    horizon: int | None  # a schedule's horizon
+    schedule: int  # the schedule's index in LR_SCHEDULES (0: constant)
+    choices: tuple[str, ...]  # the model's activations (empty: none to choose)
+
+    @classmethod
+    def of(cls, member: Member) -> StateLayout:
+        model, opt = member.model, member.optimizer
+        weights = {id(v): i for i, v in enumerate(state_variables(model))}
+        slots = {id(v): i for i, v in enumerate(opt.variables)}
+        schedule = schedule_of(opt)
+        layers = selectors(model)
+        return cls(tuple(weights[id(v)] for v in model.trainable_variables),
+                   tuple(weights[id(v)] for v in model.non_trainable_variables),
+                   tuple(slots[id(v)] for v in opt._m), tuple(slots[id(v)] for v in opt._v),
+                   slots[id(opt.iterations)], slots[id(base_learning_rate(opt))],
+                   slots[id(opt.coefficients)],
+                   None if schedule is None else slots[id(schedule.horizon)],
+                   0 if schedule is None else LR_SCHEDULES.index(schedule.name),
+                   layers[0].choices if layers else ())
+
+    def choice(self, trial: Any) -> int:
+        name = trial.hparams.get("activation")
+        return self.choices.index(name) if self.choices and name is not None else 0
+
+
+_LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def layout_of(member: Member) -> StateLayout:
+    """The member's ``StateLayout``, one per optimizer (held members share their template's)."""
+    layout = _LAYOUTS.get(member.optimizer)
+    if layout is None:
+        layout = _LAYOUTS[member.optimizer] = StateLayout.of(member)
+    return layout
+
+
+_PARTS = (("weights", "trainable"), ("weights", "frozen"), ("slots", "m"), ("slots", "v"))
+
+
 def stack_members(members: Sequence[Member]) -> LoopedState:
-    """Reads the members' Keras weights, optimizer state and hyper-parameters."""
-    models = [m.model for m in members]
-    opts: list[RuleOptimizer] = [m.optimizer for m in members]  # type: ignore[misc]
+    """The members' states (``Member.state``), stacked, and their hyper-parameters."""
+    states = [m.state() for m in members]
+    layouts = [layout_of(m) for m in members]
 
-    def stacked(lists: Sequence[Sequence[Any]]) -> tuple[tf.Tensor, ...]:
-        return tuple(tf.stack([v.value for v in vs]) for vs in zip(*lists, strict=True))
+    def stacked(part: str, name: str) -> tuple[tf.Tensor, ...]:
+        count = len(getattr(layouts[0], name))
+        return tuple(tf.constant(np.stack([getattr(s, part)[getattr(lay, name)[j]]
+                                           for s, lay in zip(states, layouts, strict=True)]))
+                     for j in range(count))
 
-    schedules = [schedule_of(o) for o in opts]
+    def column(name: str, default: float | None = None) -> tf.Tensor:
+        return tf.constant(np.stack([
+            np.asarray(default, np.float32) if getattr(lay, name) is None
+            else s.slots[getattr(lay, name)] for s, lay in zip(states, layouts, strict=True)]))
+
     hparams = {
         "sizes": tf.constant([m.batch_size for m in members], tf.int32),
-        "lr": tf.stack([base_learning_rate(o).value for o in opts]),
-        "horizon": tf.constant([float(s.horizon.numpy()) if s else 1.0 for s in schedules],
-                               tf.float32),
-        "schedule": tf.constant([LR_SCHEDULES.index(s.name) if s else 0 for s in schedules],
-                                tf.int32),
-        "coefficients": tf.stack([o.coefficients.value for o in opts]),
-        "choice": tf.constant([choice_index(model) for model in models], tf.int32),
+        "lr": column("lr"),
+        "horizon": column("horizon", 1.0),
+        "schedule": tf.constant([lay.schedule for lay in layouts], tf.int32),
+        "coefficients": column("coefficients"),
+        "choice": tf.constant([lay.choice(m.trial) for m, lay in zip(members, layouts,
+                                                                      strict=True)], tf.int32),
     }
-    return LoopedState(stacked([mo.trainable_variables for mo in models]),
-                       stacked([mo.non_trainable_variables for mo in models]),
-                       stacked([o._m for o in opts]), stacked([o._v for o in opts]),
-                       tf.stack([o.iterations.value for o in opts]), hparams)
+    return LoopedState(*(stacked(part, name) for part, name in _PARTS),
+                       iterations=column("iterations"), hparams=hparams)
 
 
 def write_members(members: Sequence[Member], state: LoopedState) -> None:
-    """Copies the stacked state back into each member's Keras variables."""
-    for stacked, per_member in (
-            (state.weights, [m.model.trainable_variables for m in members]),
-            (state.frozen, [m.model.non_trainable_variables for m in members]),
-            (state.m, [m.optimizer._m for m in members]),
-            (state.v, [m.optimizer._v for m in members]),
-            ((state.iterations,), [[m.optimizer.iterations] for m in members])):
-        for j, values in enumerate(stacked):
-            for variables, value in zip(per_member, tf.unstack(values), strict=True):
-                variables[j].assign(value)
+    """Gives each member its new state (``Member.put_state``)."""
+    arrays = [(part, name, [t.numpy() for t in tensors]) for (part, name), tensors in zip(
+        (*_PARTS, ("slots", "iterations")),
+        (state.weights, state.frozen, state.m, state.v, (state.iterations,)), strict=True)]
+    for i, m in enumerate(members):
+        old, layout = m.state(), layout_of(m)
+        parts = {"weights": list(old.weights), "slots": list(old.slots)}
+        for part, name, values in arrays:
+            positions = getattr(layout, name)
+            positions = (positions,) if isinstance(positions, int) else positions
+            for position, value in zip(positions, values, strict=True):
+                parts[part][position] = value[i]
+        m.put_state(MemberState(tuple(parts["weights"]), tuple(parts["slots"]), m.step))
 
 
 class LoopedProgram:

@@ -17,10 +17,11 @@ from keras.src.utils import rng_utils
 
 from packexp.hyperband import steps_for
 from packexp.models.activation import set_activation
+from packexp.optim import coefficients
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.initial import state_variables
 from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_options
-from packexp.packing.schedules import set_horizon
+from packexp.packing.schedules import schedule_of, set_horizon
 from packexp.search_space import Trial
 
 IDLE = "idle-"  # the trial ids of a pack's idle seats begin so
@@ -156,6 +157,13 @@ class Member:
         self.preprocessing = preprocessing
         return self
 
+    def put_state(self, state: MemberState) -> None:
+        """Takes ``state`` (of this member's trial, as a looped pack leaves it)."""
+        for variables, values in ((state_variables(self.model), state.weights),
+                                  (self.optimizer.variables, state.slots)):
+            for v, value in zip(variables, values, strict=True):
+                v.assign(value)
+
     def save(self, directory: str | Path) -> str:
         """Writes a checkpoint of weights, optimizer slots and step counter (``write_state``).
 
@@ -170,6 +178,61 @@ class Member:
 
     def next_batches(self, steps: int) -> np.ndarray:
         return batch_indices(self.trial.seed, self.train_size, self.batch_size, self.step, steps)
+
+
+class HeldMember(Member):
+    """A member whose state is held in host memory, on the model and optimizer of its
+    structure's template, which it never reads or writes: a looped pack runs it from its
+    state (``packing.looped``), so no Keras model of its own is built.
+
+    Its hyper-parameters that a real member keeps in variables (its update rule's
+    coefficients, a schedule's horizon) are set in the held state, as a real member's
+    variables would have them.
+    """
+
+    held: MemberState | None = None
+
+    @classmethod
+    def on(cls, template: Member, trial: Trial, state: MemberState,
+           preprocessing: Preprocessing) -> HeldMember:
+        member = cls(trial, template.model, template.optimizer, int(trial.hparams["batch_size"]),
+                     template.train_size)
+        return member.load(trial, state, preprocessing)
+
+    def state(self) -> MemberState:
+        assert self.held is not None
+        return MemberState(self.held.weights, self.held.slots, self.step)
+
+    def put_state(self, state: MemberState) -> None:
+        self.held = state
+
+    def load(self, trial: Trial, state: MemberState, preprocessing: Preprocessing) -> Member:
+        slots = list(state.slots)
+        variables = self.optimizer.variables
+        if len(state.weights) != len(state_variables(self.model)) or len(slots) != len(variables):
+            raise ValueError(f"state of {trial.trial_id} does not fit member "
+                             f"{self.trial_id}'s model and optimizer")
+        ruled = rule_options(trial.hparams)
+        if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
+            i = next(i for i, v in enumerate(variables) if v is self.optimizer.coefficients)
+            slots[i] = np.asarray(coefficients(*ruled).values(), np.float32)
+        self.held = MemberState(tuple(state.weights), tuple(slots), state.step)
+        self.trial = trial
+        self.batch_size = int(trial.hparams["batch_size"])
+        self.step = state.step
+        self.failed = False
+        self.train_loss = None
+        self.preprocessing = preprocessing
+        return self
+
+    def set_lr_horizon(self, epochs: float) -> None:
+        schedule = schedule_of(self.optimizer)
+        if schedule is None or self.held is None:
+            return
+        i = next(i for i, v in enumerate(self.optimizer.variables) if v is schedule.horizon)
+        slots = list(self.held.slots)
+        slots[i] = np.asarray(float(max(1, self.steps_for(epochs))), np.float32)
+        self.held = MemberState(self.held.weights, tuple(slots), self.held.step)
 
 
 CHECKPOINT_SUFFIX = ".npz"

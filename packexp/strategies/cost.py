@@ -48,6 +48,7 @@ from packexp.strategies.base import Capacity, Device, Planned, RungContext, Stra
 
 log = logging.getLogger(__name__)
 
+LOOPED = "looped"  # a looped program's key: this, then its member structure
 SWAP_LIMIT = 48  # local search's moves grow with the square of the rung's trials
 # pack() without a rung context plans as if every trial trains this many steps.
 DEFAULT_STEPS = 100
@@ -73,7 +74,9 @@ class CostModel:
         plain_setup, fused_setup: ``(s0, s1)``: setting up a new pack's programs (tracing
             its step and evaluation functions, and compiling the step where it compiles),
             n members: ``s0 + s1 * n``. Paid once per program: later packs of its key reuse
-            it.
+            it. Where plain packs run looped (``settings["looped"]``), one program serves
+            every plain pack of a member structure, whatever its size: ``s1`` is 0 and the
+            set-up is paid by the structure's first plain pack alone.
         evaluate: ``(e0, e1)``: one evaluation of a pack of n: ``e0 + e1 * n``.
         call_s: The fixed cost of one call of the step function (one chunk of steps).
         build_s: A member built afresh (or, once per member structure, to confirm that its
@@ -133,9 +136,13 @@ class CostModel:
             timed = [r for r in group if r["setup_s"] is not None]
             return _fit([[1, n(r)] for r in timed], [r["setup_s"] for r in timed], 2)
 
+        looped = bool(calibration["settings"].get("looped"))
+        traced = [r["setup_s"] for r in plain if r["setup_s"] is not None]
+
         model = cls(
             plain=plain_step, fused=fused_step,
-            plain_setup=setup(plain), fused_setup=setup(fused) if fused else None,
+            plain_setup=(max(traced, default=0.0), 0.0) if looped else setup(plain),
+            fused_setup=setup(fused) if fused else None,
             evaluate=_fit([[1, n(r)] for r in rows], [r["eval_s"] for r in rows], 2),
             call_s=statistics.median(r["call_s"] for r in rows),
             build_s=float(calibration["build_s"]), load_s=float(calibration["load_s"]),
@@ -174,6 +181,11 @@ class CostModel:
     @property
     def bucketed(self) -> bool:
         return bool(self.settings.get("bucketed"))
+
+    @property
+    def looped(self) -> bool:
+        """Whether plain packs of one member structure share one looped program."""
+        return bool(self.settings.get("looped"))
 
     def padded(self, batches: Sequence[int]) -> list[int]:
         """The batch sizes members step at: the bucket where the search pads their rows."""
@@ -344,8 +356,10 @@ class CostStrategy(Strategy):
                                           checkpoint=rung.checkpoint)
             setup = self.costs.duration_s(batches, steps, fusion, new=True, builds=0,
                                           checkpoint=rung.checkpoint) - ready
-            parts = (pack_key(group, self.costs.sliced, fusion, rung.model_runtime,
-                              rung.bucketed), ready, setup, structures)
+            key = pack_key(group, self.costs.sliced, fusion, rung.model_runtime, rung.bucketed)
+            if fusion == "off" and self.costs.looped and len(structures) == 1:
+                key = (LOOPED, *structures)  # one program for every plain pack of it
+            parts = (key, ready, setup, structures)
             self._memo[memo_key] = parts
         return parts
 
@@ -363,6 +377,9 @@ class CostStrategy(Strategy):
         confirm = sum(k not in rung.replayed for k in structures) * self.costs.build_s
         if key in kept and (not isinstance(kept, Mapping) or kept[key] > 0):
             return ready + confirm
+        if key[0] == LOOPED and built.get(key[1], 0) > 0:
+            # Members of the structure trained before: its looped program is traced.
+            setup = 0.0
         builds = sum(max(0, c - built.get(k, 0)) for k, c in structures.items())
         if amortize and len(group) == 1:
             setup /= 1 + rung.future_trials / max(rung.structures, 1)
