@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 
 import keras
@@ -16,7 +17,9 @@ from packexp.models.activation import SelectActivation
 from packexp.models.keras_apps import ACTIVATIONS
 from packexp.packing import DeviceData, Member, Pack, looped
 from packexp.packing.data import Preprocessing
+from packexp.run import run
 from packexp.search_space import Trial, derive_seed
+from tests.helpers import compose_config
 
 pytestmark = pytest.mark.tf
 
@@ -153,3 +156,23 @@ def test_members_without_an_update_rule_train_unrolled_and_the_log_says_why(data
     assert not stats.looped and stats.programs == 1
     assert "member k0: its optimizer has no update rule" in caplog.text
     assert all(e.val_accuracy is not None for e in evaluation.values())
+
+
+@pytest.mark.slow
+def test_a_mobilenet_search_traces_one_step_program_for_all_its_packs(tmp_path):
+    """A real search: packs of different sizes, activations, optimizers and batch sizes
+    (and the memory probe, which traces the program first) share one program, counted once."""
+    looped.PROGRAMS.clear()
+    cfg = compose_config(["experiment=quick", "model=mobilenet", "dataset=synthetic",
+                          "dataset.shape=[8,8,1]", "dataset.num_classes=3",
+                          "dataset.train_size=96", "dataset.val_size=24", "scheduler.R=9",
+                          "device.probe=true"])
+    run(cfg, run_dir=tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    packs = results["packs"]
+    assert len(packs) >= 4 and all(p["looped"] for p in packs)
+    assert (results["programs"], results["eval_programs"]) == (1, 1)
+    assert sum(p["programs"] for p in packs) == 1 and packs[0]["probe_s"] > 0
+    hparams = [t["hparams"] for t in results["trials"]]
+    for name in ("activation", "optimizer", "batch_size"):
+        assert len({h[name] for h in hparams}) > 1, name

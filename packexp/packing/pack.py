@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
@@ -15,6 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from packexp.models.activation import choosing
 from packexp.pack_options import PACK_DEFAULTS, check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
@@ -106,6 +108,7 @@ class Pack:
         chunk_steps: int = PACK_DEFAULTS.chunk_steps,
         eval_batch_size: int = PACK_DEFAULTS.eval_batch_size,
         batch_bucket: int | None = None,
+        probe: bool = False,
     ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
@@ -135,6 +138,9 @@ class Pack:
         # independent take batches padded to the bucket (the search's largest batch size),
         # their padded rows masked out of the loss, so one compiled program serves them all.
         self.batch_bucket = batch_bucket
+        # A memory probe's pack: a looped program it traces is counted by the first pack of
+        # the search that runs it (its time stays the probe's).
+        self.probe = probe
         self._couples_rows: dict[int, bool] = {}
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._compiled: dict[tuple, Any] = {}
@@ -231,7 +237,7 @@ class Pack:
         stats = PackStats(members=self._real, looped=True)
         if new:
             stats.trace_s = program.warm_up(self.data, state)
-        if not program.reported:
+        if not program.reported and not self.probe:
             stats.programs, program.reported = 1, True
         x, y = self.data.x_train, self.data.y_train
         starts = np.zeros(len(self.members), np.int64)
@@ -495,7 +501,8 @@ class Pack:
         def member_loss(i: int, batch, sizes) -> tf.Tensor:
             m = members[i]
             inputs, labels = batch()
-            logits = m.model(inputs, training=True)
+            with self._choosing(m):
+                logits = m.model(inputs, training=True)
             if pads[i]:  # the mean over the member's own rows; padded rows weigh nothing
                 rows = tf.cast(tf.range(tf.shape(labels)[0]) < sizes[i], tf.float32)
                 per_row = keras.losses.sparse_categorical_crossentropy(labels, logits,
@@ -559,11 +566,17 @@ class Pack:
            tf.zeros([len(streams)], tf.int64), tf.constant([m.batch_size for m in members]))
         return fn
 
+    def _choosing(self, member: Member) -> Any:
+        """Where XLA does not compile the step, the member's runtime activation runs only the
+        chosen function (``choosing``); XLA takes the select."""
+        return contextlib.nullcontext() if self.jit_compile else choosing(member.model)
+
     def _eval_fn(self, members: list[Member]):
         def evaluate(x, y):
             correct, losses = [], []
             for m in members:
-                logits = m.model(m.preprocessing.evaluation(x), training=False)
+                with choosing(m.model):  # never compiled
+                    logits = m.model(m.preprocessing.evaluation(x), training=False)
                 pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
                 correct.append(tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)))
                 per_example = keras.losses.sparse_categorical_crossentropy(

@@ -129,5 +129,5 @@ def probe_member(trial: Trial, make_member: Callable[[Trial], Member], data: Dev
     """Peak memory growth, in bytes, of building ``trial``'s member and training it alone."""
     with PeakMemory() as peak:
         member = make_member(trial)
-        Pack([member], data, **pack_options).train({member.trial_id: steps})
+        Pack([member], data, **pack_options, probe=True).train({member.trial_id: steps})
     return peak.growth_bytes
