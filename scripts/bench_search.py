@@ -97,6 +97,8 @@ def summarize(runs: Sequence[tuple[Mapping[str, Any], float]]) -> dict[str, Any]
         **{phase: median([phase_totals(r)[phase] for r in results]) for phase in PHASES},
         "walls": [r["wall_time_s"] for r in results],
         "packs": len(last["packs"]),
+        "programs": last.get("programs"),
+        "looped": sum(bool(p.get("looped")) for p in last["packs"]),
         "old_records": any("trace_s" not in p for r in results for p in r["packs"]),
         "best": last.get("best") or {},
     }
@@ -117,7 +119,7 @@ def variants_table(title: str, stats: Mapping[tuple[str, str], Mapping[str, Any]
     columns = ["strategy", "tree", "search s", "process s", "startup s", "runs s",
                f"speedup vs {first}", "train share", *(p.removesuffix("_s") + " s"
                                                        for p in PHASES),
-               "packs", "best trial", "best val_accuracy"]
+               "packs", "looped", "programs", "best trial", "best val_accuracy"]
     for col in columns:
         table.add_column(col, justify="left" if col in ("strategy", "tree") else "right")
     for strategy in strategies:
@@ -129,8 +131,8 @@ def variants_table(title: str, stats: Mapping[tuple[str, str], Mapping[str, Any]
                 seconds(s["startup_s"]), " ".join(f"{w:.1f}" for w in s["walls"]),
                 ratio(stats[tree, first]["wall_time_s"], s["wall_time_s"]),
                 "-" if share is None else f"{share:.0%}",
-                *(seconds(s[p]) for p in PHASES), str(s["packs"]),
-                s["best"].get("trial_id", "-"),
+                *(seconds(s[p]) for p in PHASES), str(s["packs"]), str(s["looped"]),
+                str(s["programs"]), s["best"].get("trial_id", "-"),
                 seconds(s["best"].get("val_accuracy"), 4))
     return table
 

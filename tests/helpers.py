@@ -330,3 +330,19 @@ def wait_until(condition, timeout_s: float) -> bool:
             return True
         time.sleep(0.2)
     return condition()
+
+
+def small_cnn(input_shape, num_classes, hparams, filters=4, momentum=0.7):
+    """Convolution, BatchNorm, a runtime activation, a depthwise convolution, pooling."""
+    import keras  # here: this module is imported where TensorFlow must not load
+
+    from packexp.models.activation import SelectActivation
+    from packexp.models.keras_apps import ACTIVATIONS
+
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Conv2D(filters, 3, padding="same")(inputs)
+    x = keras.layers.BatchNormalization(momentum=momentum)(x)
+    x = SelectActivation(ACTIVATIONS, hparams.get("activation", "relu"), relu_max_value=6.0)(x)
+    x = keras.layers.DepthwiseConv2D(3)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x))

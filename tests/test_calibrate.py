@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from packexp import telemetry
 from packexp.data import synthetic
 from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache
 from packexp.packing.calibrate import calibrate
-from tests.helpers import mlp_with_dropout
+from tests.helpers import mlp_with_dropout, small_cnn
 
 pytestmark = pytest.mark.tf
 
@@ -31,3 +32,26 @@ def test_a_model_that_cannot_fuse_is_calibrated_as_plain_packs():
     assert record["settings"]["fusable"] is False
     assert {p["fusion"] for p in record["packs"]} == {"off"}
     assert max(len(p["batches"]) for p in record["packs"]) == 2
+
+
+@pytest.mark.parametrize("fusion", ["auto", "on"])
+def test_cnn_fused_packs_are_measured_only_where_the_run_would_fuse_them(fusion):
+    """Under ``auto`` a CPU trains CNN packs plain (looped): the calibration measures no
+    fused pack there; ``pack.fusion=on`` fuses them, so it measures them."""
+    data = DeviceData(synthetic.load(shape=[8, 8, 1], num_classes=3, train_size=64,
+                                     val_size=16))
+    ds = data.dataset
+
+    def make_member(t):
+        return Member.create(t, small_cnn, ds.input_shape, ds.num_classes, data.train_size)
+
+    options = {"fusion": fusion, "misaligned": "mask", "data_sharing": "gather",
+               "grouped_conv": "auto", "jit_compile": "auto", "chunk_steps": 50,
+               "eval_batch_size": 1024}
+    record = calibrate(PackCache(make_member, data, options, keep=8),
+                       {"batch_size": 8, "optimizer": "adam", "learning_rate": 0.01,
+                        "activation": "relu"}, [4, 8], 2, lambda group: True, 100)
+    fused_here = fusion == "on" or telemetry.gpu_device() is not None
+    assert record["settings"]["fusable"] is True
+    assert {p["fusion"] for p in record["packs"]} == ({"off", "on"} if fused_here else {"off"})
+    assert record["settings"]["looped"] is True

@@ -96,8 +96,8 @@ class FakeTrainer:
                            "states": dict(states), "fusion": fusion, "lr_horizon": lr_horizon,
                            "returned": {m.trial_id: m.state for m in members if not m.failed},
                            "journal": self.journal.read()})
-        stats = SimpleNamespace(fused=False, xla=False, grouped_conv=None, steps=1, trace_s=0.0,
-                                programs=0, eval_programs=0,
+        stats = SimpleNamespace(fused=False, looped=False, xla=False, grouped_conv=None, steps=1,
+                                trace_s=0.0, programs=0, eval_programs=0,
                                 train_s=0.0, switches=0, switch_overhead_s=0.0, step_time_ms=1.0)
         return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
                                 peak_memory_bytes=0, splits=splits, reused=False,

@@ -6,33 +6,19 @@ import functools
 import json
 import logging
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from packexp.data import synthetic
 from packexp.models import mobilenet
-from packexp.models.activation import SelectActivation
-from packexp.models.keras_apps import ACTIVATIONS
 from packexp.packing import DeviceData, Member, Pack, looped
 from packexp.packing.data import Preprocessing
 from packexp.run import run
 from packexp.search_space import Trial, derive_seed
-from tests.helpers import compose_config
+from tests.helpers import compose_config, small_cnn
 
 pytestmark = pytest.mark.tf
-
-
-def small_cnn(input_shape, num_classes, hparams, filters=4, momentum=0.7):
-    """Convolution, BatchNorm, a runtime activation, a depthwise convolution, pooling."""
-    inputs = keras.Input(tuple(input_shape))
-    x = keras.layers.Conv2D(filters, 3, padding="same")(inputs)
-    x = keras.layers.BatchNormalization(momentum=momentum)(x)
-    x = SelectActivation(ACTIVATIONS, hparams.get("activation", "relu"), relu_max_value=6.0)(x)
-    x = keras.layers.DepthwiseConv2D(3)(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
 
 
 MOBILENET = functools.partial(mobilenet.build, alpha=0.35, bn_momentum=0.7)
@@ -100,12 +86,13 @@ def test_one_program_serves_packs_of_every_size_activation_optimizer_and_batch_s
     assert len(looped.PROGRAMS) == 1
 
 
-def test_a_reused_program_ends_where_a_fresh_one_does(data):
+@pytest.mark.parametrize("build", [small_cnn, MOBILENET], ids=["small_cnn", "mobilenet"])
+def test_a_reused_program_ends_where_a_fresh_one_does(data, build):
     looped.PROGRAMS.clear()
-    fresh, fresh_evaluation, stats = train(data, small_cnn, TRIALS[:3])
+    fresh, fresh_evaluation, stats = train(data, build, TRIALS[:3])
     assert stats.programs == 1
-    train(data, small_cnn, TRIALS[3:])  # the program runs other members in between
-    reused, reused_evaluation, stats = train(data, small_cnn, TRIALS[:3])
+    train(data, build, TRIALS[3:])  # the program runs other members in between
+    reused, reused_evaluation, stats = train(data, build, TRIALS[:3])
     assert stats.programs == 0
     for a, b in zip(fresh, reused, strict=True):
         assert_same_state(a, b)

@@ -61,9 +61,13 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
 
     probe = cache.make_member(trials(1, low)[0])
     cnn = convolutional(probe.model)
-    fusable = not why_not_fused([probe, cache.make_member(trials(1, low)[0])],
-                                cache.pack_options["data_sharing"], "on")
-    fuse = fusable and cache.pack_options["fusion"] != "off"
+    pair = [probe, cache.make_member(trials(1, low)[0])]
+    sharing = cache.pack_options["data_sharing"]
+    fusable = not why_not_fused(pair, sharing, "on")
+    # Fused packs are measured where the run's pack.fusion fuses them: under auto not CNNs
+    # on a CPU, whose fused packs stepped 2.1x slower than plain (docs/BENCHMARKS.md) and
+    # took half of a MobileNetV2 calibration (50 of 108 s) to measure.
+    fuse = fusable and not why_not_fused(pair, sharing, cache.pack_options["fusion"])
     if cache.bucketed:
         # One compiled program per member-count bucket, every batch padded to the bucket:
         # the single and the largest fused bucket, two points of a line in the member count

@@ -15,10 +15,11 @@ keeps the programs (``PROGRAMS``), keyed by ``architecture_key``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -354,6 +355,19 @@ class LoopedProgram:
 
 
 PROGRAMS: OrderedDict[tuple, LoopedProgram] = OrderedDict()
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Programs first run within it (by a memory probe, a calibration) are counted by the
+    search's first pack that runs them; their time stays where it was spent."""
+    counted = {id(p) for p in PROGRAMS.values() if p.reported}
+    try:
+        yield
+    finally:
+        for program in PROGRAMS.values():
+            if id(program) not in counted:
+                program.reported = False
 
 
 def program_for(members: Sequence[Member], data: DeviceData) -> tuple[LoopedProgram, bool]:

@@ -108,7 +108,6 @@ class Pack:
         chunk_steps: int = PACK_DEFAULTS.chunk_steps,
         eval_batch_size: int = PACK_DEFAULTS.eval_batch_size,
         batch_bucket: int | None = None,
-        probe: bool = False,
     ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
@@ -138,9 +137,6 @@ class Pack:
         # independent take batches padded to the bucket (the search's largest batch size),
         # their padded rows masked out of the loss, so one compiled program serves them all.
         self.batch_bucket = batch_bucket
-        # A memory probe's pack: a looped program it traces is counted by the first pack of
-        # the search that runs it (its time stays the probe's).
-        self.probe = probe
         self._couples_rows: dict[int, bool] = {}
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._compiled: dict[tuple, Any] = {}
@@ -237,7 +233,7 @@ class Pack:
         stats = PackStats(members=self._real, looped=True)
         if new:
             stats.trace_s = program.warm_up(self.data, state)
-        if not program.reported and not self.probe:
+        if not program.reported:
             stats.programs, program.reported = 1, True
         x, y = self.data.x_train, self.data.y_train
         starts = np.zeros(len(self.members), np.int64)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from packexp.packing.cache import PackCache
 from packexp.packing.data import DeviceData
+from packexp.packing.looped import uncounted
 from packexp.packing.member import Member, MemberState
 from packexp.packing.pack import Evaluation, Pack, PackStats
 from packexp.search_space import Trial
@@ -127,7 +128,7 @@ def train_group(
 def probe_member(trial: Trial, make_member: Callable[[Trial], Member], data: DeviceData,
                  pack_options: Mapping[str, Any], steps: int = 3) -> int:
     """Peak memory growth, in bytes, of building ``trial``'s member and training it alone."""
-    with PeakMemory() as peak:
+    with PeakMemory() as peak, uncounted():
         member = make_member(trial)
-        Pack([member], data, **pack_options, probe=True).train({member.trial_id: steps})
+        Pack([member], data, **pack_options).train({member.trial_id: steps})
     return peak.growth_bytes
