@@ -25,6 +25,12 @@ def tune(tmp_path, *overrides: str, tracking: str = "none"):
     return best, json.loads((out / "results.json").read_text()), out
 
 
+def plan(results: dict) -> tuple[list, list]:
+    """The trials drawn, in order, and each pack's members."""
+    return ([(t["trial_id"], t["hparams"]) for t in results["trials"]],
+            sorted((p, t["trial_id"]) for t in results["trials"] for p in t["packs"]))
+
+
 def scores(results: dict) -> dict:
     return {t["trial_id"]: [(r["rung"], r["epochs"], r["val_accuracy"]) for r in t["rungs"]]
             for t in results["trials"]}
@@ -186,10 +192,26 @@ def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_
     assert "median relative error" in capsys.readouterr().out
     _, again, out = tune(tmp_path / "again", "strategy=cost", *exact)
     assert again["calibration_s"] < first["calibration_s"] / 2  # read back, not measured
+    assert plan(again) == plan(first)  # measured just now or read back: one plan
     assert json.loads((out / "calibration.json").read_text())["key"] == json.loads(
         next(kept.glob("*.json")).read_text())["key"]
     _, none, _ = tune(tmp_path / "none", "strategy=none", *exact[:3])
     assert scores(again) == scores(first) == scores(none)
+
+
+def test_an_asha_search_plans_alike_on_a_calibration_measured_or_read_back(tmp_path):
+    """Under ASHA a pack of k members is k concurrent jobs, so pack composition steers the
+    whole trajectory: a run that measures its calibration and one that reads it back must
+    pack alike (the calibration's packs are not left in the search's cache)."""
+    kept = tmp_path / "calibrations"
+    settings = ("strategy=cost", "scheduler=asha", "scheduler.R=9", "seed=37",
+                "pack.fusion=off", f"strategy.calibration_dir={kept}")
+    _, first, _ = tune(tmp_path / "first", *settings)
+    _, again, _ = tune(tmp_path / "again", *settings)
+    assert again["calibration_s"] < first["calibration_s"] / 2  # read back, not measured
+    assert plan(again) == plan(first)
+    assert scores(again) == scores(first) and again["best"] == first["best"]
+    assert [p["pack_id"] for p in again["packs"]] == [p["pack_id"] for p in first["packs"]]
 
 
 def test_planning_with_the_cost_strategy_measures_a_calibration_once_for_every_r(tmp_path):

@@ -316,8 +316,10 @@ class PackCache:
             self._idle.popitem(last=False)
 
     def clear(self) -> None:
-        self._idle.clear()
-        self._loose.clear()
-        self._templates.clear()
-        self._fresh.clear()
+        """Forgets every kept pack, member and replay confirmation, and the counts: the cache
+        as built, so what was trained before (a calibration) steers no plan."""
+        for kept in (self._idle, self._loose, self._templates, self._fresh, self._replay,
+                     self._confirmed, self._fresh_slots, self._loops):
+            kept.clear()
+        self.hits = self.misses = self.members_reused = 0
 

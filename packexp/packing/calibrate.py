@@ -3,8 +3,9 @@
 ``strategy=cost`` fits its cost model (``packexp/strategies/cost.py``) to these figures. A
 calibration measures one member structure of the run's architecture (the search space's
 first configuration) as a single at three batch sizes, and as plain and fused packs of a
-few member counts. The packs are built through the run's ``PackCache`` and kept there, so
-the search reuses what calibration set up.
+few member counts. The packs are built through the run's ``PackCache``, which is cleared
+afterwards: a plan must not depend on whether the calibration was measured in this process
+or read back (a looped program, kept by the process, still serves the search).
 
 It is kept per device and structure: in the run directory (a resumed run reads it back, so
 it plans as the first session did) and under ``outputs/calibration/``, where later runs on
@@ -198,4 +199,8 @@ def calibrate_here(cache: Any, hparams: Mapping[str, Any], batch_sizes: Sequence
                    max_members: int, fits: Fits, longest_steps: int) -> dict:
     """A calibration measured on this process's device (``Executor.on_device``)."""
     log.info("cost model: calibrating on this device")
-    return calibrate(cache, hparams, batch_sizes, max_members, fits, longest_steps)
+    record = calibrate(cache, hparams, batch_sizes, max_members, fits, longest_steps)
+    # The search starts from an empty cache, as it does on a calibration read back: what a
+    # plan reuses must not depend on whether the calibration was measured in this process.
+    cache.clear()
+    return record
