@@ -359,7 +359,7 @@ PROGRAMS: OrderedDict[tuple, LoopedProgram] = OrderedDict()
 
 @contextlib.contextmanager
 def uncounted() -> Iterator[None]:
-    """Programs first run within it (by a memory probe, a calibration) are counted by the
+    """Programs first run within it (by a memory probe) are counted by the
     search's first pack that runs them; their time stays where it was spent."""
     counted = {id(p) for p in PROGRAMS.values() if p.reported}
     try:
