@@ -94,13 +94,15 @@ class AsyncHalving:
                     self._retire(trial_id, "killed")
 
     def _draw(self, state: AshaState, n: int) -> list[Trial]:
-        """``n`` new configurations from the sampler, given every result so far; numbered
-        ``t<i>`` in the order drawn, seeded by the plan that draws them."""
+        """``n`` new configurations from the sampler, given every result so far and none drawn
+        before while the space has others; numbered ``t<i>`` in the order drawn, seeded by the
+        plan that draws them."""
         history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
                    for t in self.trials.values() for r in t.rungs if r.val_accuracy is not None]
         trials = [dataclasses.replace(t, trial_id=f"t{state.sampled + i:04d}", bracket=0)
-                  for i, t in enumerate(self.sampler.sample(self.space, n, self.seed,
-                                                            state.plans, history))]
+                  for i, t in enumerate(self.sampler.sample(
+                      self.space, n, self.seed, state.plans, history,
+                      [t.hparams for t in self._drawn.values()]))]
         self.book.add_trials(0, trials)
         self._drawn.update((t.trial_id, t) for t in trials)
         return trials

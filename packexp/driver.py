@@ -121,18 +121,27 @@ class PackedSearch(AsyncHalving):
 
     def sample(self, bracket: Bracket) -> list[Trial]:
         trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
-                                     self.history(bracket))
+                                     self.history(bracket), self.drawn_before(bracket))
         if len(trials) < bracket.rungs[0].n:
             log.warning("bracket %d wants %d configurations; the space has only %d",
                         bracket.s, bracket.rungs[0].n, len(trials))
         self.book.add_trials(bracket.s, trials)
         return trials
 
+    def drawn_before(self, bracket: Bracket) -> list[dict]:
+        """The configurations of the brackets sampled before ``bracket``, which a finite
+        space does not draw again while it has others."""
+        earlier = self._earlier(bracket)
+        return [dict(t.hparams) for t in self.trials.values() if t.bracket in earlier]
+
+    def _earlier(self, bracket: Bracket) -> set[int]:
+        order = [b.s for b in self.brackets] or [bracket.s]
+        return set(order[:order.index(bracket.s)]) if bracket.s in order else set()
+
     def history(self, bracket: Bracket) -> list[Observation]:
         """The scored rungs of the brackets sampled before ``bracket``: what a resumed run
         knows at its start too, since it replays every bracket's results."""
-        order = [b.s for b in self.brackets] or [bracket.s]
-        earlier = set(order[:order.index(bracket.s)]) if bracket.s in order else set()
+        earlier = self._earlier(bracket)
         return [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
                 for t in self.trials.values() if t.bracket in earlier
                 for r in t.rungs if r.val_accuracy is not None]

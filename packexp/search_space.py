@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -381,18 +381,22 @@ class SearchSpace:
     def distance(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
         return float(np.abs(np.subtract(self.features(a), self.features(b))).sum())
 
-    def sample(self, n: int, seed: int, bracket: int) -> list[Trial]:
-        """Samples ``n`` configurations, reproducibly under ``seed`` and ``bracket``.
+    def sample(self, n: int, seed: int, bracket: int,
+               drawn: Iterable[Mapping[str, Any]] = ()) -> list[Trial]:
+        """Samples ``n`` configurations, reproducibly under ``seed``, ``bracket`` and ``drawn``.
 
         A discrete space (choices and int ranges) is sampled without replacement from its
-        grid, ``n`` capped at its size. A space with a float range (or a discrete one of more
-        than ``GRID_LIMIT`` configurations) draws each hyper-parameter of each trial
-        independently, in config order, from the same generator.
+        grid, ``n`` capped at its size, and from the configurations not in ``drawn`` (those
+        an earlier bracket or plan of the search drew) while there are enough; once they run
+        out, the rest come from ``drawn`` ones, still without a repeat within the call. A
+        space with a float range draws each hyper-parameter of each trial independently, in
+        config order, from the same generator (a repeat there has probability zero).
 
         Args:
             n: How many.
             seed: Root seed of the run.
             bracket: Bracket index; part of each trial's identity and seed.
+            drawn: Configurations the search has drawn already, in any order.
 
         Returns:
             Trials ``b{bracket}-t{i}``, each seeded from the root seed and its identity, their
@@ -401,7 +405,9 @@ class SearchSpace:
         rng = np.random.default_rng(derive_seed(seed, bracket, 0))
         dims = list(self.dims.values())
         if self.size <= GRID_LIMIT:
-            picks = rng.choice(self.size, size=min(n, self.size), replace=False)
+            used = sorted({i for i in map(self.grid_index, drawn) if i is not None})
+            picks = (rng.choice(self.size, size=min(n, self.size), replace=False) if not used
+                     else _unused_first(rng, int(self.size), used, n))
             sizes = [dim.size for dim in dims]
             configs = [[dim.value(int(j)) for dim, j in
                         zip(dims, np.unravel_index(int(flat), sizes), strict=True)]
@@ -422,6 +428,17 @@ class SearchSpace:
             )
         return trials
 
+    def grid_index(self, hparams: Mapping[str, Any]) -> int | None:
+        """The configuration's place in the grid (``sample``'s flat index); None if one of
+        its values is not in the space (a journal of another space)."""
+        index = 0
+        for name, dim in self.dims.items():
+            try:
+                index = index * len(dim.values) + dim.values.index(hparams[name])
+            except (KeyError, ValueError, TypeError):
+                return None
+        return index
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Every configuration of a finite space, in grid order."""
         infinite = [name for name, dim in self.dims.items() if dim.values is None]
@@ -431,6 +448,25 @@ class SearchSpace:
         names = list(self.params)
         for combo in itertools.product(*self.params.values()):
             yield dict(zip(names, combo, strict=True))
+
+
+def _unused_first(rng: np.random.Generator, size: int, used: list[int], n: int) -> list[int]:
+    """``min(n, size)`` distinct grid indices: the unused ones (not in the sorted ``used``)
+    while they last, then used ones. Works by rank, so a huge grid is never listed."""
+    free = size - len(used)
+    ranks = rng.choice(free, size=min(n, free), replace=False)
+    picks = []
+    for rank in map(int, ranks):  # the rank-th unused index
+        index = rank
+        for u in used:
+            if u > index:
+                break
+            index += 1
+        picks.append(index)
+    if len(picks) < n and used:
+        again = rng.choice(len(used), size=min(n - len(picks), len(used)), replace=False)
+        picks += [used[int(j)] for j in again]
+    return picks
 
 
 def _plain(value: Any) -> Any:

@@ -434,3 +434,15 @@ def test_a_workers_killed_attempt_keeps_the_checkpoints_the_journal_names(tmp_pa
     assert sorted(p.name for p in (tmp_path / "attempts").rglob("*.npz")) == [
         "t0009.npz", "t0010.npz"]
     assert not (old / "t0009.npz").exists() and (old / "t0010.npz").exists()
+
+
+@pytest.mark.parametrize("sampler", [Sampler(), TpeSampler(random_fraction=0.0, min_points=3)],
+                         ids=["random", "tpe"])
+def test_asha_draws_no_configuration_twice_while_the_grid_has_others(tmp_path, trainer,
+                                                                   sampler):
+    asha = Asha(27, 3, sample_size=4)
+    search = to_the_end(asha_search(tmp_path, trainer, sampler, asha), asha)
+    drawn = [tuple(sorted(t.hparams.items())) for _, t in sorted(search.trials.items())]
+    assert len(drawn) > SPACE.size  # the grid ran out: from then on, used ones come again
+    first = drawn[:int(SPACE.size)]
+    assert len(set(first)) == len(first)

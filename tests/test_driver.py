@@ -448,3 +448,11 @@ def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
     results = search_results(search.trials.values(), search.packs, search.best(),
                              wall_time_s=1.0)
     assert results["anytime"] == points and results["epochs_spent"] == points[-1]["epochs"]
+
+
+@pytest.mark.parametrize("sampler", [Sampler(), TpeSampler(random_fraction=0.0, min_points=3)],
+                         ids=["random", "tpe"])
+def test_no_bracket_draws_a_configuration_an_earlier_one_drew(tmp_path, trainer, sampler):
+    search = search_to_the_end(new_search(tmp_path, trainer, sampler=sampler))
+    drawn = [tuple(sorted(t.hparams.items())) for t in search.trials.values()]
+    assert len(drawn) < SPACE.size and len(set(drawn)) == len(drawn)

@@ -245,3 +245,46 @@ def test_only_choices_are_categorical():
     with pytest.raises(ConfigError, match=r"^search_space\.categorical: lr is a kind=float "
                                           r"range; only value lists are categorical$"):
         SearchSpace({"lr": {"kind": "float", "low": 0.1, "high": 1}}, categorical=["lr"])
+
+
+def test_sampling_skips_what_the_search_drew_while_the_grid_has_other_configurations():
+    space = SearchSpace({"a": list(range(6)), "b": ["x", "y"]})  # 12 configurations
+    first = space.sample(5, seed=3, bracket=0)
+    key = lambda h: (h["a"], h["b"])  # noqa: E731
+    drawn = [t.hparams for t in first]
+    second = space.sample(5, seed=3, bracket=1, drawn=drawn)
+    assert not {key(t.hparams) for t in second} & set(map(key, drawn))
+    assert len({key(t.hparams) for t in second}) == 5
+    drawn += [t.hparams for t in second]
+    # Two unused configurations left: both come first, then three of the used, no repeat.
+    third = space.sample(5, seed=3, bracket=2, drawn=drawn)
+    keys = [key(t.hparams) for t in third]
+    assert len(set(keys)) == 5
+    assert {k for k in keys if k not in set(map(key, drawn))} == (
+        {key(h) for h in space} - set(map(key, drawn)))
+    assert [t.hparams for t in space.sample(5, seed=3, bracket=2, drawn=drawn)] == [
+        t.hparams for t in third]
+    assert [t.hparams for t in space.sample(5, seed=3, bracket=2, drawn=drawn[::-1])] == [
+        t.hparams for t in third], "the order drawn does not matter"
+    assert len(space.sample(20, seed=3, bracket=3, drawn=drawn)) == 12
+
+
+def test_unused_configurations_are_found_by_rank_as_listing_the_grid_would():
+    from packexp.search_space import _unused_first
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        size = int(rng.integers(1, 30))
+        used = sorted(rng.choice(size, size=int(rng.integers(0, size + 1)), replace=False))
+        used = [int(u) for u in used]
+        picks = _unused_first(np.random.default_rng(1), size, used, size)
+        unused = [i for i in range(size) if i not in used]
+        assert sorted(picks[:len(unused)]) == unused
+        assert sorted(picks) == list(range(size))
+
+
+def test_a_configuration_outside_the_space_is_not_in_the_grid(table3):
+    assert table3.grid_index(table3.first) == 0
+    assert table3.grid_index({**table3.first, "batch_size": 21}) is None
+    assert table3.grid_index({"batch_size": 20}) is None
+    assert [table3.grid_index(h) for h in table3] == list(range(1056))

@@ -3,7 +3,7 @@ file in ``conf/sampler/``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +24,14 @@ class Sampler:
     Hyperband does. A sampler that learns reads ``history``, the scored rungs of the
     brackets before this one (synchronous Hyperband: all of them are done), so that a
     resumed search, which replays every bracket's results, samples as the unbroken one did.
+    ``drawn`` holds the configurations the search drew before (earlier brackets, or ASHA's
+    earlier plans): a finite space draws none of them again while it has others.
     """
 
     #: Whether configurations depend on results (``task=plan`` cannot show them ahead).
     learns: bool = False
 
     def sample(self, space: SearchSpace, n: int, seed: int, bracket: int,
-               history: Sequence[Observation]) -> list[Trial]:
-        return space.sample(n, seed, bracket)
+               history: Sequence[Observation],
+               drawn: Sequence[Mapping[str, Any]] = ()) -> list[Trial]:
+        return space.sample(n, seed, bracket, drawn)

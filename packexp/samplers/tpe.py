@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,21 +46,33 @@ class TpeSampler(Sampler):
         self.min_points = min_points
 
     def sample(self, space: SearchSpace, n: int, seed: int, bracket: int,
-               history: Sequence[Observation]) -> list[Trial]:
-        trials = space.sample(n, seed, bracket)  # identities, seeds, and the random draws
+               history: Sequence[Observation],
+               drawn: Sequence[Mapping[str, Any]] = ()) -> list[Trial]:
+        # identities, seeds, and the random draws (none drawn before, while there are others)
+        trials = space.sample(n, seed, bracket, drawn)
         fitted = self.budget(space, history)
         if not fitted:
             return trials
         coin = np.random.default_rng(derive_seed(seed, bracket, STREAM))
-        drawn = []
+        used = {space.grid_index(h) for h in drawn}
+        used.discard(None)
+
+        def fresh(hparams: Mapping[str, Any]) -> bool:
+            """Not drawn yet, or the grid has nothing else (a float range never repeats)."""
+            index = space.grid_index(hparams)
+            return index is None or index not in used or len(used) >= space.size
+
+        picked = []
         for i, trial in enumerate(trials):
-            if coin.random() < self.random_fraction:
-                drawn.append(trial)
-                continue
-            hparams = ask(space, fitted, derive_seed(seed, bracket, STREAM + 1 + i))
-            drawn.append(dataclasses.replace(trial, hparams=hparams,
-                                             features=space.features(hparams)))
-        return drawn
+            hparams = (trial.hparams if coin.random() < self.random_fraction
+                       else ask(space, fitted, derive_seed(seed, bracket, STREAM + 1 + i)))
+            if not fresh(hparams):  # the first random draw still unused instead
+                hparams = next((t.hparams for t in trials if fresh(t.hparams)), hparams)
+            used.add(space.grid_index(hparams))
+            used.discard(None)  # a float range's configuration: never repeated
+            picked.append(dataclasses.replace(trial, hparams=hparams,
+                                              features=space.features(hparams)))
+        return picked
 
     def budget(self, space: SearchSpace, history: Sequence[Observation]) -> list[Observation]:
         """The results at the largest budget with at least ``min_points`` of them; [] if none."""

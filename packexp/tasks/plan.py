@@ -47,11 +47,13 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
                                         lambda fn, *args: fn(parts.cache(), *args),
                                         capacity, len(dataset.x_train)))
     asynchronous = getattr(scheduler, "asynchronous", False)
+    drawn: list[dict] = []  # as the search, no bracket draws an earlier one's configurations
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         # ASHA's first plan: the configurations it draws before any result.
         first = AshaState(scheduler).new_configs(scheduler.sample_size or parts.max_members
                                                  ) if asynchronous else None
-        trials = space.sample(first or bracket.rungs[0].n, cfg.seed, bracket.s)
+        trials = space.sample(first or bracket.rungs[0].n, cfg.seed, bracket.s, drawn)
+        drawn += [t.hparams for t in trials]
         if asynchronous:  # named as the search names them
             trials = [dataclasses.replace(t, trial_id=f"t{i:04d}") for i, t in enumerate(trials)]
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
