@@ -229,6 +229,7 @@ class Summary(Event):
     handler: ClassVar[str] = "on_summary"
     metrics: Mapping[str, float | None] = field(default_factory=dict)
     artifacts: Sequence[tuple[Path, str | None]] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class Listener:

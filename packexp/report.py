@@ -46,6 +46,10 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
             f"{results['prediction_error']:.0%}"
             + (f"; {results['calibration_s']:.1f} s calibrating" if results.get("calibration_s")
                else ""))
+    if results.get("calibration"):
+        used = results["calibration"]
+        console.print(f"planned with calibration {used['digest']} ({used['source']}: "
+                      f"{used['path']}); strategy.calibration=<a copy of it> plans alike")
     fused = sum(1 for p in results["packs"] if p.get("fused"))
     if fused:
         console.print(f"{fused} of {len(results['packs'])} packs were fused: their members' "

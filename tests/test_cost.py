@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -184,16 +185,76 @@ def test_a_member_without_a_fused_rule_makes_its_pack_plain_in_the_plan():
         assert planned[0][1] == expected
 
 
-def test_an_unreadable_calibration_is_one_line(tmp_path):
+GARBAGE = {"cut short": lambda good: good[:len(good) // 2],
+           "not JSON": lambda good: "\x00\x01garbage",
+           "no packs": lambda good: json.dumps({**json.loads(good), "packs": []}),
+           "a list": lambda good: "[1, 2]"}
+
+
+@pytest.mark.parametrize("where", ["run", "kept"])
+@pytest.mark.parametrize("damage", GARBAGE)
+def test_a_damaged_calibration_is_measured_again_with_one_warning(tmp_path, caplog, where,
+                                                                   damage):
+    from packexp.strategies import Device
+    from packexp.strategies.calibration import calibration_digest, calibration_key
+
+    good = {**device(plain=(2e-3, 1e-3, 1e-5)), "seconds": 1.0}
+    record = {"key": calibration_key({"cpu": "x"}), "facts": {"cpu": "x"}, **good}
+    kept_dir, run_dir = tmp_path / "kept", tmp_path / "run"
+    bad = (run_dir if where == "run" else kept_dir) / (
+        "calibration.json" if where == "run" else f"{record['key']}.json")
+    bad.parent.mkdir(parents=True)
+    bad.write_text(GARBAGE[damage](json.dumps(record)))
+    run_dir.mkdir(exist_ok=True)
+    measured = []
+    place = Device(run_dir, facts=lambda: {"cpu": "x"},
+                   measure=lambda: measured.append(1) or dict(good))
+    s = CostStrategy(calibration_dir=str(kept_dir))
+    with caplog.at_level(logging.WARNING):
+        s.prepare(place)
+    assert measured == [1]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith(f"calibration {bad}: ") and warning.endswith("; measuring again")
+    # The plan is the measured calibration's, and the damaged file is replaced by it.
+    assert s.calibration_used()["digest"] == calibration_digest(record)
+    assert s.calibration_used()["source"] == "measured"
+    assert json.loads(bad.read_text()) == record
+
+
+def test_a_named_calibration_pins_the_plan_whatever_device_measured_it(tmp_path, caplog):
     from packexp.errors import ConfigError
     from packexp.strategies import Device
-    from packexp.strategies.calibration import calibration_key
+    from packexp.strategies.calibration import calibration_digest
 
-    (tmp_path / "calibration.json").write_text(json.dumps({"key": calibration_key({}),
-                                                           "packs": []}))
-    place = Device(tmp_path, facts=dict, measure=lambda: pytest.fail("measured again"))
-    with pytest.raises(ConfigError, match=r"calibration\.json: not a calibration"):
-        CostStrategy(calibration_dir=None).prepare(place)
+    other = {"key": "0123456789abcdef", "facts": {"cpu": "elsewhere"},
+             **device(plain=(2e-3, 1e-3, 1e-5))}
+    pinned = tmp_path / "pinned.json"
+    pinned.write_text(json.dumps(other))
+    (tmp_path / "run").mkdir()
+    place = Device(tmp_path / "run", facts=lambda: {"cpu": "here"},
+                   measure=lambda: pytest.fail("measured"))
+    s = CostStrategy(calibration_dir=None, calibration=str(pinned))
+    with caplog.at_level(logging.WARNING):
+        s.prepare(place)
+    assert s.calibration_used() == {"key": "0123456789abcdef",
+                                    "digest": calibration_digest(other), "source": "file",
+                                    "path": str(pinned)}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"calibration {pinned} was measured for other facts (cpu differ); planning with it "
+        "as named"]
+    # A resume reads the run's copy, even if the named file has gone since.
+    pinned.unlink()
+    again = CostStrategy(calibration_dir=None, calibration=str(pinned))
+    again.prepare(place)
+    assert again.calibration_used()["digest"] == calibration_digest(other)
+    assert again.calibration_used()["source"] == "run"
+    # A named file that is missing or damaged is an error naming it, not a measurement.
+    for content in (None, "{cut"):
+        (tmp_path / "run" / "calibration.json").unlink(missing_ok=True)
+        if content:
+            pinned.write_text(content)
+        with pytest.raises(ConfigError, match=rf"^strategy\.calibration={pinned}: {pinned}: "):
+            CostStrategy(calibration_dir=None, calibration=str(pinned)).prepare(place)
 
 
 def test_a_single_amortises_its_set_up_over_the_structures_only_when_finite():

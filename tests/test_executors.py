@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -9,7 +12,7 @@ import pytest
 from packexp.config import instantiate
 from packexp.errors import ConfigError
 from packexp.executors import LocalExecutor
-from tests.helpers import compose_config
+from tests.helpers import ROOT, compose_config, wait_until
 
 
 def test_local_is_the_default():
@@ -141,3 +144,54 @@ def test_a_gpu_left_to_workers_is_not_planned_on(monkeypatch):
     monkeypatch.setattr(telemetry, "_gpu_left", True)
     assert device_capacity_bytes(100, gpu_fraction=0.5) == (100 * 2**20,
                                                             "device.memory_budget_mb=100")
+
+
+# A "driver" that starts a reaper, a process tree as a Ray head would (a child that starts a
+# grandchild after it is watched), prints the pids, then waits to be killed.
+_DRIVER = """
+import subprocess, sys, time
+from packexp.executors.reaper import Reaper
+reaper = Reaper()
+head = subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"],
+    start_new_session=True)
+reaper.watch([head.pid])
+time.sleep(1.5)  # the reaper notes the grandchild
+print(reaper.pid, head.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_driver_s_reaper_ends_its_cluster_s_processes_and_their_children(signum):
+    import psutil
+
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE, text=True)
+    reaper_pid, head_pid = map(int, driver.stdout.readline().split())
+    head = psutil.Process(head_pid)
+    [grandchild] = head.children()
+    assert grandchild.cmdline() == ["sleep", "600"]
+    driver.send_signal(signum)
+    driver.wait(30)
+    _, alive = psutil.wait_procs([head, grandchild], timeout=10)
+    assert not alive, alive
+    assert wait_until(lambda: not psutil.pid_exists(reaper_pid)
+                      or psutil.Process(reaper_pid).status() == psutil.STATUS_ZOMBIE, 10)
+
+
+def test_a_closed_reaper_leaves_a_process_it_did_not_watch():
+    import psutil
+
+    from packexp.executors.reaper import Reaper
+
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+        reaper = Reaper()
+        reaper.watch([999_999_999])  # no such process: noted as nothing
+        reaper.close()
+        assert psutil.Process(bystander.pid).status() != psutil.STATUS_ZOMBIE
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 
 import pytest
@@ -206,12 +207,29 @@ def test_an_asha_search_plans_alike_on_a_calibration_measured_or_read_back(tmp_p
     kept = tmp_path / "calibrations"
     settings = ("strategy=cost", "scheduler=asha", "scheduler.R=9", "seed=37",
                 "pack.fusion=off", f"strategy.calibration_dir={kept}")
-    _, first, _ = tune(tmp_path / "first", *settings)
+    _, first, out = tune(tmp_path / "first", *settings)
     _, again, _ = tune(tmp_path / "again", *settings)
     assert again["calibration_s"] < first["calibration_s"] / 2  # read back, not measured
     assert plan(again) == plan(first)
     assert scores(again) == scores(first) and again["best"] == first["best"]
     assert [p["pack_id"] for p in again["packs"]] == [p["pack_id"] for p in first["packs"]]
+    # A copy of the calibration, named, pins the plan (on any device), and is on the run.
+    pinned = tmp_path / "pinned.json"
+    shutil.copy(out / "calibration.json", pinned)
+    _, named, _ = tune(tmp_path / "named", *settings[:-1], "strategy.calibration_dir=null",
+                       f"strategy.calibration={pinned}", tracking="mlflow")
+    assert plan(named) == plan(first) and scores(named) == scores(first)
+    assert [c["calibration"]["source"] for c in (first, again, named)] == [
+        "measured", "kept", "file"]
+    assert len({c["calibration"]["digest"] for c in (first, again, named)}) == 1
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'named' / 'store' / 'mlflow.db'}")
+    [parent] = [r for r in client.search_runs(
+        [client.get_experiment_by_name("packexp").experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.data.tags["calibration_digest"] == named["calibration"]["digest"]
+    assert parent.data.tags["calibration_source"] == "file"
 
 
 def test_planning_with_the_cost_strategy_measures_a_calibration_once_for_every_r(tmp_path):

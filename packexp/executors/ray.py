@@ -23,6 +23,7 @@ from packexp.executors.base import (
     discard_attempts,
     prune_attempts,
 )
+from packexp.executors.reaper import Reaper, cluster_pids
 from packexp.search_space import member_key
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class RayExecutor(Executor):
         self.max_task_retries = max_task_retries
         self.ready_timeout_s = ready_timeout_s
         self._owns_ray = False
+        self._reaper: Reaper | None = None
         self._group = None
         self._actors: list[Any] = []
         self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
@@ -243,13 +245,21 @@ class RayExecutor(Executor):
         if self.address is None:
             kwargs["_node_ip_address"] = "127.0.0.1"
         _check_reachable(self.address)
+        # A cluster this process starts is ended with it, however it ends (reaper.py).
+        reaper = Reaper() if self.address is None else None
         try:
             ray.init(address=self.address, **kwargs)
         except Exception as e:  # ConnectionError, RuntimeError, ValueError, auth errors
+            if reaper is not None:
+                reaper.watch(cluster_pids())
+                reaper.close()
             reason = " ".join(str(e).split())[:200]
             raise ConfigError(f"executor.address={self.address}: cannot join a Ray cluster "
                               f"there ({type(e).__name__}: {reason})") from None
+        if reaper is not None:
+            reaper.watch(cluster_pids())
         self._owns_ray = True
+        self._reaper = reaper
 
     def _workers_fitting(self, resources: dict) -> int:
         if self.gpus_per_pack:
@@ -364,6 +374,9 @@ class RayExecutor(Executor):
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None
 
 
 def unpack(run: dict, job: PackJob, received: float) -> Any:

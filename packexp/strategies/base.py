@@ -107,6 +107,11 @@ class Strategy(abc.ABC):
     def use_costs(self, costs: Any) -> None:  # noqa: B027 (a hook; most strategies need none)
         """Takes the device's cost model (``strategies.cost.CostModel``)."""
 
+    def calibration_used(self) -> dict[str, str] | None:
+        """The calibration ``prepare`` planned with (key, digest, source, path); None when
+        the strategy weighs no measured costs."""
+        return None
+
     def plan(self, trials: Sequence[Trial], capacity: Capacity,
              rung: RungContext) -> list[Planned]:
         """The rung's packs, each with its fusion setting; by default ``pack``'s, as configured."""

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,45 @@ def kept_directory(directory: str | None) -> Path | None:
     return Path(to_absolute_path(str(directory)))
 
 
+def calibration_digest(record: Mapping[str, Any]) -> str:
+    """A short digest of a calibration's whole content: two records plan alike iff equal."""
+    text = json.dumps(dict(record), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibration a run plans with, and where it came from.
+
+    Attributes:
+        record: The calibration (``packing.calibrate.calibrate``'s record, with its key and
+            facts).
+        source: ``measured`` (now), ``run`` (the run directory's copy: a resume),
+            ``kept`` (``calibration_dir``) or ``file`` (``strategy.calibration``).
+        path: The file it was read from; for one measured now, the run directory's copy.
+    """
+
+    record: dict
+    source: str
+    path: Path
+
+    @property
+    def measured(self) -> bool:
+        return self.source == "measured"
+
+    def summary(self) -> dict[str, str]:
+        """What ``results.json`` and the tracker record: key, digest, source and path."""
+        return {"key": str(self.record.get("key")), "digest": calibration_digest(self.record),
+                "source": self.source, "path": str(self.path)}
+
+
 def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str, Any],
-                      measure: Callable[[], dict], fresh: bool = False) -> tuple[dict, bool]:
+                      measure: Callable[[], dict], fresh: bool = False,
+                      check: Callable[[dict], Any] = lambda record: None) -> Calibration:
     """The calibration for ``facts``: the run's own, a kept one, or one measured now.
+
+    A file that cannot be read, or that ``check`` refuses (it raises), is passed over with
+    one warning naming it, and a calibration measured now replaces it.
 
     Args:
         run_file: The run directory's copy (read first: a resumed run plans as before).
@@ -43,28 +80,63 @@ def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str,
         facts: What the calibration depends on (device, structure, settings).
         measure: Measures a calibration.
         fresh: Measure even where a kept one matches (a resumed run still reads its own).
-
-    Returns:
-        The calibration, and whether it was measured now.
+        check: Raises if a record cannot be planned with (the cost model's fit).
     """
     key = calibration_key(facts)
-    candidates = [run_file] + ([] if fresh or kept_dir is None
-                               else [kept_dir / f"{key}.json"])
-    for path in candidates:
-        if path.exists():
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as e:
-                log.warning("calibration %s is unreadable (%s); measuring again", path, e)
-                continue
-            if record.get("key") == key:
-                log.info("calibration: %s", path)
-                write_json(run_file, record)
-                return record, False
-            if path == run_file:
-                log.warning("calibration %s is for other settings; measuring again", path)
+    candidates = [(run_file, "run")] + ([] if fresh or kept_dir is None
+                                        else [(kept_dir / f"{key}.json", "kept")])
+    for path, source in candidates:
+        if not path.exists():
+            continue
+        try:
+            record = read_calibration(path, check)
+        except ValueError as e:
+            log.warning("calibration %s: %s; measuring again", path, e)
+            continue
+        if record.get("key") == key:
+            log.info("calibration: %s", path)
+            write_json(run_file, record)
+            return Calibration(record, source, path)
+        if path == run_file:
+            log.warning("calibration %s is for other settings; measuring again", path)
     record = {"key": key, "facts": dict(facts), **measure()}
     write_json(run_file, record)
     if kept_dir is not None:
         write_json(kept_dir / f"{key}.json", record)
-    return record, True
+    return Calibration(record, "measured", run_file)
+
+
+def load_pinned(path: Path, run_file: Path, facts: Mapping[str, Any],
+                check: Callable[[dict], Any]) -> Calibration:
+    """``strategy.calibration``: the named file, whatever device it was measured on (the
+    run's copy of it on a resume). A file that cannot be used is a ``ValueError``; facts that
+    differ from this device's are one warning naming them."""
+    source, read_from = ("run", run_file) if run_file.exists() else ("file", path)
+    if not read_from.exists():
+        raise ValueError("no such file")
+    record = read_calibration(read_from, check)
+    differ = sorted(k for k in set(facts) | set(record.get("facts", {}))
+                    if record.get("facts", {}).get(k) != facts.get(k))
+    if differ:
+        log.warning("calibration %s was measured for other facts (%s differ); planning with "
+                    "it as named", read_from, ", ".join(differ))
+    write_json(run_file, record)
+    return Calibration(record, source, read_from)
+
+
+def read_calibration(path: Path, check: Callable[[dict], Any]) -> dict:
+    """The record in ``path``; a ``ValueError`` saying why it cannot be planned with."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"unreadable ({type(e).__name__}: {e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON, perhaps cut short ({e})") from None
+    if not isinstance(record, dict):
+        raise ValueError("not a calibration (no JSON object)")
+    try:
+        check(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"not a calibration packexp can read ({type(e).__name__}: "
+                         f"{e})") from None
+    return record

@@ -260,15 +260,19 @@ class CostStrategy(Strategy):
         calibration_dir: Where calibrations are kept across runs, one file per device and
             structure; relative to the directory the command runs in.
         recalibrate: Measure afresh even where a kept calibration matches.
+        calibration: A calibration file to plan with, whatever device measured it (a copy
+            of a run's ``calibration.json``, to pin a plan); null: the above.
     """
 
     needs_costs = True
 
     def __init__(self, seed: int = 0, calibration_dir: str = "outputs/calibration",
-                 recalibrate: bool = False) -> None:
+                 recalibrate: bool = False, calibration: str | None = None) -> None:
         super().__init__(seed)
         self.calibration_dir = calibration_dir
         self.recalibrate = bool(recalibrate)
+        self.calibration = calibration
+        self.used: Any = None  # the Calibration planned with, once prepared
         self.costs: CostModel | None = None
         self.chosen: dict[str, int] = {}  # which candidate won, per plan (for the record)
         self._memo: dict[tuple, tuple] = {}
@@ -277,24 +281,40 @@ class CostStrategy(Strategy):
         self.costs = costs if isinstance(costs, CostModel) else CostModel.fit(costs)
 
     def prepare(self, device: Device) -> None:
-        """Fits the cost model to the device's calibration: the run's own, one kept under
-        ``calibration_dir`` for the same facts, or one measured there now."""
-        from packexp.strategies.calibration import RUN_FILE, kept_directory, load_or_calibrate
+        """Fits the cost model to the device's calibration: the run's own, the file
+        ``calibration`` names, one kept under ``calibration_dir`` for the same facts, or one
+        measured there now."""
+        from packexp.strategies.calibration import (
+            RUN_FILE,
+            kept_directory,
+            load_or_calibrate,
+            load_pinned,
+        )
 
-        path = device.run_dir / RUN_FILE
-        record, measured = load_or_calibrate(path, kept_directory(self.calibration_dir),
-                                             device.facts(), device.measure,
-                                             fresh=self.recalibrate)
-        try:
-            self.use_costs(record)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"{path}: not a calibration packexp can read "
-                              f"({type(e).__name__}: {e}); delete it to measure again") from None
+        run_file = device.run_dir / RUN_FILE
+        if self.calibration:
+            pinned = kept_directory(self.calibration)
+            try:
+                used = load_pinned(pinned, run_file, device.facts(), CostModel.fit)
+            except ValueError as e:
+                raise ConfigError(f"strategy.calibration={self.calibration}: {pinned}: "
+                                  f"{e}") from None
+        else:
+            used = load_or_calibrate(run_file, kept_directory(self.calibration_dir),
+                                     device.facts(), device.measure, fresh=self.recalibrate,
+                                     check=CostModel.fit)
+        self.use_costs(used.record)
+        self.used = used
         error = self.costs.error
-        log.info("cost model: calibration %s, %s; step times fitted within %.0f%% (median), "
-                 "%.0f%% (max) over %d packs", record["key"],
-                 f"measured in {record['seconds']:.1f} s" if measured else "kept from before",
-                 100 * error["median"], 100 * error["max"], error["packs"])
+        log.info("cost model: calibration %s (digest %s), %s; step times fitted within %.0f%% "
+                 "(median), %.0f%% (max) over %d packs", used.record["key"],
+                 used.summary()["digest"],
+                 f"measured in {used.record['seconds']:.1f} s" if used.measured
+                 else f"read from {used.path}", 100 * error["median"], 100 * error["max"],
+                 error["packs"])
+
+    def calibration_used(self) -> dict[str, str] | None:
+        return None if self.used is None else self.used.summary()
 
     def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:
         rung = RungContext(steps={t.trial_id: DEFAULT_STEPS for t in trials})

@@ -52,6 +52,10 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             capacity, source, probe_seconds, calibration_s = prepare(
                 parts, cache, executor, facts, run_dir)
             started = time.perf_counter() - calibration_s  # the search's clock
+            calibration = parts.strategy.calibration_used()
+            if calibration:  # on the run now: an interrupted search shows it too
+                tracker.on_summary(Summary(tags={f"calibration_{k}": v
+                                                 for k, v in calibration.items()}))
             book = ResultsCollector()
             with SearchProgress(scheduler) as progress:
                 listeners = Listeners([JournalListener(journal), tracker, progress, *own])
@@ -73,7 +77,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             results = search_results(
                 book.trials.values(), book.packs, book.best(),
                 wall_time_s=time.perf_counter() - started + earlier_sessions_s(records),
-                **parts.facts(), calibration_s=round(calibration_s, 3), resumed=bool(records),
+                **parts.facts(), calibration_s=round(calibration_s, 3), calibration=calibration,
+                resumed=bool(records),
                 startup_s=None if search.first_pack_at is None
                 else round(search.first_pack_at - job_started, 3),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},

@@ -112,8 +112,8 @@ class MlflowTracker(Tracker):
         self.end_trial(event.trial_id, STATUS[event.status])
 
     def on_summary(self, event: Summary) -> None:
-        if event.metrics:
-            self.log_metrics(event.metrics)
+        if event.metrics or event.tags:
+            self.log_metrics(event.metrics, event.tags)
         for path, folder in event.artifacts:
             self.log_artifact(path, folder)
 
@@ -235,10 +235,13 @@ class MlflowTracker(Tracker):
         self._post("end a trial run", "end_trial", trial_id, status,
                    OUTCOMES.get(status, status.lower()), _now_ms())
 
-    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
+    def log_metrics(self, metrics: Mapping[str, float | None],
+                    tags: Mapping[str, str] | None = None) -> None:
+        """Metrics (and tags) on the parent run."""
         now = _now_ms()
         self._post("log metrics", "log_metrics",
-                   [(k, float(v), now, 0) for k, v in metrics.items() if v is not None])
+                   [(k, float(v), now, 0) for k, v in metrics.items() if v is not None],
+                   dict(tags or {}))
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a folder's files, on the parent run; a missing path is skipped."""

@@ -195,7 +195,7 @@ class MlflowWriter:
     def _as_batch(self, operation: str, args: tuple) -> Batch | None:
         """The call as a batch for a run that exists, or None: it must be applied alone."""
         if operation == "log_metrics" and self._parent is not None:
-            return Batch(self._parent, args[0], {})
+            return Batch(self._parent, args[0], args[1] if len(args) > 1 else {})
         if operation == "log_trial_rung" and args[0] in self._runs:
             trial_id, _, tags, metrics, _ = args
             return Batch(self._runs[trial_id], metrics, tags)
@@ -361,8 +361,8 @@ class MlflowWriter:
         if self._inputs:
             self._client.log_inputs(run_id, datasets=self._inputs)
 
-    def log_metrics(self, metrics: Sequence[Metric]) -> None:
-        self._log_batch(self._parent, metrics, (), {})
+    def log_metrics(self, metrics: Sequence[Metric], tags: dict | None = None) -> None:
+        self._log_batch(self._parent, metrics, (), tags or {})
 
     def end_trial(self, trial_id: str, status: str, outcome: str, timestamp: int) -> None:
         if trial_id in self._open:
