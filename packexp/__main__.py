@@ -1,41 +1,28 @@
-"""Command line: ``python -m packexp [overrides]``."""
+"""Command line: ``python -m packexp [overrides]``.
+
+Ctrl-C and SIGTERM are handled from the first line: while Hydra and TensorFlow still import
+(seconds), an interrupt ends the process with one line and the signal's exit code, as it does
+later in a job (``packexp/interrupts.py``); the application is ``packexp/cli.py``.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
-
-from packexp.errors import ConfigError, ExecutorError
-from packexp.interrupts import exit_interrupted, sigterm_interrupts
-from packexp.tracking import TrackingError
+from packexp.interrupts import exit_interrupted, raising_sigterm
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float:
-    from packexp.run import job
-
+def run() -> None:
+    raising_sigterm()
     try:
-        with sigterm_interrupts():
-            return job(cfg)
-    except (ConfigError, ExecutorError, TrackingError) as e:
-        print(f"packexp: error: {e}", file=sys.stderr)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # the launcher records the failed job and runs the rest of the sweep
-        sys.exit(2)
-    except KeyboardInterrupt as interrupt:
-        # SystemExit passes Hydra's launchers, which record only Exceptions: a sweep stops.
-        exit_interrupted(interrupt, str(cfg.get("task")))
+        from packexp.cli import main
+
+        main()
+    except KeyboardInterrupt as interrupt:  # outside a job: while importing or composing
+        exit_interrupted(interrupt, None)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt as interrupt:  # outside a job: while Hydra composes, say
-        exit_interrupted(interrupt, None)
+    run()

@@ -11,6 +11,18 @@ from pathlib import Path
 from typing import IO, Any
 
 
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An ``OSError`` raised in the block names ``path`` if it names no file (a write to an
+    open file, a full disk): the one line a user reads says which file."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
 def write_json(path: Path, payload: Any) -> None:
     """Writes atomically: a reader sees the old file or the new one, never half of one.
 
@@ -24,15 +36,16 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
     """A file to write that replaces ``path`` only once the block ends without error (its
     directory made if missing); a failed block leaves no file behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            os.chmod(tmp, 0o644)
+            with os.fdopen(fd, mode) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -9,6 +9,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from packexp.files import naming
+
 log = logging.getLogger(__name__)
 
 NAME = "journal.jsonl"
@@ -38,6 +40,10 @@ class Journal:
         """Appends one record. A torn final line (a killed append) is cut off first, so the
         new record starts a line of its own."""
         data = (json.dumps({"event": event, **record}, sort_keys=True) + "\n").encode()
+        with naming(self.path):
+            self._append(data)
+
+    def _append(self, data: bytes) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 
-def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -> None:
+def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
+                  lost: str | None = None) -> None:
     from rich.table import Table
 
     rows = sorted(
@@ -56,7 +57,11 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int) -
                       "scores match training alone to float32 rounding, not bit for bit "
                       "(pack.fusion=off for bit-exact plain packs)")
     console.print(f"run directory: {run_dir.resolve()}")
-    if store:
+    if store and lost:
+        console.print(f"MLflow store: {store}: tracking was lost mid-search ({lost}); its runs "
+                      "are marked FAILED and lack what came after; results.json above has "
+                      "every result")
+    elif store:
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
 
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.config import dataset_source, flatten, instantiate, task_overrides
@@ -63,29 +65,64 @@ RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.", "listeners")
 
 def open_journal(cfg: DictConfig, run_dir: Path) -> tuple[Journal, list[dict]]:
     """The run's journal, and on ``resume=true`` the records of the run being resumed."""
+    journal, records = Journal(run_dir), checked_records(cfg, run_dir)
+    if not cfg.get("resume", False):
+        journal.append("start", config=comparable(cfg), overrides=task_overrides())
+        return journal, []
+    journal.append("resume", overrides=task_overrides())
+    return journal, records
+
+
+def comparable(cfg: DictConfig) -> dict[str, Any]:
+    """The flat config a resume must match (``RESUME_FREE`` keys left out)."""
+    return {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
+            if not k.startswith(RESUME_FREE)}
+
+
+def checked_records(cfg: DictConfig, run_dir: Path, unsettled: Collection[str] = ()) -> list[dict]:
+    """The records a run of ``cfg`` in ``run_dir`` continues ([] for a fresh run), or a
+    ``ConfigError`` naming why it cannot start there: a fresh run where a journal is, a resume
+    where none is, of a finished run, or of one started with another value of a key (but
+    ``unsettled`` keys, whose value the job settles later)."""
     journal = Journal(run_dir)
-    config = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
-              if not k.startswith(RESUME_FREE)}
     if not cfg.get("resume", False):
         if journal.exists:
             raise ConfigError(f"hydra.run.dir={run_dir}: holds a journal already; add "
                               "resume=true to continue that run, or choose another directory")
-        journal.append("start", config=config, overrides=task_overrides())
-        return journal, []
+        return []
     try:
         records = journal.read()
     except JournalError as e:
         raise ConfigError(f"resume=true: {e}") from None
     if any(r["event"] == "finished" for r in records):
         raise ConfigError(f"resume=true: the run in {run_dir} has finished already")
-    differs = first_difference(records[0]["config"], config)
+    differs = first_difference({k: v for k, v in records[0]["config"].items()
+                                if k not in unsettled},
+                               {k: v for k, v in comparable(cfg).items() if k not in unsettled})
     if differs:
         started = " ".join(records[0].get("overrides") or []) or "no overrides"
         raise ConfigError(f"resume=true: {differs}; resume with the overrides the run started "
                           f"with ({started})")
-    journal.append("resume", overrides=task_overrides())
-    return journal, records
+    return records
 
+
+class RunDirCheck(Callback):
+    """Refuses a search that cannot start in its run directory (``checked_records``) before
+    Hydra writes there: a refused ``resume=true`` leaves the run's ``.hydra`` files and log
+    as they were. One line and exit code 2, as every configuration error."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.get("task") != "tune":
+            return
+        task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        # dataset.images=auto is settled by the model, which needs TensorFlow: the job,
+        # which starts it quietly, compares that key.
+        auto = ("dataset.images",) if task.get("dataset", {}).get("images") == "auto" else ()
+        try:
+            checked_records(task, Path(str(config.hydra.run.dir)), auto)
+        except ConfigError as e:
+            print(f"packexp: error: {e}", file=sys.stderr)
+            sys.exit(2)
 
 
 def sessions(records: list[dict]) -> int:

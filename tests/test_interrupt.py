@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,17 +23,23 @@ SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
 RESUME = ": resume it with "
 
 
-def interrupt(sig: int, *args: str, journal: Path) -> tuple[int, list[str], str]:
-    """Runs ``python -m packexp *args``, sends ``sig`` once ``journal`` holds a finished pack,
-    and returns the exit code, stderr's non-empty lines and stderr."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0"}
+def interrupt(sig: int, *args: str, journal: Path | None = None,
+              when: Callable[[int], bool] | None = None) -> tuple[int, list[str], str]:
+    """Runs ``python -m packexp *args``, sends ``sig`` once ``journal`` holds a finished pack
+    (or ``when(pid)`` holds), and returns the exit code, stderr's non-empty lines and stderr.
+    A crash prints every thread's stack (``PYTHONFAULTHANDLER``)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0",
+           "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "packexp", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if when is None:
+        def when(pid: int) -> bool:
+            return journal.exists() and '"event": "pack"' in journal.read_text()
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
-        if journal.exists() and '"event": "pack"' in journal.read_text():
+        if when(proc.pid):
             break
-        time.sleep(0.05)
+        time.sleep(0.002)
     assert proc.poll() is None, "the run ended before the signal"
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=120)
@@ -138,6 +145,72 @@ def test_sigterm_ends_the_mlflow_runs_killed_and_resume_finishes_them(tmp_path):
     parents, trials = statuses()
     assert parents == ["FINISHED"]
     assert "RUNNING" not in trials
+
+
+def loaded(library: str) -> Callable[[int], bool]:
+    """Whether a process has mapped a shared library whose name holds ``library``."""
+    def check(pid: int) -> bool:
+        try:
+            return library in Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            return False
+    return check
+
+
+def logged(run_dir: Path, text: str) -> Callable[[int], bool]:
+    return lambda pid: (run_dir / "packexp.log").exists() and text in (
+        run_dir / "packexp.log").read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_hydra_imports_is_one_line_and_leaves_nothing_to_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    # PyYAML's C loader maps as Hydra starts importing: seconds before the search begins.
+    code, lines, stderr = interrupt(signal.SIGINT, *SEARCH, f"hydra.run.dir={run_dir}",
+                                    when=loaded("_yaml"))
+    assert code == 130, stderr[-3000:]
+    assert lines in (["packexp: interrupted while starting; nothing was written"],
+                     [f"packexp: interrupted before the search began; {run_dir} holds nothing "
+                      "to resume"]), lines
+    assert not (run_dir / "journal.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_calibration_resumes_to_the_plan_of_the_calibration_it_measured(
+        tmp_path):
+    run_dir, kept = tmp_path / "run", tmp_path / "kept"
+    args = [*SEARCH[:1], *SEARCH[2:], "strategy=cost", "pack.fusion=off",
+            f"strategy.calibration_dir={kept}"]
+    code, lines, stderr = interrupt(signal.SIGINT, *args, f"hydra.run.dir={run_dir}",
+                                    when=logged(run_dir, "calibrating on this device"))
+    assert code == 130, stderr[-3000:]
+    assert lines == [expected_line(run_dir, *args)]
+    assert not (run_dir / "calibration.json").exists() and not list(kept.glob("*.json"))
+    resumed = resume(lines[0])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    measured = json.loads((run_dir / "results.json").read_text())["calibration"]
+    assert measured["source"] == "measured"
+    # The plan is the config's, the seed's and the calibration's: an unbroken run pinned to
+    # the calibration the resume measured ends as the resumed one.
+    pinned = tmp_path / "pinned"
+    whole = packexp(*args, f"strategy.calibration={run_dir / 'calibration.json'}",
+                    f"hydra.run.dir={pinned}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert scores(pinned) == scores(run_dir)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_plots_are_drawn_keeps_the_finished_results(tmp_path, unbroken):
+    run_dir = tmp_path / "run"
+    code, lines, stderr = interrupt(
+        signal.SIGINT, *SEARCH, f"hydra.run.dir={run_dir}",
+        when=lambda pid: (run_dir / "results.json").exists())
+    assert code == 130, stderr[-3000:]
+    assert lines == [f"packexp: interrupted after the search finished; its results are in "
+                     f"{run_dir}"]
+    assert scores(run_dir) == unbroken
+    refused = packexp(*SEARCH, "resume=true", f"hydra.run.dir={run_dir}")
+    assert refused.returncode == 2 and "has finished already" in refused.stderr
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from keras.src.backend.common import global_state
 from keras.src.random import seed_generator
 from keras.src.utils import rng_utils
 
+from packexp.files import naming
 from packexp.hyperband import steps_for
 from packexp.models.activation import set_activation
 from packexp.optim import coefficients
@@ -249,10 +250,14 @@ def write_state(state: MemberState, path: str | Path) -> str:
     tmp = final.with_name(f".{final.name}.tmp")
     arrays = {f"w{i}": w for i, w in enumerate(state.weights)}
     arrays.update({f"s{i}": v for i, v in enumerate(state.slots)})
-    with open(tmp, "wb") as f:
-        np.savez(f, step=np.int64(state.step), **arrays)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with naming(final), open(tmp, "wb") as f:
+            np.savez(f, step=np.int64(state.step), **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
     os.replace(tmp, final)
     return str(final)
 

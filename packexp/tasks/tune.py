@@ -84,7 +84,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
                 workers=executor.usage())
             finish(results, run_dir, listeners)
-    print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5))
+    print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
+                  lost=tracker.lost)
     return float(search_metrics(results)["best_val_accuracy"])
 
 

@@ -57,6 +57,12 @@ class Tracker(Listener, abc.ABC):
         return None
 
     @property
+    def lost(self) -> str | None:
+        """Why the store stopped hearing of the run part-way (its record is incomplete);
+        None while it hears everything."""
+        return None
+
+    @property
     def run_id(self) -> str | None:
         """The parent run's id while it is open, which a resume re-attaches to."""
         return None

@@ -75,7 +75,8 @@ class MlflowTracker(Tracker):
         self._sampler: Any = None
         self._samples_logged = 0
         self._warned = 0
-        self._lost = False
+        self._lost: str | None = None
+        self._spec: dict[str, Any] = {}
 
     @property
     def location(self) -> str:
@@ -156,6 +157,7 @@ class MlflowTracker(Tracker):
             raise
         self._writer, self._parent = writer, reply["run_id"]
         self._logged = set(reply["trials"])
+        self._spec = spec
         if self.sample_interval_s:
             from packexp.telemetry import ResourceSampler
 
@@ -259,7 +261,7 @@ class MlflowTracker(Tracker):
             self._sampler.stop()
             self._flush_samples()
             self._sampler = None
-        writer, self._writer, self._parent = self._writer, None, None
+        writer, parent, self._writer, self._parent = self._writer, self._parent, None, None
         try:
             writer.call("end", status, _now_ms())
         except WriterGone as e:
@@ -269,6 +271,8 @@ class MlflowTracker(Tracker):
             raise
         else:
             writer_process.release(writer)
+        if self._lost:
+            self._end_lost(parent)
         if self._warned:
             log.warning("%d MLflow calls failed in this run; its MLflow record is incomplete",
                         self._warned)
@@ -305,8 +309,32 @@ class MlflowTracker(Tracker):
         if self._lost:
             self._warned += 1
             return
-        self._lost = True
+        self._lost = str(error)
         self._warn(what, f"{error}; no later call reaches the store")
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    def _end_lost(self, parent: str) -> None:
+        """After the writer died: a new one re-attaches to the runs it left RUNNING and ends
+        them FAILED, so the store shows no run still going."""
+        writer = None
+        try:
+            writer = writer_process.claim(self._warn)
+            writer.call("start", {**self._spec, "resume_run_id": parent, "config_yaml": None,
+                                  "splits": []})
+            writer.call("log_metrics", [], {"tracking": "lost"})
+            writer.call("end", "FAILED", _now_ms())
+        except (WriterGone, CallFailed, OSError) as e:
+            log.warning("MLflow: could not end the runs the lost writer left open (%s)",
+                        one_line(e))
+        except BaseException:
+            if writer is not None:
+                writer.abandon()
+            raise
+        if writer is not None and writer.alive:
+            writer_process.release(writer)
 
     def _warn(self, what: str, why: str) -> None:
         self._warned += 1
