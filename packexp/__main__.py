@@ -11,11 +11,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from packexp.interrupts import exit_interrupted, raising_sigterm
+from packexp.interrupts import exit_interrupted, raising_interrupts
 
 
 def run() -> None:
-    raising_sigterm()
+    raising_interrupts()
     try:
         from packexp.cli import main
 

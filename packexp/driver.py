@@ -32,6 +32,7 @@ from packexp.events import (
 )
 from packexp.executors import Executor, LocalExecutor, PackJob
 from packexp.hyperband import Bracket, steps_for
+from packexp.interrupts import raise_if_interrupted
 from packexp.listeners.results import ResultsCollector
 from packexp.samplers import Observation, Sampler
 from packexp.search_space import SearchSpace, Trial
@@ -204,6 +205,7 @@ class PackedSearch(AsyncHalving):
     def _started(self, index: int, job: PackJob, context: RungContext) -> float | None:
         """Tells the listeners a pack is dispatched; returns its time as the strategy predicts
         it with the caches as they stand now (None if the strategy weighs no costs)."""
+        raise_if_interrupted()  # a Ctrl-C that a finalizer swallowed stops the search here
         self._emit(PackStarted(index, job.key, job.group))
         if self.first_pack_at is None:
             self.first_pack_at = time.time()

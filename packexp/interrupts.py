@@ -25,14 +25,34 @@ class Terminated(KeyboardInterrupt):
     ``finally`` blocks run: the journal stays whole and the MLflow runs end ``KILLED``."""
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> NoReturn:
-    raise Terminated
+# The interrupts raised by ``_interrupt`` (their signals), so that one Python swallowed is
+# raised again at the driver's next dispatch (``raise_if_interrupted``).
+_received: list[int] = []
 
 
-def raising_sigterm() -> None:
-    """From now on SIGTERM raises ``Terminated`` in the main thread (the command line's
-    first act, so an interrupt while it imports ends as one later does)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+    _received.append(signum)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+_raise_terminated = _interrupt
+
+
+def raising_interrupts() -> None:
+    """From now on Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM ``Terminated`` in the main
+    thread, and each is remembered (the command line's first act, so an interrupt while it
+    imports ends as one later does)."""
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def raise_if_interrupted() -> None:
+    """Raises again an interrupt that never reached the job: raised while Python ran a
+    finalizer (a TensorFlow object's ``__del__``, a weakref callback), which prints
+    "Exception ignored" and goes on, so a Ctrl-C mid-search was once lost. The driver calls
+    this before it dispatches a pack: a lost interrupt stops the search one pack later."""
+    if _received:
+        raise Terminated if _received[-1] == signal.SIGTERM else KeyboardInterrupt
 
 
 @contextmanager
@@ -41,6 +61,7 @@ def sigterm_interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
+    _received.clear()  # an earlier job's (packexp.tune in one notebook kernel)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield

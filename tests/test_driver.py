@@ -456,3 +456,25 @@ def test_no_bracket_draws_a_configuration_an_earlier_one_drew(tmp_path, trainer,
     search = search_to_the_end(new_search(tmp_path, trainer, sampler=sampler))
     drawn = [tuple(sorted(t.hparams.items())) for t in search.trials.values()]
     assert len(drawn) < SPACE.size and len(set(drawn)) == len(drawn)
+
+
+def test_an_interrupt_swallowed_mid_pack_stops_the_search_at_the_next_pack(tmp_path, trainer,
+                                                                          monkeypatch):
+    """A Ctrl-C whose KeyboardInterrupt a finalizer swallowed while the second pack trained:
+    that pack is committed, and the search stops before the third."""
+    import signal
+
+    from packexp import interrupts
+
+    train = trainer.train_group
+
+    def swallowing(*args, **kwargs):
+        if len(trainer.calls) == 1:
+            monkeypatch.setattr(interrupts, "_received", [signal.SIGINT])
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(sys.modules["packexp.packing.trainer"], "train_group", swallowing)
+    with pytest.raises(KeyboardInterrupt):
+        search_to_the_end(new_search(tmp_path, trainer))
+    assert len(trainer.calls) == 2
+    assert len(records_of(tmp_path, "pack")) == 2  # both trained packs are kept

@@ -256,3 +256,32 @@ def test_sigterm_raises_a_keyboard_interrupt_only_inside_the_block():
         time.sleep(5)  # the handler runs at the next bytecode; this is never reached in full
     assert signal.getsignal(signal.SIGTERM) is before
     assert issubclass(Terminated, KeyboardInterrupt)
+
+
+def test_an_interrupt_a_finalizer_swallowed_is_raised_at_the_next_dispatch(monkeypatch):
+    """Python runs a signal's handler at the next bytecode, which may be in a finalizer (a
+    TensorFlow object's ``__del__``): the KeyboardInterrupt raised there is printed as
+    "Exception ignored" and dropped. The driver raises it again before its next pack."""
+    from packexp import interrupts
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+
+    class Interrupted:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the finalizer runs
+            for _ in range(1000):  # bytecodes, at one of which the handler raises
+                pass
+
+    previous = signal.signal(signal.SIGINT, interrupts._interrupt)
+    interrupts._received.clear()
+    try:
+        obj = Interrupted()
+        del obj  # no KeyboardInterrupt here: it was swallowed
+        assert swallowed == [KeyboardInterrupt]
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.raise_if_interrupted()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        interrupts._received.clear()
+    interrupts.raise_if_interrupted()  # nothing pending: nothing raised

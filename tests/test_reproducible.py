@@ -1,0 +1,69 @@
+"""Same command, same results (README, "Reproducibility"): a command run three times from a
+fresh checkout, the first run measuring its calibration, gives identical trials, scores, packs
+and best, for the default, for ``scheduler=asha`` and for ``executor=ray`` with one worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def outcome(run_dir: Path) -> dict:
+    """``results.json`` but its timings: what a rerun must give again."""
+    results = json.loads((run_dir / "results.json").read_text())
+    return {"trials": [(t["trial_id"], t["hparams"], t["status"], t["packs"],
+                        [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"], r["val_loss"],
+                          r["train_loss"]) for r in t["rungs"]]) for t in results["trials"]],
+            "packs": [(p["pack_id"], p["members"], p["steps"], p["fused"], p["splits"])
+                      for p in results["packs"]],
+            "best": results["best"]}
+
+
+def three_runs(tmp_path: Path, env: dict, *overrides: str) -> list[dict]:
+    """The command run three times with a calibration directory that starts empty."""
+    kept, outcomes, sources = tmp_path / "calibration", [], []
+    for i in range(3):
+        run_dir = tmp_path / f"run{i}"
+        done = subprocess.run(
+            [sys.executable, "-m", "packexp", *overrides, "tracking=none",
+             f"strategy.calibration_dir={kept}", f"hydra.run.dir={run_dir}"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outcomes.append(outcome(run_dir))
+        sources.append(json.loads((run_dir / "results.json").read_text())["calibration"])
+    assert [s["source"] for s in sources] == ["measured", "kept", "kept"]
+    assert len({s["digest"] for s in sources}) == 1
+    return outcomes
+
+
+@pytest.fixture
+def env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@pytest.mark.parametrize("overrides", [(), ("scheduler=asha",)], ids=["default", "asha"])
+def test_the_same_command_three_times_gives_the_same_results(tmp_path, env, overrides):
+    first, *later = three_runs(tmp_path, env, *overrides)
+    assert first["trials"] and first["best"]
+    for again in later:
+        assert again == first
+    if overrides == ("scheduler=asha",):  # drawn without replacement (a finite grid)
+        drawn = [json.dumps(t[1], sort_keys=True) for t in first["trials"]]
+        assert len(set(drawn)) == len(drawn)
+
+
+def test_the_same_command_on_one_ray_worker_three_times_gives_the_same_results(tmp_path,
+                                                                               ray_env):
+    pytest.importorskip("ray")
+    first, *later = three_runs(tmp_path, ray_env, "executor=ray", "executor.num_workers=1")
+    for again in later:
+        assert again == first
