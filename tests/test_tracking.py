@@ -661,7 +661,10 @@ assert "mlflow" not in sys.modules, "the tracker's process imported MLflow"
     assert parent.info.status == "FINISHED" and parent.data.metrics["x"] == 1.0
 
 
-# Opens a run and two trial runs (one ended), queues 200 packs, says "ready" and waits.
+# Opens a run and two trial runs (one ended), queues 200 packs, says "ready" and waits: in
+# short sleeps, since a SIGINT the kernel hands to another of the process's threads (NumPy's
+# and MLflow's) does not cut the main thread's sleep short, and one long sleep once held
+# the KeyboardInterrupt back past the test's 120 s.
 SEARCH_THEN_WAIT = """
 import sys, time
 from packexp.tracking import MlflowTracker
@@ -674,7 +677,8 @@ for i in range(200):
     tracker.log_pack(i, {"members": ["t0"], "train_s": i})
 try:
     print("ready", flush=True)
-    time.sleep(120)
+    for _ in range(1200):
+        time.sleep(0.1)
 except KeyboardInterrupt:
     tracker.end("KILLED")
 """
