@@ -103,6 +103,11 @@ def tune(model: str | Callable[..., Any] | None = None,
         from hydra.core.utils import JobStatus, run_job
         from hydra.types import HydraContext
 
+        from packexp.session import refuse_run_dir
+
+        if cfg.get("resume"):  # a resume that cannot be is refused before Hydra writes
+            refuse_run_dir(cfg)  # there, as on the command line (write_arrays refuses the rest)
+
         returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called),
                            config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
                            hydra_context=HydraContext(config_loader=hydra.config_loader,

@@ -112,17 +112,23 @@ class RunDirCheck(Callback):
     as they were. One line and exit code 2, as every configuration error."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.get("task") != "tune":
-            return
-        task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-        # dataset.images=auto is settled by the model, which needs TensorFlow: the job,
-        # which starts it quietly, compares that key.
-        auto = ("dataset.images",) if task.get("dataset", {}).get("images") == "auto" else ()
         try:
-            checked_records(task, Path(str(config.hydra.run.dir)), auto)
+            refuse_run_dir(config)
         except ConfigError as e:
             print(f"packexp: error: {e}", file=sys.stderr)
             sys.exit(2)
+
+
+def refuse_run_dir(config: DictConfig) -> None:
+    """``checked_records`` on a composed config (its ``hydra`` node included), before Hydra
+    writes in ``hydra.run.dir``: a ``ConfigError`` if the search cannot start there."""
+    if config.get("task") != "tune":
+        return
+    task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+    # dataset.images=auto is settled by the model, which needs TensorFlow: the job, which
+    # starts it quietly, compares that key.
+    auto = ("dataset.images",) if task.get("dataset", {}).get("images") == "auto" else ()
+    checked_records(task, Path(str(config.hydra.run.dir)), auto)
 
 
 def sessions(records: list[dict]) -> int:
