@@ -35,9 +35,6 @@ def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
-_raise_terminated = _interrupt
-
-
 def raising_interrupts() -> None:
     """From now on Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM ``Terminated`` in the main
     thread, and each is remembered (the command line's first act, so an interrupt while it
@@ -49,8 +46,9 @@ def raising_interrupts() -> None:
 def raise_if_interrupted() -> None:
     """Raises again an interrupt that never reached the job: raised while Python ran a
     finalizer (a TensorFlow object's ``__del__``, a weakref callback), which prints
-    "Exception ignored" and goes on, so a Ctrl-C mid-search was once lost. The driver calls
-    this before it dispatches a pack: a lost interrupt stops the search one pack later."""
+    "Exception ignored" and goes on without it (one way a Ctrl-C mid-search can be lost).
+    The driver calls this before it dispatches a pack: a lost interrupt stops the search one
+    pack later."""
     if _received:
         raise Terminated if _received[-1] == signal.SIGTERM else KeyboardInterrupt
 
@@ -62,7 +60,7 @@ def sigterm_interrupts() -> Iterator[None]:
         yield  # signal handlers can only be set from the main thread
         return
     _received.clear()  # an earlier job's (packexp.tune in one notebook kernel)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield
     finally:

@@ -59,8 +59,8 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
     console.print(f"run directory: {run_dir.resolve()}")
     if store and lost:
         console.print(f"MLflow store: {store}: tracking was lost mid-search ({lost}); its runs "
-                      "are marked FAILED and lack what came after; results.json above has "
-                      "every result")
+                      "are marked FAILED and lack what came after; the run directory's "
+                      "results.json has every result")
     elif store:
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
 
