@@ -27,5 +27,5 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 clean:
-	rm -rf $(VENV) outputs/* multirun .pytest_cache
+	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist *.egg-info
 	touch outputs/.gitkeep

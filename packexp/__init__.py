@@ -7,6 +7,7 @@ From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 # TensorFlow's C++ log lines stay off a terminal and a notebook unless asked for: this holds
@@ -15,7 +16,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from packexp.errors import ConfigError, ExecutorError
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
+
+def conf_dir() -> str:
+    """The configs ``python -m packexp`` and ``packexp.tune`` compose: the copy a wheel ships
+    as ``packexp/conf``, or the checkout's top-level ``conf/`` (an editable install)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")
 
 __all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load", "tune"]
 

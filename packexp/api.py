@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from packexp import conf_dir
 from packexp.errors import ConfigError
 from packexp.search_result import SearchResult, load
 
 __all__ = ["SearchResult", "load", "tune"]
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(conf_dir())
 
 # What a builder, arrays and a dict are called where the config names its choices.
 ARRAYS_FILE = "data.npz"

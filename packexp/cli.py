@@ -7,7 +7,6 @@ import errno
 import logging
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -16,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from packexp import conf_dir
 from packexp.errors import ConfigError, ExecutorError
 from packexp.interrupts import exit_interrupted, job_resume_command, sigterm_interrupts
 from packexp.tracking import TrackingError
@@ -23,8 +23,8 @@ from packexp.tracking import TrackingError
 # Errors of the place a run writes to, not of packexp: one line naming the file.
 PLACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO})
 
-# The configs beside the package (an absolute path: this module is imported, not run).
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+# The configs (an absolute path: this module is imported, not run as a script).
+CONF = conf_dir()
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")
