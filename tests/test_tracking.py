@@ -661,12 +661,13 @@ assert "mlflow" not in sys.modules, "the tracker's process imported MLflow"
     assert parent.info.status == "FINISHED" and parent.data.metrics["x"] == 1.0
 
 
-# Opens a run and two trial runs (one ended), queues 200 packs, says "ready" and waits: in
-# short sleeps, since a SIGINT the kernel hands to another of the process's threads (NumPy's
-# and MLflow's) does not cut the main thread's sleep short, and one long sleep once held
-# the KeyboardInterrupt back past the test's 120 s.
+# Opens a run and two trial runs (one ended), queues 200 packs, says "ready" and waits.
+# Ctrl-C raises KeyboardInterrupt whoever started the test: a process started in the
+# background of a non-interactive shell (`make test &`) inherits SIGINT ignored, and then
+# Python installs no handler (the test waited out its 120 s so, twice).
 SEARCH_THEN_WAIT = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from packexp.tracking import MlflowTracker
 tracker = MlflowTracker(store_dir=sys.argv[1], sample_interval_s=None)
 tracker.start("r", {}, {})
@@ -677,8 +678,7 @@ for i in range(200):
     tracker.log_pack(i, {"members": ["t0"], "train_s": i})
 try:
     print("ready", flush=True)
-    for _ in range(1200):
-        time.sleep(0.1)
+    time.sleep(120)
 except KeyboardInterrupt:
     tracker.end("KILLED")
 """
