@@ -82,7 +82,7 @@ def resume_command(overrides: Sequence[str], run_dir: str) -> str:
 
 def interrupted_line(task: str, run_dir: Path, overrides: Sequence[str], cwd: Path) -> str:
     """What an interrupted job says: where its run is and, for a search, how to resume it."""
-    shown = str(run_dir.relative_to(cwd) if run_dir.is_relative_to(cwd) else run_dir)
+    shown = _shown(run_dir, cwd)
     if task != "tune":
         return (f"packexp: interrupted; task={task} does not resume: run it again (its partial "
                 f"outputs are in {shown})")
@@ -107,8 +107,12 @@ def job_resume_command() -> str | None:
     run_dir, cwd = Path(hydra.runtime.output_dir), Path(hydra.runtime.cwd)
     if not Journal(run_dir).exists:
         return None
-    shown = str(run_dir.relative_to(cwd) if run_dir.is_relative_to(cwd) else run_dir)
-    return resume_command(list(hydra.overrides.task), shown)
+    return resume_command(list(hydra.overrides.task), _shown(run_dir, cwd))
+
+
+def _shown(run_dir: Path, cwd: Path) -> str:
+    """The run directory as a line names it: relative to where the command ran, if inside."""
+    return str(run_dir.relative_to(cwd) if run_dir.is_relative_to(cwd) else run_dir)
 
 
 def _job_line(task: str | None) -> str:

@@ -45,6 +45,14 @@ def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_whole(run_dir: Path, *args: str) -> Path:
+    """Runs ``python -m packexp *args`` in ``run_dir`` to its end (exit 0); returns ``run_dir``:
+    the unbroken run a broken one's resume must end as."""
+    whole = packexp(*args, f"hydra.run.dir={run_dir}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    return run_dir
+
+
 def compose_config(overrides: list[str] | None = None, *,
                    strategy: str | None = "knn") -> DictConfig:
     """The composed config under ``overrides``: a test's own copy, free to change.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, packexp, wait_until
+from tests.helpers import ROOT, packexp, run_whole, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +53,7 @@ def errors(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory) -> dict:
-    run_dir = tmp_path_factory.mktemp("whole") / "run"
-    whole = packexp(*SEARCH, f"hydra.run.dir={run_dir}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    return scores(run_dir)
+    return scores(run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH))
 
 
 @pytest.fixture(scope="module")

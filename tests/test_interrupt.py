@@ -17,7 +17,7 @@ import pytest
 
 from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
 from packexp.journal import Journal
-from tests.helpers import ROOT, packexp
+from tests.helpers import ROOT, packexp, run_whole
 
 SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
 RESUME = ": resume it with "
@@ -62,10 +62,7 @@ def scores(run_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory) -> dict:
     """The scores of SEARCH run whole, which every resumed run of it must end with."""
-    run_dir = tmp_path_factory.mktemp("whole") / "run"
-    whole = packexp(*SEARCH, f"hydra.run.dir={run_dir}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    return scores(run_dir)
+    return scores(run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH))
 
 
 def expected_line(run_dir: Path, *args: str) -> str:

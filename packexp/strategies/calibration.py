@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packexp.errors import ConfigError
 from packexp.files import write_json
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,14 @@ class Calibration:
         source: ``measured`` (now), ``run`` (the run directory's copy: a resume),
             ``kept`` (``calibration_dir``) or ``file`` (``strategy.calibration``).
         path: The file it was read from; for one measured now, the run directory's copy.
+        checked: What ``check`` returned for a record read back (the fitted cost model);
+            None for one measured now.
     """
 
     record: dict
     source: str
     path: Path
+    checked: Any = None
 
     @property
     def measured(self) -> bool:
@@ -64,6 +68,22 @@ class Calibration:
         """What ``results.json`` and the tracker record: key, digest, source and path."""
         return {"key": str(self.record.get("key")), "digest": calibration_digest(self.record),
                 "source": self.source, "path": str(self.path)}
+
+
+def calibration_for(device: Any, named: str | None, kept_dir: str | None, fresh: bool,
+                    check: Callable[[dict], Any]) -> Calibration:
+    """The calibration a strategy plans with on ``device`` (``strategies.base.Device``): the
+    file ``named`` (``strategy.calibration``; one that cannot be used is a ``ConfigError``
+    naming it), else the run's own, a kept one under ``kept_dir`` or one measured now."""
+    run_file = device.run_dir / RUN_FILE
+    if not named:
+        return load_or_calibrate(run_file, kept_directory(kept_dir), device.facts(),
+                                 device.measure, fresh=fresh, check=check)
+    pinned = kept_directory(named)
+    try:
+        return load_pinned(pinned, run_file, device.facts(), check)
+    except ValueError as e:
+        raise ConfigError(f"strategy.calibration={named}: {pinned}: {e}") from None
 
 
 def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str, Any],
@@ -89,14 +109,14 @@ def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str,
         if not path.exists():
             continue
         try:
-            record = read_calibration(path, check)
+            record, checked = read_calibration(path, check)
         except ValueError as e:
             log.warning("calibration %s: %s; measuring again", path, e)
             continue
         if record.get("key") == key:
             log.info("calibration: %s", path)
             write_json(run_file, record)
-            return Calibration(record, source, path)
+            return Calibration(record, source, path, checked)
         if path == run_file:
             log.warning("calibration %s is for other settings; measuring again", path)
     record = {"key": key, "facts": dict(facts), **measure()}
@@ -114,18 +134,19 @@ def load_pinned(path: Path, run_file: Path, facts: Mapping[str, Any],
     source, read_from = ("run", run_file) if run_file.exists() else ("file", path)
     if not read_from.exists():
         raise ValueError("no such file")
-    record = read_calibration(read_from, check)
+    record, checked = read_calibration(read_from, check)
     differ = sorted(k for k in set(facts) | set(record.get("facts", {}))
                     if record.get("facts", {}).get(k) != facts.get(k))
     if differ:
         log.warning("calibration %s was measured for other facts (%s differ); planning with "
                     "it as named", read_from, ", ".join(differ))
     write_json(run_file, record)
-    return Calibration(record, source, read_from)
+    return Calibration(record, source, read_from, checked)
 
 
-def read_calibration(path: Path, check: Callable[[dict], Any]) -> dict:
-    """The record in ``path``; a ``ValueError`` saying why it cannot be planned with."""
+def read_calibration(path: Path, check: Callable[[dict], Any]) -> tuple[dict, Any]:
+    """The record in ``path`` and what ``check`` made of it; a ``ValueError`` saying why it
+    cannot be planned with."""
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as e:
@@ -135,8 +156,8 @@ def read_calibration(path: Path, check: Callable[[dict], Any]) -> dict:
     if not isinstance(record, dict):
         raise ValueError("not a calibration (no JSON object)")
     try:
-        check(record)
+        checked = check(record)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"not a calibration packexp can read ({type(e).__name__}: "
                          f"{e})") from None
-    return record
+    return record, checked

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from packexp.errors import ConfigError
 from packexp.pack_options import PACK_DEFAULTS, why_not_fusable
 from packexp.search_space import Trial, member_bucket, member_key, pack_key
 from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
@@ -284,26 +283,11 @@ class CostStrategy(Strategy):
         """Fits the cost model to the device's calibration: the run's own, the file
         ``calibration`` names, one kept under ``calibration_dir`` for the same facts, or one
         measured there now."""
-        from packexp.strategies.calibration import (
-            RUN_FILE,
-            kept_directory,
-            load_or_calibrate,
-            load_pinned,
-        )
+        from packexp.strategies.calibration import calibration_for
 
-        run_file = device.run_dir / RUN_FILE
-        if self.calibration:
-            pinned = kept_directory(self.calibration)
-            try:
-                used = load_pinned(pinned, run_file, device.facts(), CostModel.fit)
-            except ValueError as e:
-                raise ConfigError(f"strategy.calibration={self.calibration}: {pinned}: "
-                                  f"{e}") from None
-        else:
-            used = load_or_calibrate(run_file, kept_directory(self.calibration_dir),
-                                     device.facts(), device.measure, fresh=self.recalibrate,
-                                     check=CostModel.fit)
-        self.use_costs(used.record)
+        used = calibration_for(device, self.calibration, self.calibration_dir,
+                               self.recalibrate, check=CostModel.fit)
+        self.use_costs(used.checked or used.record)  # a record read back is fitted once
         self.used = used
         error = self.costs.error
         log.info("cost model: calibration %s (digest %s), %s; step times fitted within %.0f%% "
