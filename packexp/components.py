@@ -13,7 +13,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.asha import Asha
 from packexp.config import (
     batch_bucket,
     check_batch_sizes,
@@ -30,8 +29,9 @@ from packexp.config import (
 )
 from packexp.device import apply_threads
 from packexp.events import Listener
-from packexp.hyperband import Hyperband, steps_for
+from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
+from packexp.schedulers import Scheduler
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Device, Strategy
 
@@ -48,7 +48,7 @@ class Components:
 
     cfg: DictConfig
     space: SearchSpace
-    scheduler: Hyperband | Asha
+    scheduler: Scheduler
     strategy: Strategy
     sampler: Sampler
     dataset: Any
@@ -141,8 +141,8 @@ class Components:
         import tensorflow as tf
 
         from packexp.models import runtime_hparams
+        from packexp.pack_options import member_key
         from packexp.packing.calibrate import VERSION
-        from packexp.search_space import member_key
 
         cfg, dataset = self.cfg, self.dataset
         first = Trial("first", self.space.first, ())

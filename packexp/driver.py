@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packexp.asha_driver import AsyncHalving
 from packexp.events import (
     Event,
     Listeners,
@@ -31,10 +30,12 @@ from packexp.events import (
     TrialRecord,
 )
 from packexp.executors import Executor, LocalExecutor, PackJob
-from packexp.hyperband import Bracket, steps_for
 from packexp.interrupts import raise_if_interrupted
+from packexp.journal import Replayed
 from packexp.listeners.results import ResultsCollector
+from packexp.pack_options import steps_for
 from packexp.samplers import Observation, Sampler
+from packexp.schedulers import Bracket, KeyedPlan, Queued
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext, Strategy, check_fits, check_partition
 
@@ -42,8 +43,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PackedSearch(AsyncHalving):
-    """Hyperband's callbacks: sample a bracket; pack, train and score one rung.
+class PackedSearch:
+    """The search a scheduler drives (``schedulers.Search``): it samples, packs, trains,
+    journals and scores; the scheduler decides what and when. A synchronous scheduler calls
+    ``sample`` and ``train_rung``; an asynchronous one ``draw``, ``plan``, ``dispatch`` and
+    ``collect`` as workers free up.
 
     Every member's result and checkpoint are journaled as soon as its pack is done, so a
     resumed search (``replay``) skips them. A promoted trial continues from its checkpoint
@@ -78,11 +82,10 @@ class PackedSearch(AsyncHalving):
     session: int = 0  # resumes before this one: started_s and elapsed_s restart each session
     first_pack_at: float | None = None  # time.time() when the first pack began
     _last: dict[int, list[str]] = field(default_factory=dict)
-    _done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
-    _plans: dict[tuple[int, int], tuple[list, list]] = field(default_factory=dict)
+    replayed: Replayed = field(default_factory=Replayed)  # the journal a resume read
     _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
-    _keyed_plans: list[dict] = field(default_factory=list)  # ASHA's journaled plans
-    _drawn: dict[str, Trial] = field(default_factory=dict)  # ASHA's configurations
+    _drawn: dict[str, Trial] = field(default_factory=dict)  # configurations ``draw`` drew
+    _sent: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # in flight
     _probed: float = 0.0
 
     def __post_init__(self) -> None:
@@ -102,23 +105,11 @@ class PackedSearch(AsyncHalving):
         return self.book.packs
 
     def replay(self, records: list[dict]) -> int:
-        """Loads a killed run's finished work from its journal; returns the members found.
-
-        Results of a pack without its ``pack`` record (the run was killed while the pack
-        was committed) are left out: the whole pack trains again, as an unbroken run trained
-        it (``commit``'s order 2)."""
-        for r in finished(records):
-            if r["event"] == "result":
-                result = RungResult.from_dict(r)
-                self._done.setdefault((result.bracket, result.rung), {})[result.trial_id] = result
-            elif r["event"] == "pack":
-                self.book.packs.append(PackRecord.from_dict(r["pack"]))
-            elif r["event"] == "plan" and "key" in r:  # asynchronous halving's
-                self._keyed_plans.append(r)
-            elif r["event"] == "plan":
-                self._plans.setdefault((r["bracket"], r["rung"]),
-                                       (r["packs"], r.get("fusion") or [None] * len(r["packs"])))
-        return sum(len(v) for v in self._done.values())
+        """Loads a killed run's finished work from its journal (``journal.Replayed``);
+        returns the members found."""
+        self.replayed = Replayed.of(records)
+        self.book.packs.extend(self.replayed.packs)
+        return self.replayed.members
 
     def sample(self, bracket: Bracket) -> list[Trial]:
         trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
@@ -152,12 +143,12 @@ class PackedSearch(AsyncHalving):
     ) -> dict[str, float | None]:
         ids = [t.trial_id for t in trials]
         for dropped in set(self._last.get(bracket.s, [])) - set(ids):
-            self._retire(dropped, "killed")
+            self.retire(dropped, "killed")
         self._last[bracket.s] = ids
-        done = self._done.get((bracket.s, rung), {})
+        done = self.replayed.done.get((bracket.s, rung), {})
         for trial_id in ids:
             if trial_id in done:
-                self._restore(done[trial_id])
+                self.restore(done[trial_id])
         todo = [t for t in trials if t.trial_id not in done]
         scores = {i: done[i].val_accuracy for i in ids if i in done}
         if todo:
@@ -165,29 +156,150 @@ class PackedSearch(AsyncHalving):
         if rung == len(bracket.rungs) - 1:
             for trial_id in ids:
                 if self.trials[trial_id].status == "running":
-                    self._retire(trial_id, "finished")
+                    self.retire(trial_id, "finished")
         return scores
+
+    @property
+    def max_members(self) -> int:
+        """The most members a pack may hold (8 when the capacity sets no count)."""
+        return self.capacity.max_members or 8
+
+    def trial(self, trial_id: str) -> Trial:
+        """A configuration ``draw`` drew (or a resume replayed)."""
+        return self._drawn[trial_id]
+
+    def draw(self, n: int, salt: int, first: int) -> list[Trial]:
+        """``n`` new configurations from the sampler, given every result so far and none drawn
+        before while the space has others; numbered ``t<i>`` from ``first`` in the order
+        drawn, seeded by ``salt`` (the plan that draws them)."""
+        history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
+                   for t in self.trials.values() for r in t.rungs if r.val_accuracy is not None]
+        trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
+                  for i, t in enumerate(self.sampler.sample(
+                      self.space, n, self.seed, salt, history,
+                      [t.hparams for t in self._drawn.values()]))]
+        self.book.add_trials(0, trials)
+        self._drawn.update((t.trial_id, t) for t in trials)
+        return trials
+
+    def plan(self, bracket: Bracket, rung: int, trials: list[Trial], key: str,
+             sampled: bool = False) -> list[Queued]:
+        """Packs ``trials`` for ``rung`` and journals the plan under ``key`` (with the
+        configurations, when ``sampled`` drew them); returns its packs to dispatch."""
+        epochs = bracket.rungs[rung].r
+        planned, context = self._pack(trials, bracket, rung)
+        log.info("%s: %d %s to %.3g epochs in %d packs", key, len(trials),
+                 "new configurations" if sampled else "promotions", epochs, len(planned))
+        self._emit(RungPlanned(bracket.s, rung, epochs, [g for g, _ in planned],
+                               [f for _, f in planned], key=key,
+                               sampled=trials if sampled else ()))
+        return [Queued(rung, j, self._job(f"{key}-p{j:02d}", bracket, rung, group, fusion),
+                       context) for j, (group, fusion) in enumerate(planned)]
+
+    def _pack(self, trials: list[Trial], bracket: Bracket,
+              rung: int) -> tuple[list[tuple[list[Trial], str | None]], RungContext]:
+        """The strategy's packs of ``trials`` for ``rung``, checked, and the rung's context."""
+        check_fits(trials, self.capacity, self.capacity_source)
+        context = self._context(trials, bracket.rungs[rung].r, bracket, rung)
+        planned = self.strategy.plan(trials, self.capacity, context)
+        check_partition(trials, [g for g, _ in planned], self.capacity)
+        return planned, context
+
+    def _job(self, key: str, bracket: Bracket, rung: int, group: list[Trial],
+             fusion: str | None) -> PackJob:
+        return PackJob(key, group, bracket.rungs[rung].r,
+                       {t.trial_id: self._state_for(t) for t in group}, fusion,
+                       self.lr_horizon, checkpoint=self._checkpoints(bracket, rung))
+
+    def free(self) -> bool:
+        """Whether a worker can take a pack now."""
+        return self.executor.free()
+
+    def busy(self) -> bool:
+        """Whether a dispatched pack is still to come back."""
+        return self.executor.busy()
+
+    def dispatch(self, queued: Queued) -> None:
+        """Sends a planned pack to a free worker."""
+        self._sent[queued.job.key] = queued.rung, self._started(queued.index, queued.job,
+                                                                queued.context)
+        self.executor.submit(queued.job)
+
+    def collect(self, bracket: Bracket) -> tuple[int, dict[str, float | None]]:
+        """Waits for the next pack to come back and commits it; returns its rung and its
+        members' scores."""
+        job, runs = self.executor.next_done()
+        rung, predicted = self._sent.pop(job.key)
+        scores: dict[str, float | None] = {}
+        for part, pack_run in enumerate(runs):
+            pack_id = job.key + (f"-{part}" if len(runs) > 1 else "")
+            scores.update(self.commit(bracket, rung, job.epochs, pack_id, pack_run,
+                                      predicted if len(runs) == 1 else None))
+        return rung, scores
+
+    def cancel(self) -> None:
+        """Drops the packs not yet trained (the search is ending)."""
+        self.executor.cancel()
+
+    def release_states(self) -> None:
+        """Forgets the end states held in memory; a later rung reads their checkpoints."""
+        self._states.clear()
+
+    def replayed_plans(self) -> list[KeyedPlan]:
+        """The keyed plans of the journal a resume replayed, in journal order; the
+        configurations they drew are known again (``trial``)."""
+        plans = []
+        for plan in self.replayed.keyed:
+            drawn = [Trial(d["trial_id"], d["hparams"], self.space.features(d["hparams"]),
+                           d["seed"], 0) for d in plan.sampled or ()]
+            self.book.add_trials(0, drawn)
+            self._drawn.update((t.trial_id, t) for t in drawn)
+            plans.append(KeyedPlan(plan.rung, [i for p in plan.packs for i in p], len(drawn)))
+        return plans
+
+    def replayed_results(self) -> list[RungResult]:
+        """The results a resume replayed, rung by rung in the order the journal has them."""
+        return [result for done in self.replayed.done.values() for result in done.values()]
+
+    def requeue(self, bracket: Bracket) -> list[Queued]:
+        """The replayed plans' packs still to train, with their journaled numbers; each plan
+        with some is told again (journaled, so not re-journaled)."""
+        queue = []
+        for plan in self.replayed.keyed:
+            done = self.replayed.done.get((bracket.s, plan.rung), {})
+            left = [(j, [self._drawn[i] for i in g], f) for j, g, f in self.replayed.left(
+                plan, [i for p in plan.packs for i in p if i not in done])]
+            if not left:
+                continue
+            epochs = bracket.rungs[plan.rung].r
+            context = self._context([t for _, g, _ in left for t in g], epochs, bracket,
+                                    plan.rung)
+            self._emit(RungPlanned(bracket.s, plan.rung, epochs, [g for _, g, _ in left],
+                                   [f for _, _, f in left],
+                                   sorted(i for p in plan.packs for i in p if i in done),
+                                   journaled=True, key=plan.key))
+            queue += [Queued(plan.rung, j, self._job(f"{plan.key}-p{j:02d}", bracket, plan.rung,
+                                                     g, f), context) for j, g, f in left]
+        return queue
 
     def _train(self, bracket: Bracket, rung: int, todo: list[Trial], epochs: float,
                done: list[str]) -> dict[str, float | None]:
         """Plans (or reads back the journaled plan of) the rung's trials still to train,
         trains the packs and commits each as it comes back."""
-        check_fits(todo, self.capacity, self.capacity_source)
-        context = self._context(todo, epochs, bracket, rung)
         numbered = self._planned(bracket.s, rung, todo)
         journaled = numbered is not None
         if numbered is None:
-            planned = self.strategy.plan(todo, self.capacity, context)
-            check_partition(todo, [g for g, _ in planned], self.capacity)
+            planned, context = self._pack(todo, bracket, rung)
             numbered = [(j, g, f) for j, (g, f) in enumerate(planned)]
+        else:
+            check_fits(todo, self.capacity, self.capacity_source)
+            context = self._context(todo, epochs, bracket, rung)
         log.info("bracket %d rung %d: %d trials to %.3g epochs in %d packs%s",
                  bracket.s, rung, len(todo), epochs, len(numbered),
                  f" ({len(done)} done before the resume)" if done else "")
         self._emit(RungPlanned(bracket.s, rung, epochs, [g for _, g, _ in numbered],
-                                        [f for _, _, f in numbered], done, journaled))
-        jobs = [PackJob(f"b{bracket.s}-r{rung}-p{j:02d}", group, epochs,
-                        {t.trial_id: self._state_for(t) for t in group}, fusion,
-                        self.lr_horizon, checkpoint=self._checkpoints(bracket, rung))
+                               [f for _, _, f in numbered], done, journaled))
+        jobs = [self._job(f"b{bracket.s}-r{rung}-p{j:02d}", bracket, rung, group, fusion)
                 for j, group, fusion in numbered]
         predicted: dict[int, float | None] = {}
 
@@ -244,14 +356,11 @@ class PackedSearch(AsyncHalving):
         rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
         fused packs included.
         """
-        journaled = self._plans.get((bracket, rung))
-        if journaled is None:
+        plan = self.replayed.plans.get((bracket, rung))
+        if plan is None:
             return None
-        plan, fusion = journaled
         by_id = {t.trial_id: t for t in todo}
-        groups = [(j, [by_id[i] for i in pack if i in by_id], f)
-                  for j, (pack, f) in enumerate(zip(plan, fusion, strict=True))]
-        groups = [(j, g, f) for j, g, f in groups if g]
+        groups = [(j, [by_id[i] for i in g], f) for j, g, f in self.replayed.left(plan, by_id)]
         if sorted(t.trial_id for _, g, _ in groups for t in g) != sorted(by_id):
             return None
         return groups
@@ -259,7 +368,7 @@ class PackedSearch(AsyncHalving):
     def finish(self) -> None:
         for trial_id, record in self.trials.items():
             if record.status == "running":
-                self._retire(trial_id, "killed")
+                self.retire(trial_id, "killed")
 
     def best(self) -> dict | None:
         return self.book.best()
@@ -321,7 +430,7 @@ class PackedSearch(AsyncHalving):
             if before and before.checkpoint not in (None, result.checkpoint):
                 Path(before.checkpoint).unlink(missing_ok=True)
             if result.failed:
-                self._retire(m.trial_id, "failed")
+                self.retire(m.trial_id, "failed")
             scores[m.trial_id] = ev.val_accuracy
         best = self.best()
         self._emit(PackFinished(pack, len(self.packs), best["val_accuracy"] if best else None,
@@ -367,13 +476,14 @@ class PackedSearch(AsyncHalving):
             elapsed_s=round(now - self.started, 4), epochs_spent=epochs_spent,
             session=self.session)
 
-    def _restore(self, result: RungResult) -> None:
+    def restore(self, result: RungResult) -> None:
         """A result journaled before the resume, back in the book (nothing re-journaled)."""
         self.book.record(result)
         if result.failed:
-            self._retire(result.trial_id, "failed")
+            self.retire(result.trial_id, "failed")
 
-    def _retire(self, trial_id: str, status: str) -> None:
+    def retire(self, trial_id: str, status: str) -> None:
+        """Ends a trial as ``status`` (finished, killed, failed); its checkpoints go."""
         record = self.trials[trial_id]
         if record.status != "running":
             return
@@ -385,16 +495,3 @@ class PackedSearch(AsyncHalving):
                 Path(r.checkpoint).unlink(missing_ok=True)
         self._states.pop(trial_id, None)
 
-
-def finished(records: list[dict]) -> list[dict]:
-    """The journal's records less the results of packs whose ``pack`` record is missing."""
-    packs = {r["pack"]["pack_id"] for r in records if r["event"] == "pack"}
-    return [r for r in records if r["event"] != "result" or r["pack_id"] in packs]
-
-
-def journaled_checkpoints(records: list[dict]) -> set[str]:
-    """The checkpoints a resumed search may continue from: each trial's last one whose pack
-    was journaled whole."""
-    last = {r["trial_id"]: r["checkpoint"] for r in finished(records)
-            if r["event"] == "result"}
-    return {path for path in last.values() if path}

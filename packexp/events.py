@@ -105,6 +105,39 @@ class PackRecord:
                       if f.name in record})
 
 
+@dataclass(frozen=True)
+class PlanRecord:
+    """A rung's plan as the journal keeps it: each pack's trial ids and fusion setting; an
+    asynchronous scheduler's plan also has its ``key`` and the configurations it drew
+    (``sampled``: trial_id, hparams and seed of each)."""
+
+    bracket: int
+    rung: int
+    packs: list[list[str]]
+    fusion: list[str | None]
+    key: str | None = None
+    sampled: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def of(cls, event: RungPlanned) -> PlanRecord:
+        return cls(event.bracket, event.rung, [[t.trial_id for t in g] for g in event.packs],
+                   list(event.fusion), event.key, None if event.key is None else [
+                       {"trial_id": t.trial_id, "hparams": dict(t.hparams), "seed": t.seed}
+                       for t in event.sampled])
+
+    def to_dict(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        if self.key is None:
+            del record["key"], record["sampled"]
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> PlanRecord:
+        return cls(record["bracket"], record["rung"], record["packs"],
+                   record.get("fusion") or [None] * len(record["packs"]), record.get("key"),
+                   record.get("sampled"))
+
+
 @dataclass
 class TrialRecord:
     """A trial across the search: its configuration, its results by rung and its end.

@@ -12,8 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from packexp.errors import ConfigError
-from packexp.optim import RULES
-from packexp.pack_options import rule_for
+from packexp.pack_options import RUNTIME_HPARAMS, rule_for
 
 
 @dataclass(frozen=True)
@@ -33,56 +32,6 @@ class Trial:
     features: tuple[float, ...] = field(repr=False)
     seed: int = 0
     bracket: int = 0
-
-
-# Hyper-parameters that are values of a member's variables or of the step's inputs: they
-# never change what the pack engine builds or traces. (Sliced batches are cut at traced
-# sizes, so under data_sharing=slice the batch size is structure too.)
-RUNTIME_HPARAMS = ("batch_size", "learning_rate")
-
-
-def runtime_hparams(hparams: Mapping[str, Any], sliced: bool = False,
-                    model: Sequence[str] = ()) -> frozenset[str]:
-    """The hyper-parameters of a trial that are runtime data of a built member: the batch
-    size and learning rate, the optimizer and its options where an update rule runs it
-    (``packexp.optim``: its rule is a row of coefficients), and the model's ``model``
-    (a builder's ``RUNTIME_HPARAMS``, such as mlp3's ``activation``)."""
-    runtime = set(RUNTIME_HPARAMS[1:] if sliced else RUNTIME_HPARAMS) | set(model)
-    rule = rule_for(hparams)
-    if rule is not None:
-        runtime |= {"optimizer", *RULES[rule].DEFAULTS}
-    return frozenset(runtime)
-
-
-def member_key(trial: Trial, sliced: bool = False, model: Sequence[str] = ()) -> tuple:
-    """A trial's member structure: every hyper-parameter that shapes its model or optimizer,
-    that is every one but ``runtime_hparams``."""
-    runtime = runtime_hparams(trial.hparams, sliced, model)
-    return tuple(sorted((k, repr(v)) for k, v in trial.hparams.items() if k not in runtime))
-
-
-def member_bucket(n: int) -> int:
-    """The member count a compiled program of ``n`` members is built for: the next power of
-    two (1, 2, 4, 8, ...); a smaller pack fills the rest with idle seats."""
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-def pack_key(trials: Sequence[Trial], sliced: bool = False, fusion: str | None = None,
-             model: Sequence[str] = (), bucketed: bool = False) -> tuple:
-    """A pack's structure: its members' structures in a canonical order, whether their batch
-    sizes differ (a fused pack masks padded rows only then) and its fusion setting. Packs of
-    one structure run on the same built models and traced step functions.
-
-    ``bucketed``: the pack runs a compiled program, its batches padded to the search's
-    bucket (so differing sizes are no structure) and, when its members share one structure,
-    its member count rounded up to ``member_bucket``."""
-    keys = sorted(member_key(t, sliced, model) for t in trials)
-    if bucketed:
-        if len(set(keys)) == 1:
-            keys = keys[:1] * member_bucket(len(keys))
-        return (*keys, None, fusion)
-    mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
-    return (*keys, mixed, fusion)
 
 
 def derive_seed(*entropy: int) -> int:

@@ -128,7 +128,7 @@ def run_optuna(seed: int, overrides: list[str], budget: float, out: Path) -> Run
 
 def hyperband_epochs(R: int, eta: int) -> float:
     """Epochs Hyperband trains in all with continuation on promotion."""
-    from packexp.hyperband import Hyperband
+    from packexp.schedulers import Hyperband
 
     hyperband = Hyperband(R, eta)
     return sum(hyperband.epochs(b, True) for b in hyperband.brackets())

@@ -20,8 +20,8 @@ import packexp
 from packexp import in_process
 from packexp.api import literal, overrides_for
 from packexp.events import Listener
-from packexp.hyperband import Hyperband
 from packexp.listeners import SearchProgress
+from packexp.schedulers import Hyperband
 from tests.helpers import packexp as run_cli
 
 QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking

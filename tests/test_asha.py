@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from packexp.asha import Asha, AshaState, promotable
 from packexp.driver import PackedSearch
 from packexp.errors import ConfigError
 from packexp.events import Listeners
-from packexp.hyperband import Hyperband
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
+from packexp.schedulers import Asha, AshaState, Hyperband, promotable
 from packexp.strategies import Capacity
 from tests.test_driver import (
     SPACE,

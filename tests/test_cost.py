@@ -149,7 +149,7 @@ def test_a_kept_pack_is_predicted_without_its_set_up():
     ts = trials(2)
     rung = context(ts)
     fresh = s.predict(ts, "off", rung)
-    from packexp.search_space import member_key, pack_key
+    from packexp.pack_options import member_key, pack_key
 
     replayed = frozenset(member_key(t) for t in ts)
     kept = s.predict(ts, "off", context(ts, kept=frozenset({pack_key(ts, False, "off")}),

@@ -15,11 +15,12 @@ import pytest
 from packexp.driver import PackedSearch, check_fits, check_partition
 from packexp.errors import ConfigError
 from packexp.events import Listener, Listeners, RungResult, TrialEnded, TrialRecord
-from packexp.hyperband import Hyperband, steps_for
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
+from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
+from packexp.schedulers import Hyperband
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy, greedy_fill
 from packexp.strategies.none import NoneStrategy

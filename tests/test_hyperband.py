@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from packexp.hyperband import Hyperband, keep_best
+from packexp.schedulers import Hyperband, keep_best
 from packexp.search_space import SearchSpace, Trial
 
 

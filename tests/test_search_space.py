@@ -8,14 +8,7 @@ import pytest
 from hydra.utils import instantiate
 
 from packexp.errors import ConfigError
-from packexp.search_space import (
-    GRID_LIMIT,
-    Choice,
-    FloatRange,
-    IntRange,
-    SearchSpace,
-    derive_seed,
-)
+from packexp.search_space import GRID_LIMIT, Choice, FloatRange, IntRange, SearchSpace, derive_seed
 from tests.helpers import compose_config
 
 

@@ -24,7 +24,7 @@ from packexp.executors.base import (
     prune_attempts,
 )
 from packexp.executors.reaper import Reaper, cluster_pids
-from packexp.search_space import member_key
+from packexp.pack_options import member_key
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from packexp.events import Listener, MemberScored, PackFinished, RungPlanned, SearchFinished
+from packexp.events import (
+    Listener,
+    MemberScored,
+    PackFinished,
+    PlanRecord,
+    RungPlanned,
+    SearchFinished,
+)
 from packexp.journal import Journal
 
 
@@ -19,12 +26,7 @@ class JournalListener(Listener):
     def on_rung_planned(self, event: RungPlanned) -> None:
         if event.journaled:  # a plan read back from the journal is there already
             return
-        extra = {} if event.key is None else {"key": event.key, "sampled": [
-            {"trial_id": t.trial_id, "hparams": dict(t.hparams), "seed": t.seed}
-            for t in event.sampled]}
-        self.journal.append("plan", bracket=event.bracket, rung=event.rung,
-                            packs=[[t.trial_id for t in g] for g in event.packs],
-                            fusion=list(event.fusion), **extra)
+        self.journal.append("plan", **PlanRecord.of(event).to_dict())
 
     def on_member_scored(self, event: MemberScored) -> None:
         self.journal.append("result", **event.result.to_dict())

@@ -16,16 +16,17 @@ class SearchProgress(Listener):
     """Shows bracket, rung, pack, members, epochs and elapsed time while packs train.
 
     Args:
-        scheduler: The Hyperband planner, for the bracket count.
+        scheduler: The search's scheduler (``schedulers.Scheduler``), for the bracket count
+            and the epoch budget.
         console: Where to draw; the display is off unless it is a terminal or a notebook
             with ipywidgets (rich draws a notebook's live display as a widget).
     """
 
     def __init__(self, scheduler: Any, console: Console | None = None) -> None:
         self.console = console or Console()
-        self.brackets = scheduler.s_max + 1
-        # Asynchronous halving plans a rung many times: one bar of its epoch budget instead.
-        self.budget = scheduler.max_epochs if getattr(scheduler, "asynchronous", False) else None
+        self.brackets = len(scheduler.brackets())
+        # A scheduler that caps the epochs (ASHA) plans a rung many times: one bar of them.
+        self.budget = scheduler.budget
         self._progress: Progress | None = None
         self._task = None
         self._rung = ""

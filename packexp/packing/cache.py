@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from packexp.pack_options import PACK_DEFAULTS
+from packexp.pack_options import PACK_DEFAULTS, RUNTIME_HPARAMS, member_bucket, member_key, pack_key
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import convolutional
 from packexp.packing.initial import InitialWeights
@@ -30,7 +30,7 @@ from packexp.packing.member import IDLE, HeldMember, Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, rule_options
 from packexp.packing.pack import Pack
 from packexp.packing.schedules import base_learning_rate
-from packexp.search_space import RUNTIME_HPARAMS, Trial, member_bucket, member_key, pack_key
+from packexp.search_space import Trial
 
 __all__ = ["RUNTIME_HPARAMS", "PackCache", "member_key"]
 
@@ -87,7 +87,7 @@ class PackCache:
     @property
     def bucketed(self) -> bool:
         """Whether packs run compiled (XLA) programs on batches padded to the bucket, so a
-        program is kept per member-count bucket (``search_space.member_bucket``) and packs
+        program is kept per member-count bucket (``pack_options.member_bucket``) and packs
         of fewer members fill idle seats. Known once a member is built: under
         ``jit_compile=auto``, only models without convolutions compile."""
         jit = self.pack_options.get("jit_compile", PACK_DEFAULTS.jit_compile)

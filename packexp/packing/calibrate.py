@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packexp.pack_options import member_bucket
 from packexp.packing.cache import PackCache
 from packexp.packing.fused import why_not_fused
 from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
 from packexp.packing.trainer import train_group
-from packexp.search_space import Trial, member_bucket
+from packexp.search_space import Trial
 
 log = logging.getLogger(__name__)
 

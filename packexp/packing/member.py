@@ -16,9 +16,9 @@ from keras.src.random import seed_generator
 from keras.src.utils import rng_utils
 
 from packexp.files import naming
-from packexp.hyperband import steps_for
 from packexp.models.activation import set_activation
 from packexp.optim import coefficients
+from packexp.pack_options import steps_for
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.initial import state_variables
 from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_options

@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from packexp.pack_options import PACK_DEFAULTS, why_not_fusable
-from packexp.search_space import Trial, member_bucket, member_key, pack_key
+from packexp.pack_options import PACK_DEFAULTS, member_bucket, member_key, pack_key, why_not_fusable
+from packexp.search_space import Trial
 from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
 
 log = logging.getLogger(__name__)

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from packexp.asha import AshaState
 from packexp.components import Components
 from packexp.config import component_name
 from packexp.device import planning_capacity
 from packexp.files import write_json
-from packexp.hyperband import Hyperband, steps_for
+from packexp.pack_options import steps_for
 from packexp.report import print_plan
+from packexp.schedulers import Scheduler
 from packexp.strategies import RungContext
 from packexp.telemetry import device_facts
 
 log = logging.getLogger(__name__)
 
 
-def plan_dict(scheduler: Hyperband) -> dict:
+def plan_dict(scheduler: Scheduler) -> dict:
     brackets = scheduler.brackets()
     return {"R": scheduler.R, "eta": scheduler.eta, "brackets": [
         {"s": b.s, "rungs": [{"n": r.n, "r": r.r} for r in b.rungs],
@@ -46,16 +45,10 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     parts.strategy.prepare(parts.device(run_dir, device_facts(),
                                         lambda fn, *args: fn(parts.cache(), *args),
                                         capacity, len(dataset.x_train)))
-    asynchronous = getattr(scheduler, "asynchronous", False)
     drawn: list[dict] = []  # as the search, no bracket draws an earlier one's configurations
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
-        # ASHA's first plan: the configurations it draws before any result.
-        first = AshaState(scheduler).new_configs(scheduler.sample_size or parts.max_members
-                                                 ) if asynchronous else None
-        trials = space.sample(first or bracket.rungs[0].n, cfg.seed, bracket.s, drawn)
+        trials = scheduler.first_draw(space, bracket, cfg.seed, drawn, parts.max_members)
         drawn += [t.hparams for t in trials]
-        if asynchronous:  # named as the search names them
-            trials = [dataclasses.replace(t, trial_id=f"t{i:04d}") for i, t in enumerate(trials)]
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
                                                         t.hparams["batch_size"],
                                                         len(dataset.x_train))
@@ -67,11 +60,7 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     payload["capacity"] = {"source": source, "bytes": capacity.limit,
                            "max_members": capacity.max_members}
     payload["strategy"] = component_name(cfg, "strategy")
-    if asynchronous:
-        payload.update(asynchronous=True, rungs_epochs=scheduler.rungs,
-                       max_epochs=scheduler.max_epochs, num_configs=scheduler.num_configs)
-        log.info("scheduler=asha promotes as results arrive: the counts are expected ones, "
-                 "and the packs shown are its first plan's")
+    payload.update(scheduler.plan_facts())
     if parts.sampler.learns:  # only the first bracket's draws are known before results
         payload["sampled_as_results_arrive"] = True
         log.warning("sampler=%s samples each bracket's configurations from the results of "

@@ -13,9 +13,10 @@ from omegaconf import DictConfig
 
 from packexp.components import Components
 from packexp.device import device_capacity, facts_here
-from packexp.driver import PackedSearch, journaled_checkpoints
+from packexp.driver import PackedSearch
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
+from packexp.journal import journaled_checkpoints
 from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
 from packexp.plots import write_plots
 from packexp.report import print_summary

@@ -1,0 +1,266 @@
+"""Asynchronous successive halving (ASHA, Li et al. 2020): its rungs, budget and promotion
+rule, and its loop over the search. Pure Python.
+
+Whenever a worker is free, promotions are planned first, then new configurations, and the
+packs go out as workers free up, so no worker waits at a rung's end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from packexp.checks import is_number, positive_int
+from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
+from packexp.schedulers.hyperband import Hyperband
+
+if TYPE_CHECKING:
+    from packexp.search_space import SearchSpace, Trial
+
+log = logging.getLogger(__name__)
+
+
+class Asha(Scheduler):
+    """ASHA with promotions: a trial is promoted to the next rung as soon as it is in the top
+    ``1/eta`` of its rung's results so far, and continues from its checkpoint.
+
+    Rungs train to ``min_r * eta**k`` epochs, up to ``R`` (the top rung is ``R`` even when it
+    is not such a power). New configurations are drawn while the budget lasts: at most
+    ``num_configs`` of them, and never past ``max_epochs`` epochs planned in all (every
+    member's epochs summed, a promotion counting those its rung adds).
+
+    Args:
+        R: Most epochs a configuration trains for.
+        eta: Reduction factor: a rung promotes its top ``1/eta``.
+        min_r: Epochs of the first rung.
+        num_configs: Most configurations to draw; None: as many as the budget allows.
+        max_epochs: Epochs the search may train; None: what synchronous Hyperband with the
+            same ``R`` and ``eta`` trains, so the two compare at equal budget.
+        sample_size: New configurations drawn at once when nothing is ready to promote,
+            packed together by the strategy; None: the most members a pack may hold.
+        continue_on_promotion, lr_horizon: As for ``Hyperband``.
+    """
+
+    budget: float  # max_epochs
+
+    def __init__(self, R: int, eta: int = 3, min_r: float = 1, num_configs: int | None = None,
+                 max_epochs: float | None = None, sample_size: int | None = None,
+                 continue_on_promotion: bool = True, lr_horizon: str = "rung") -> None:
+        super().__init__(R, eta, continue_on_promotion, lr_horizon)
+        if not is_number(min_r) or not 0 < min_r <= R:
+            raise ValueError(f"min_r={min_r!r}: must be a number of epochs in (0, R={R}]")
+        self.num_configs = positive_int("num_configs", num_configs, optional=True)
+        self.sample_size = positive_int("sample_size", sample_size, optional=True)
+        if max_epochs is not None and (not is_number(max_epochs) or max_epochs < min_r):
+            raise ValueError(f"max_epochs={max_epochs!r}: must be null or at least min_r="
+                             f"{min_r}")
+        self.min_r = min_r
+        self.max_epochs = float(max_epochs) if max_epochs is not None else hyperband_epochs(
+            Hyperband(R, eta, continue_on_promotion))
+        self.budget = self.max_epochs
+
+    @property
+    def rungs(self) -> list[float]:
+        """Each rung's epochs: ``min_r * eta**k`` below ``R``, then ``R``."""
+        rungs, r = [], float(self.min_r)
+        while r < self.R - 1e-9:
+            rungs.append(r)
+            r *= self.eta
+        return [*rungs, float(self.R)]
+
+    def bracket(self) -> Bracket:
+        """The one bracket every trial belongs to; its rungs' ``n`` are expected counts: the
+        configurations ``num_configs`` or the budget allows, ``1/eta`` of them promoted at each
+        rung."""
+        per_config = sum(self.cost(k) / self.eta**k for k in range(len(self.rungs)))
+        n = self.num_configs or max(1, int(self.max_epochs / per_config))
+        return Bracket(s=0, rungs=tuple(Rung(n=n // self.eta**k, r=r)
+                                        for k, r in enumerate(self.rungs)))
+
+    def brackets(self) -> list[Bracket]:
+        return [self.bracket()]
+
+    def first_draw(self, space: SearchSpace, bracket: Bracket, seed: int, drawn: Sequence[dict],
+                   max_members: int) -> list[Trial]:
+        """ASHA's first plan: the configurations it draws before any result, named as the
+        search names them."""
+        n = AshaState(self).new_configs(self.sample_size or max_members)
+        trials = space.sample(n or bracket.rungs[0].n, seed, bracket.s, drawn)
+        return [dataclasses.replace(t, trial_id=f"t{i:04d}") for i, t in enumerate(trials)]
+
+    def plan_facts(self) -> dict[str, Any]:
+        log.info("scheduler=asha promotes as results arrive: the counts are expected ones, "
+                 "and the packs shown are its first plan's")
+        return {"asynchronous": True, "rungs_epochs": self.rungs, "max_epochs": self.max_epochs,
+                "num_configs": self.num_configs}
+
+    def cost(self, rung: int) -> float:
+        """Epochs a member trains to reach ``rung`` from the rung below."""
+        rungs = self.rungs
+        below = rungs[rung - 1] if rung and self.continue_on_promotion else 0.0
+        return rungs[rung] - below
+
+    def drive(self, search: Search) -> None:
+        """ASHA's loop. Whenever a worker is free: the promotions ready are planned (each rung's
+        as one batch the strategy packs), or, if nothing is waiting, ``sample_size`` new
+        configurations; the packs waiting go out highest rung first. Each pack is committed as
+        it comes back, and the search ends when nothing is waiting, training or plannable
+        within the budget.
+
+        Every plan is journaled before its packs train, with the configurations it drew, so
+        a resume replays the plans and results and trains what they lack. Under one worker
+        the order of events depends on nothing else, so a resumed search ends as the unbroken
+        one; under several, on which pack finishes first.
+        """
+        bracket = self.bracket()
+        state = AshaState(self)
+        queue = self._resume(search, state, bracket)
+        try:
+            while True:
+                while search.free():
+                    ready = state.promotions()
+                    for rung in sorted({k for _, k in ready}, reverse=True):
+                        queue += self._plan(search, state, bracket, rung, [
+                            search.trial(i) for i, k in ready if k == rung])
+                    if not queue:
+                        n = state.new_configs(self.sample_size or search.max_members)
+                        if n:
+                            queue += self._plan(search, state, bracket, 0,
+                                                search.draw(n, state.plans, state.sampled),
+                                                sampled=True)
+                    # Queued packs hold their members' states; the rest would only fill memory
+                    # (a later promotion reads its checkpoint).
+                    search.release_states()
+                    self._retire_unpromotable(search, state)
+                    if not queue:
+                        break
+                    queue.sort(key=lambda q: -q.rung)  # stable: plan order within a rung
+                    search.dispatch(queue.pop(0))
+                if not search.busy():
+                    break
+                rung, scores = search.collect(bracket)
+                for trial_id, score in scores.items():
+                    state.record(trial_id, rung, score)
+                    if rung == state.top:
+                        search.retire(trial_id, "finished")
+        finally:
+            search.cancel()
+
+    def _plan(self, search: Search, state: AshaState, bracket: Bracket, rung: int,
+              trials: list, sampled: bool = False) -> list[Any]:
+        """Has the search pack ``trials`` for ``rung`` and journal the plan; returns its packs
+        to queue."""
+        queued = search.plan(bracket, rung, trials, f"a{state.plans:03d}-r{rung}", sampled)
+        state.plan(rung, [t.trial_id for t in trials], len(trials) if sampled else 0)
+        return queued
+
+    def _retire_unpromotable(self, search: Search, state: AshaState) -> None:
+        """Ends the trials that no budget is left to promote (their checkpoints go with
+        them): below every rung whose promotion costs more than the epochs still free."""
+        for k in range(state.top):
+            if state.spent + self.cost(k + 1) <= self.max_epochs + 1e-9:
+                continue
+            for trial_id, _ in state.results[k]:
+                if trial_id not in state.planned[k + 1]:
+                    search.retire(trial_id, "killed")
+
+    def _resume(self, search: Search, state: AshaState, bracket: Bracket) -> list[Any]:
+        """Rebuilds ASHA's state from the search's replayed journal: the plans, then the
+        results in the order they came; returns the planned packs still to train."""
+        for plan in search.replayed_plans():
+            state.plan(plan.rung, plan.trial_ids, plan.drawn)
+        for result in search.replayed_results():
+            search.restore(result)
+            state.record(result.trial_id, result.rung, result.val_accuracy)
+            if result.rung == state.top:
+                search.retire(result.trial_id, "finished")
+        return search.requeue(bracket)
+
+
+def hyperband_epochs(hyperband: Hyperband) -> float:
+    """Epochs synchronous Hyperband trains in all: ASHA's default budget."""
+    return sum(hyperband.epochs(b) for b in hyperband.brackets())
+
+
+def promotable(results: Sequence[Sequence[tuple[str, float | None]]],
+               promoted: Sequence[set[str]] | Mapping[int, set[str]], eta: int
+               ) -> list[tuple[str, int]]:
+    """The trials ASHA's ``get_job`` would promote, in the order it would, and to which rung.
+
+    For each rung ``k`` from the top down: the top ``floor(len(results[k]) / eta)`` of its
+    results so far (``top_k`` of the paper's Algorithm 2), less those promoted already, best
+    first. Ties keep arrival order; failed results (None or NaN) rank last and are never
+    promoted. The top rung's trials are done, so its results promote nothing.
+
+    Args:
+        results: Per rung, ``(trial_id, score)`` in the order the results arrived.
+        promoted: Per rung, the trials promoted out of it.
+        eta: The reduction factor.
+
+    Returns:
+        ``(trial_id, rung to train to)``, the higher rungs' first.
+    """
+    out = []
+    for k in range(len(results) - 2, -1, -1):
+        def rank(i: int, scores=results[k]) -> tuple[float, int]:
+            score = scores[i][1]
+            return (-score if _valid(score) else math.inf, i)
+
+        top = sorted(range(len(results[k])), key=rank)[:len(results[k]) // eta]
+        out += [(results[k][i][0], k + 1) for i in top
+                if _valid(results[k][i][1]) and results[k][i][0] not in promoted[k]]
+    return out
+
+
+def _valid(score: float | None) -> bool:
+    return score is not None and not math.isnan(score)
+
+
+class AshaState:
+    """What ASHA knows mid-search: each rung's results in arrival order, the trials planned
+    for each rung (planned for rung ``k+1``: promoted out of rung ``k``), the epochs planned
+    and the configurations drawn. A resume rebuilds it from the journal's plans and results.
+    """
+
+    def __init__(self, asha: Asha) -> None:
+        self.asha = asha
+        rungs = len(asha.rungs)
+        self.results: list[list[tuple[str, float | None]]] = [[] for _ in range(rungs)]
+        self.planned: list[set[str]] = [set() for _ in range(rungs)]
+        self.spent = 0.0  # epochs planned, trained or not
+        self.sampled = 0
+        self.plans = 0
+
+    @property
+    def top(self) -> int:
+        return len(self.results) - 1
+
+    def promotions(self) -> list[tuple[str, int]]:
+        """The promotions ready, in ``promotable``'s order, as far as the budget goes."""
+        out, spent = [], self.spent
+        for trial_id, rung in promotable(self.results, self.planned[1:], self.asha.eta):
+            if spent + self.asha.cost(rung) <= self.asha.max_epochs + 1e-9:
+                out.append((trial_id, rung))
+                spent += self.asha.cost(rung)
+        return out
+
+    def new_configs(self, limit: int) -> int:
+        """How many new configurations to draw now: at most ``limit``, within the budget."""
+        n = limit
+        if self.asha.num_configs is not None:
+            n = min(n, self.asha.num_configs - self.sampled)
+        n = min(n, int((self.asha.max_epochs - self.spent + 1e-9) // self.asha.cost(0)))
+        return max(0, n)
+
+    def plan(self, rung: int, trial_ids: Sequence[str], drawn: int = 0) -> None:
+        """Notes a plan: ``trial_ids`` to train to ``rung``, ``drawn`` of them new."""
+        self.planned[rung].update(trial_ids)
+        self.spent += self.asha.cost(rung) * len(trial_ids)
+        self.sampled += drawn
+        self.plans += 1
+
+    def record(self, trial_id: str, rung: int, score: float | None) -> None:
+        self.results[rung].append((trial_id, score))
