@@ -4,14 +4,14 @@ PYTEST_WORKERS ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint clean
+.PHONY: install run test lint docs clean
 
 $(PY):
 	python3 -m venv $(VENV)
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev,ray]'
+	$(PY) -m pip install -e '.[dev,ray,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,6 +26,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# The manual (docs/, mkdocs.yml) as a site in site/; --strict: a broken link fails the build.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist *.egg-info
+	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist site *.egg-info
 	touch outputs/.gitkeep

@@ -840,14 +840,12 @@ def render(manifest: dict[str, Any]) -> str:
 
 
 def section_benchmarks(path: Path) -> list[str]:
-    """docs/BENCHMARKS.md (bench_pack and bench_search figures) as a section of its own."""
-    body = path.read_text().splitlines()
-    title, rest = body[0].lstrip("# "), body[1:]
-    out, fenced = [f"## {title}", "", f"Copied from [{path.name}]({path.name})."], False
-    for line in rest:
-        fenced ^= line.startswith("```")
-        out.append(f"#{line}" if line.startswith("#") and not fenced else line)
-    return [*out, ""]
+    """A pointer to docs/BENCHMARKS.md (bench_pack and bench_search figures): each figure is
+    written once, there."""
+    title = path.read_text().splitlines()[0].lstrip("# ")
+    return [f"## {title}", "",
+            f"Recorded by hand, with their commands and dates, in [{path.name}]({path.name}).",
+            ""]
 
 
 def copy_figures(manifest: dict[str, Any]) -> None:

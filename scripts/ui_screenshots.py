@@ -1,6 +1,6 @@
 """Screenshots of the MLflow UI over a fresh sweep: python scripts/ui_screenshots.py [--out DIR].
 
-Runs the README's four-strategy sweep into a store of its own, serves it with
+Runs docs/tracking.md's four-strategy sweep into a store of its own, serves it with
 ``mlflow server`` on loopback, and drives headless Chromium through the DevTools protocol:
 
 - ``runs.png``: the experiment's runs table with every parent's trials unfolded;

@@ -25,7 +25,7 @@ from packexp.schedulers import Hyperband
 from tests.helpers import packexp as run_cli
 
 QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking
-# Scores compared exactly: plain packs, no XLA (README, "Isolation").
+# Scores compared exactly: plain packs, no XLA (docs/isolation.md).
 PLAIN = {"fusion": "off", "jit_compile": False}
 SPACE = {"params": {"batch_size": [32, 64], "optimizer": ["adam", "sgd"],
                     "learning_rate": {"kind": "float", "low": 1.0e-3, "high": 1.0e-1,

@@ -28,10 +28,10 @@ def readme_command(readme: Path) -> list[str]:
     return shlex.split(command.split("#")[0])
 
 
-def test_the_readmes_show_one_command():
-    """README.md's "Your own model" and the example's README run the example alike."""
+def test_the_docs_and_the_readme_show_one_command():
+    """docs/own-model.md and the example's README run the example alike."""
     command = readme_command(OWN_MODEL / "README.md")
-    assert shlex.join(command) in (ROOT / "README.md").read_text()
+    assert shlex.join(command) in (ROOT / "docs" / "own-model.md").read_text()
     assert "hydra.searchpath=[file://conf]" in command
 
 

@@ -1,4 +1,4 @@
-"""The fault battery (README, "Failures"): each fault on a real search loses no finished
+"""The fault battery (docs/failures.md): each fault on a real search loses no finished
 member's score, prints one line naming the cause and no traceback, and a resume ends as the
 unbroken search does."""
 

@@ -1,5 +1,5 @@
 """Listeners of a real search: one named in the config hears every event, in order, after
-the journal has made each durable; the CSV listener of the README; bad listeners."""
+the journal has made each durable; the CSV listener of docs/listeners.md; bad listeners."""
 
 from __future__ import annotations
 

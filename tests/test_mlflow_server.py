@@ -28,7 +28,7 @@ EXPERIMENT = "served-sweep"
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
-    """The README's four-strategy multirun (quick size), tracked in a store of its own."""
+    """docs/tracking.md's four-strategy multirun (quick size), tracked in a store of its own."""
     root = tmp_path_factory.mktemp("served")
     out = packexp("-m", f"strategy={','.join(STRATEGIES)}", "experiment=quick",
                   "tracking=mlflow", f"tracking.store_dir={root / 'store'}",

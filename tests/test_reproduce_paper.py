@@ -190,6 +190,18 @@ def test_a_later_table4_subset_keeps_the_earlier_runs(sandbox):
     assert len(manifest["table4"]["runs"]) == 4
 
 
+
+def test_results_point_at_the_benchmarks_rather_than_copy_them(sandbox):
+    """A figure is written once: BENCHMARKS.md's sections stay there."""
+    tmp_path, _, search = sandbox
+    (tmp_path / "docs" / "BENCHMARKS.md").write_text(
+        "# Pack benchmarks\n\n## Step times, 2026-11-22\n\n| a | 1.0 |\n")
+    reproduce.main(["--only", "table4", "--R", "3", "--strategies", "none"], searcher=search)
+    text = (tmp_path / "docs" / "RESULTS.md").read_text()
+    assert "## Pack benchmarks\n\nRecorded by hand, with their commands and dates, in " \
+           "[BENCHMARKS.md](BENCHMARKS.md)." in text
+    assert "Step times" not in text and "| a | 1.0 |" not in text
+
 @pytest.mark.slow
 def test_table4_runs_real_searches(sandbox, monkeypatch):
     """R=1 under both methods, each a real `python -m packexp` process."""

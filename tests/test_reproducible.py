@@ -1,4 +1,4 @@
-"""Same command, same results (README, "Reproducibility"): a command run three times from a
+"""Same command, same results (docs/reproducibility.md): a command run three times from a
 fresh checkout, the first run measuring its calibration, gives identical trials, scores, packs
 and best, for the default, for ``scheduler=asha`` and for ``executor=ray`` with one worker."""
 
