@@ -19,7 +19,7 @@ import contextlib
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from packexp.packing.initial import state_variables
 from packexp.packing.member import Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, general_update
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
+from packexp.packing.stats import PackStats, account
 
 # Programs kept in this process, least recently used dropped first.
 KEEP = 8
@@ -387,3 +388,59 @@ def program_for(members: Sequence[Member], data: DeviceData) -> tuple[LoopedProg
     while len(PROGRAMS) > KEEP:
         PROGRAMS.popitem(last=False)
     return program, True
+
+
+def train_looped(members: Sequence[Member], data: DeviceData, state: LoopedState | None,
+                 remaining: dict[str, int], chunk_steps: int) -> tuple[PackStats, LoopedState]:
+    """Trains a looped pack's members their ``remaining`` steps, ``chunk_steps`` per call of
+    the architecture's program; returns what it measured and the members' stacked state
+    (``state``: the one the pack ended its last call with, None to stack the members')."""
+    program, new = program_for(members, data)
+    state = state or stack_members(members)
+    stats = PackStats(members=sum(not m.idle for m in members), looped=True)
+    if new:
+        stats.trace_s = program.warm_up(data, state)
+    if not program.reported:
+        stats.programs, program.reported = 1, True
+    x, y = data.x_train, data.y_train
+    starts = np.zeros(len(members), np.int64)
+    seeds = tf.constant([m.trial.seed for m in members], tf.int64)
+    batch = max(m.batch_size for m in members)
+    while True:
+        ks = [min(remaining[m.trial_id], chunk_steps) if not m.failed else 0 for m in members]
+        n = max(ks)
+        if n == 0:
+            break
+        idxs = np.zeros((len(members), n, batch), np.int32)
+        for i, (m, k) in enumerate(zip(members, ks, strict=True)):
+            starts[i] = m.step
+            if k:
+                idxs[i, :k, : m.batch_size] = m.next_batches(k)
+        t0 = time.perf_counter()
+        losses, arrays = program.train(x, y, tf.constant(idxs), tf.constant(ks, tf.int32),
+                                       tf.constant(starts), seeds, state.hparams,
+                                       state.arrays())
+        mean_losses = losses.numpy()
+        elapsed = time.perf_counter() - t0
+        state = LoopedState(*arrays, hparams=state.hparams)
+        stats.steps += n
+        stats.train_s += elapsed
+        stats.chunk_step_ms.append(1000 * elapsed / n)
+        account(list(members), ks, mean_losses, remaining)
+    write_members(members, state)
+    return stats, state
+
+
+def looped_evaluator(members: Sequence[Member], data: DeviceData,
+                     state: LoopedState | None) -> tuple[Callable, bool]:
+    """A looped pack's evaluation of a validation batch (each member's correct count and
+    loss sum) and whether its program was traced for it."""
+    program, _ = program_for(members, data)
+    state = state or stack_members(members)
+    traced = program.trace_eval()
+
+    def fn(x, y):
+        return tuple(t.numpy() for t in program.evaluate(
+            x, y, state.weights, state.frozen, state.hparams["choice"]))
+
+    return fn, traced

@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,48 +19,12 @@ from packexp.pack_options import PACK_DEFAULTS, check_choice
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
 from packexp.packing.fused_graph import convolutional, couples_rows
-from packexp.packing.looped import (
-    LoopedState,
-    program_for,
-    stack_members,
-    why_not_looped,
-    write_members,
-)
+from packexp.packing.looped import LoopedState, looped_evaluator, train_looped, why_not_looped
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
+from packexp.packing.stats import Evaluation, PackStats, account
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PackStats:
-    """What one ``Pack.train`` call measured."""
-
-    members: int
-    fused: bool = False
-    looped: bool = False  # one program looping over the members (``packing.looped``)
-    xla: bool = False
-    grouped_conv: str | None = None  # fused packs with grouped convolutions: native or split
-    steps: int = 0
-    train_s: float = 0.0
-    trace_s: float = 0.0  # step functions traced or compiled (and warmed up) for this call
-    programs: int = 0  # step programs traced (and compiled, under XLA) for this call
-    eval_programs: int = 0  # evaluation programs traced (counted by the trainer)
-    switches: int = 0
-    switch_overhead_s: float = 0.0
-    chunk_step_ms: list[float] = field(default_factory=list)
-    group: tuple | None = field(default=None, repr=False)  # the step function last run
-
-    @property
-    def step_time_ms(self) -> float | None:
-        """Median time of one pack step over the chunks run."""
-        return statistics.median(self.chunk_step_ms) if self.chunk_step_ms else None
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    val_accuracy: float | None
-    val_loss: float | None
 
 
 class Pack:
@@ -190,7 +152,7 @@ class Pack:
                 ks = [min(remaining[m.trial_id], self.chunk_steps) if m in active else 0
                       for m in group]
             fn = self._step_fn(group, masked, stats)
-            self._account(group, ks, self._run_chunk(fn, group, ks, stats), remaining)
+            account(group, ks, self._run_chunk(fn, group, ks, stats), remaining)
 
     @property
     def _real(self) -> int:
@@ -228,41 +190,8 @@ class Pack:
         return not self._unlooped_reason
 
     def _train_looped(self, remaining: dict[str, int]) -> PackStats:
-        program, new = program_for(self.members, self.data)
-        state = self._looped_state or stack_members(self.members)
-        stats = PackStats(members=self._real, looped=True)
-        if new:
-            stats.trace_s = program.warm_up(self.data, state)
-        if not program.reported:
-            stats.programs, program.reported = 1, True
-        x, y = self.data.x_train, self.data.y_train
-        starts = np.zeros(len(self.members), np.int64)
-        seeds = tf.constant([m.trial.seed for m in self.members], tf.int64)
-        batch = max(m.batch_size for m in self.members)
-        while True:
-            ks = [min(remaining[m.trial_id], self.chunk_steps) if not m.failed else 0
-                  for m in self.members]
-            n = max(ks)
-            if n == 0:
-                break
-            idxs = np.zeros((len(self.members), n, batch), np.int32)
-            for i, (m, k) in enumerate(zip(self.members, ks, strict=True)):
-                starts[i] = m.step
-                if k:
-                    idxs[i, :k, : m.batch_size] = m.next_batches(k)
-            t0 = time.perf_counter()
-            losses, arrays = program.train(x, y, tf.constant(idxs), tf.constant(ks, tf.int32),
-                                           tf.constant(starts), seeds, state.hparams,
-                                           state.arrays())
-            mean_losses = losses.numpy()
-            elapsed = time.perf_counter() - t0
-            state = LoopedState(*arrays, hparams=state.hparams)
-            stats.steps += n
-            stats.train_s += elapsed
-            stats.chunk_step_ms.append(1000 * elapsed / n)
-            self._account(self.members, ks, mean_losses, remaining)
-        write_members(self.members, state)
-        self._looped_state = state
+        stats, self._looped_state = train_looped(self.members, self.data, self._looped_state,
+                                                 remaining, self.chunk_steps)
         return stats
 
     def _fused_xla(self, steps: int) -> bool:
@@ -304,7 +233,7 @@ class Pack:
             stats.steps += n
             stats.train_s += elapsed
             stats.chunk_step_ms.append(1000 * elapsed / n)
-            self._account(self.members, ks, mean_losses, remaining)
+            account(self.members, ks, mean_losses, remaining)
         fused.write_back()
         return stats
 
@@ -320,19 +249,6 @@ class Pack:
             coupled = self._couples_rows[id(member.model)] = couples_rows(member.model)
         return not coupled
 
-    def _account(self, group: list[Member], ks: list[int], mean_losses: np.ndarray,
-                 remaining: dict[str, int]) -> None:
-        """Advances step counters after a chunk and marks members whose loss diverged."""
-        for m, k, loss in zip(group, ks, mean_losses, strict=True):
-            if k == 0:
-                continue
-            m.step += k
-            remaining[m.trial_id] -= k
-            m.train_loss = float(loss)
-            if not math.isfinite(loss):
-                m.failed = True
-                log.info("member %s diverged (loss %s); it stops training", m.trial_id, loss)
-
     def evaluate(self) -> dict[str, Evaluation]:
         """Each member's validation accuracy and loss; None for failed members."""
         out = {m.trial_id: Evaluation(None, None) for m in self.members if m.failed}
@@ -343,13 +259,7 @@ class Pack:
             traced = self._fused.trace_eval()
         elif self.looped:
             scored = self.members
-            program, _ = program_for(scored, self.data)
-            state = self._looped_state or stack_members(scored)
-            traced = program.trace_eval()
-
-            def fn(x, y):
-                return tuple(t.numpy() for t in program.evaluate(
-                    x, y, state.weights, state.frozen, state.hparams["choice"]))
+            fn, traced = looped_evaluator(scored, self.data, self._looped_state)
         else:  # every member, idle and failed ones included: one program for the pack
             scored = self.members
             positions = tuple(range(len(scored)))
