@@ -7,14 +7,15 @@ from typing import Any
 
 
 def positive_int(key: str, value: Any, minimum: int = 1, optional: bool = False,
-                 error: type[Exception] = ValueError) -> Any:
+                 error: type[Exception] = ValueError, why: str = "") -> Any:
     """``value`` if it is an integer at least ``minimum`` (or None, when ``optional``);
-    raises ``error`` naming ``key`` otherwise. A bool is not an integer here."""
+    raises ``error`` naming ``key`` otherwise (``why`` ends its message). A bool is not an
+    integer here."""
     if optional and value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         null = "null or " if optional else ""
-        raise error(f"{key}={value!r}: must be {null}an integer >= {minimum}")
+        raise error(f"{key}={value!r}: must be {null}an integer >= {minimum}{why}")
     return value
 
 

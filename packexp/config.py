@@ -12,6 +12,7 @@ import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
+from packexp.checks import positive_int
 from packexp.errors import ConfigError
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
@@ -150,8 +151,7 @@ def check_space(space: SearchSpace) -> None:
                               f"it must be {allowed} (a plain list is kind=choice)")
     batch_size = space.dims["batch_size"]
     for b in batch_size.values if isinstance(batch_size, Choice) else [batch_size.low]:
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ConfigError(f"search_space.params.batch_size: {b!r} is not a positive integer")
+        positive_int("search_space.params.batch_size", b, error=ConfigError)
     for o in space.params["optimizer"]:
         if o not in OPTIMIZERS:
             raise ConfigError(f"search_space.params.optimizer: {o!r} is not one of "

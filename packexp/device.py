@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from packexp.checks import positive_int
 from packexp.config import model_hparams
 from packexp.errors import ConfigError
 from packexp.files import write_json
@@ -27,9 +28,7 @@ def apply_threads(device: Any) -> None:
     runtime starts; a process whose runtime already runs keeps its counts (logged)."""
     intra, inter = device.get("intra_op_threads"), device.get("inter_op_threads")
     for key, value in (("intra_op_threads", intra), ("inter_op_threads", inter)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ConfigError(f"device.{key}={value!r}: must be null or an integer >= 1")
+        positive_int(f"device.{key}", value, optional=True, error=ConfigError)
     if intra is None and inter is None:
         return
     import tensorflow as tf

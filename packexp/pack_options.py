@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+from packexp.checks import positive_int
 from packexp.optim import RULES
 
 # Each setting's values; ``pack:`` in conf/config.yaml says what they mean.
@@ -62,8 +63,7 @@ def check_setting(setting: str, value: Any) -> None:
         check_choice(setting, value)
         return
     least, why = LEAST[setting]
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{setting}={value!r}: must be an integer >= {least}{why}")
+    positive_int(setting, value, least, why=why)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ LR_LOG = {"kind": "float", "low": 1e-4, "high": 1e-1, "log": True}
          "search_space.params.batch_size: kind=float is not allowed; it must be kind=choice or "
          "kind=int (a plain list is kind=choice)"),
         ({"batch_size": {"kind": "int", "low": 0, "high": 64, "step": 16}},
-         "search_space.params.batch_size: 0 is not a positive integer"),
+         "search_space.params.batch_size=0: must be an integer >= 1"),
         ({"optimizer": {"kind": "int", "low": 0, "high": 3}},
          "search_space.params.optimizer: kind=int is not allowed; it must be kind=choice "
          "(a plain list is kind=choice)"),
@@ -145,7 +145,7 @@ def test_readme_example_overrides_compose():
         (["task=train"], r"^task='train'"),
         (["search_space.params.optimizer=[]"], r"search_space\.params\.optimizer=\[\]"),
         (["search_space.params.optimizer=[adam,rmsprops]"], r"'rmsprops' is not one of"),
-        (["search_space.params.batch_size=[0]"], r"batch_size: 0 is not a positive"),
+        (["search_space.params.batch_size=[0]"], r"batch_size=0: must be an integer >= 1"),
         pytest.param(["search_space.params.activation=[relu,swish]"],
                      r"model: .*activation='swish'", marks=pytest.mark.tf),
         (["+search_space.params.lr_schedule=[cosine,warmup]"],

@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from packexp.checks import positive_int
 from packexp.data import Dataset, split
 from packexp.errors import ConfigError
 
@@ -61,8 +62,7 @@ def load(
     Returns:
         uint8 ``[n, 32, 32, 3]`` images and int32 labels.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"dataset.limit={limit!r}: must be an integer >= 1 or null")
+    positive_int("dataset.limit", limit, optional=True, error=ConfigError)
     source = _find(path)
     wanted = TRAIN_BATCHES if val_fraction is not None else (*TRAIN_BATCHES, TEST_BATCH)
     batches = dict(_read(source, wanted))

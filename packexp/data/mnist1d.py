@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from packexp.checks import positive_int
 from packexp.data import Dataset
 from packexp.files import atomic_file
 
@@ -32,9 +33,7 @@ def load(num_samples: int = 5000, train_split: float = 0.8,
             runs in); null makes them every time.
         seed: The package's seed: the signals' shifts, scales, shears and noise.
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 20:
-        raise ValueError(f"num_samples={num_samples!r}: must be an integer of at least 20 "
-                         "(two per digit)")
+    positive_int("num_samples", num_samples, 20, why=" (two per digit)")
     if not 0 < train_split < 1:
         raise ValueError(f"train_split={train_split!r}: must be between 0 and 1")
     kept = _kept_file(cache_dir, num_samples, train_split, seed)

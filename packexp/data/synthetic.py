@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from packexp.checks import positive_int
 from packexp.data import Dataset
 
 
@@ -30,8 +31,7 @@ def load(
         raise ValueError(f"shape={list(shape)}: must be [features] or [height, width, channels]")
     for key, value in (("num_classes", num_classes), ("train_size", train_size),
                        ("val_size", val_size)):
-        if value < 1:
-            raise ValueError(f"{key}={value!r}: must be >= 1")
+        positive_int(key, value)
     rng = np.random.default_rng(seed)
     n = train_size + val_size
     if len(shape) == 3:

@@ -8,6 +8,7 @@ from typing import Any
 
 import keras
 
+from packexp.checks import positive_int
 from packexp.models.activation import SelectActivation
 
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
@@ -40,8 +41,7 @@ def build(
         raise ValueError(f"activation={activation!r}: mlp3 knows {list(ACTIVATIONS)}")
     width, depth = hparams.get("width", width), hparams.get("depth", depth)
     for key, value in (("width", width), ("depth", depth)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}={value!r}: must be an integer >= 1")
+        positive_int(key, value)
     layers: list[keras.layers.Layer] = [keras.Input(tuple(input_shape))]
     if len(input_shape) > 1:
         layers.append(keras.layers.Flatten())

@@ -11,10 +11,11 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from packexp.checks import is_number as finite
+from packexp.checks import positive_int
 from packexp.data import Dataset
 from packexp.packing import DeviceData, Member
 from packexp.packing.data import Preprocessing
-from packexp.profile.checks import finite, positive_int
 from packexp.search_space import Trial, derive_seed
 
 MB = 2**20

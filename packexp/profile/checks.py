@@ -1,19 +1,13 @@
-"""Checks of a profile's settings: whole numbers, lists of them, finite values, batch sizes."""
+"""Checks of a profile's settings: lists of whole numbers and batch sizes (single values:
+``packexp.checks``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from packexp.data import Dataset
 from packexp.errors import ConfigError
-
-
-def positive_int(key: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key}={value!r}: must be an integer >= {minimum}")
-    return value
 
 
 def int_list(key: str, values: Any, minimum: int = 1) -> tuple[int, ...]:
@@ -24,10 +18,6 @@ def int_list(key: str, values: Any, minimum: int = 1) -> tuple[int, ...]:
             isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in values):
         raise ValueError(f"{key}={values!r}: must be a non-empty list of integers >= {minimum}")
     return tuple(sorted(set(values)))
-
-
-def finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_batch_sizes(batch_sizes: Sequence[int], dataset: Dataset) -> None:

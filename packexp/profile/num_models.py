@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packexp.checks import positive_int
 from packexp.profile.base import Profile, ProfileContext
-from packexp.profile.checks import int_list, positive_int
+from packexp.profile.checks import int_list
 from packexp.profile.figures import title
 from packexp.profile.sweep import SWEEP_COLUMNS, plot_sweep, sweep_identical
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from packexp.checks import positive_int
 from packexp.packing import Pack
 from packexp.profile.base import Profile, ProfileContext
-from packexp.profile.checks import int_list, positive_int
+from packexp.profile.checks import int_list
 from packexp.profile.figures import figure, save, title
 from packexp.profile.timing import balanced
 from packexp.search_space import Trial

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from packexp.checks import positive_int
 from packexp.errors import ConfigError
 from packexp.samplers import Observation, Sampler
 from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
@@ -38,10 +39,7 @@ class TpeSampler(Sampler):
         if not 0 <= random_fraction <= 1:
             raise ConfigError(f"sampler.random_fraction={random_fraction!r}: must be between "
                               "0 and 1")
-        if min_points is not None and (isinstance(min_points, bool)
-                                       or not isinstance(min_points, int) or min_points < 2):
-            raise ConfigError(f"sampler.min_points={min_points!r}: must be null or an "
-                              "integer of at least 2")
+        positive_int("sampler.min_points", min_points, 2, optional=True, error=ConfigError)
         self.random_fraction = random_fraction
         self.min_points = min_points
 
