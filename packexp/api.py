@@ -213,6 +213,9 @@ def compose(args: list[str]) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra.errors import HydraException
 
+    from packexp.config import register_resolvers
+
+    register_resolvers()
     try:
         return hydra_compose("config", overrides=args, return_hydra_config=True)
     except HydraException as e:

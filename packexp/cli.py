@@ -16,6 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from packexp import conf_dir
+from packexp.config import register_resolvers
 from packexp.errors import ConfigError, ExecutorError
 from packexp.interrupts import exit_interrupted, job_resume_command, sigterm_interrupts
 from packexp.tracking import TrackingError
@@ -25,6 +26,7 @@ PLACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
 
 # The configs (an absolute path: this module is imported, not run as a script).
 CONF = conf_dir()
+register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")

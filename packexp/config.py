@@ -3,6 +3,7 @@ arguments the parts take, and every bad value stopped with one line naming its k
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,30 @@ from packexp.checks import positive_int
 from packexp.errors import ConfigError
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
+
+def constructor_default(*, _parent_: DictConfig, _node_: Any) -> Any:
+    """``${default:}`` in a config file: the default its node's ``_target_`` gives the key,
+    read from the signature, so each default is written once, in the code (a tuple reads
+    as a list)."""
+    key = _node_._key()
+    target = _parent_.get("_target_")
+    if target is None:
+        raise ConfigError(f"{key}: ${{default:}} needs a _target_ beside it")
+    parameter = inspect.signature(hydra.utils.get_object(target)).parameters.get(key)
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        raise ConfigError(f"{key}: ${{default:}}, but {target} has no default for {key}")
+    if isinstance(parameter.default, tuple):  # a config node, so it resolves in place too
+        return OmegaConf.create(list(parameter.default))
+    return parameter.default
+
+
+def register_resolvers() -> None:
+    """Lets configs use ``${default:}``; before Hydra resolves anything (``--cfg job
+    --resolve``), and on importing this module."""
+    OmegaConf.register_new_resolver("default", constructor_default, replace=True)
+
+
+register_resolvers()
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
 PREPROCESS_KEYS = ("mean", "std", "crop_padding", "flip")

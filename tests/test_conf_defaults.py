@@ -1,0 +1,89 @@
+"""One source per default: a config file's key whose value is its ``_target_``'s default says
+``${default:}``, which reads the default from the signature (``config.constructor_default``)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import hydra
+import pytest
+from omegaconf import OmegaConf
+
+from packexp.config import instantiate
+from packexp.errors import ConfigError
+from tests.helpers import CONF_DIR
+
+FILES = sorted(Path(CONF_DIR).glob("*/*.yaml"))
+
+
+def _targeted(path: Path) -> tuple[str, dict] | None:
+    node = OmegaConf.to_container(OmegaConf.load(path))
+    return (node["_target_"], node) if isinstance(node, dict) and "_target_" in node else None
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_config_file_writes_a_default_its_code_writes(path):
+    """A literal equal to the constructor's default is a second source that can drift (as
+    sampler=tpe's random_fraction did, 0.333 against 1/3). A null for a file path a user
+    must give stays written: it says "give me one"."""
+    targeted = _targeted(path)
+    if targeted is None:
+        pytest.skip("no _target_")
+    target, node = targeted
+    parameters = inspect.signature(hydra.utils.get_object(target)).parameters
+    repeated = []
+    for key, value in node.items():
+        p = parameters.get(key)
+        if key.startswith("_") or p is None or p.default is inspect.Parameter.empty:
+            continue
+        if value is None and key in ("path", "target", "features"):
+            continue
+        default = list(p.default) if isinstance(p.default, tuple) else p.default
+        if value == default:
+            repeated.append(key)
+    assert not repeated, f"{path.name}: write {repeated} as ${{default:}}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_default_key_resolves_to_its_constructors_default(path):
+    targeted = _targeted(path)
+    if targeted is None:
+        pytest.skip("no _target_")
+    target, node = targeted
+    parameters = inspect.signature(hydra.utils.get_object(target)).parameters
+    cfg = OmegaConf.load(path)
+    for key, value in node.items():
+        if value == "${default:}":
+            default = parameters[key].default
+            got = cfg[key]  # only this key: others may name the root's (${seed})
+            got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
+            assert got == (list(default) if isinstance(default, tuple) else default)
+
+
+def test_a_default_key_can_be_overridden_and_resolves_in_place():
+    cfg = OmegaConf.create({"scheduler": {
+        "_target_": "packexp.schedulers.hyperband.Hyperband", "R": 9, "eta": "${default:}",
+        "continue_on_promotion": "${default:}", "lr_horizon": "${default:}"}})
+    assert instantiate(cfg.scheduler, "scheduler").eta == 3
+    cfg.scheduler.eta = 2
+    assert instantiate(cfg.scheduler, "scheduler").eta == 2
+    profile = OmegaConf.create({"_target_": "packexp.profile.memory.MemoryProfile",
+                                "num_models": "${default:}"})
+    OmegaConf.resolve(profile)  # what --cfg job --resolve does
+    assert list(profile.num_models) == [1, 2]
+
+
+@pytest.mark.parametrize(("node", "message"), [
+    ({"width": "${default:}"}, "width: ${default:} needs a _target_ beside it"),
+    ({"_target_": "packexp.models.mlp3.build", "nonesuch": "${default:}"},
+     "nonesuch: ${default:}, but packexp.models.mlp3.build has no default for nonesuch"),
+])
+def test_a_default_key_without_one_is_one_line_naming_it(node, message):
+    cfg = OmegaConf.create({"model": node})
+    with pytest.raises(Exception) as info:
+        OmegaConf.to_container(cfg, resolve=True)
+    error = info.value
+    while error is not None and not isinstance(error, ConfigError):
+        error = error.__cause__ or error.__context__
+    assert error is not None and str(error) == message
