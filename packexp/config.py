@@ -18,6 +18,7 @@ from packexp.errors import ConfigError
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
 
+
 def constructor_default(*, _parent_: DictConfig, _node_: Any) -> Any:
     """``${default:}`` in a config file: the default its node's ``_target_`` gives the key,
     read from the signature, so each default is written once, in the code (a tuple reads

@@ -164,6 +164,17 @@ class TrialRecord:
                 "bracket": self.bracket, "status": self.status, "rungs": rungs,
                 "packs": [r.pack_id for r in self.rungs]}
 
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> TrialRecord:
+        """Reads ``to_dict``'s form back; a field it lacks takes its default (a rung's
+        checkpoint, None)."""
+        bracket = record.get("bracket", 0)
+        rungs = [RungResult.from_dict({"checkpoint": None, **r, "bracket": bracket,
+                                       "trial_id": record["trial_id"]})
+                 for r in record.get("rungs", ())]
+        return cls(record["trial_id"], dict(record["hparams"]), bracket,
+                   record.get("status", "running"), rungs)
+
 
 # Events, in the order a search emits them.
 

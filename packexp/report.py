@@ -10,17 +10,19 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                   lost: str | None = None) -> None:
     from rich.table import Table
 
-    rows = sorted(
-        ((r["val_accuracy"], r["epochs"], t) for t in results["trials"] for r in t["rungs"][-1:]
-         if r["val_accuracy"] is not None),
-        key=lambda row: (-row[0], -row[1]))[:top_k]
+    from packexp.results import records
+
+    trials, _ = records(results)
+    rows = sorted(((t.last.val_accuracy, t.last.epochs, t) for t in trials
+                   if t.last and t.last.val_accuracy is not None),
+                  key=lambda row: (-row[0], -row[1]))[:top_k]
     table = Table(title=f"Best configurations ({results['strategy']} packing, "
                         f"{results['model']} on {results['dataset']}, seed {results['seed']})")
-    names = list(results["trials"][0]["hparams"]) if results["trials"] else []
+    names = list(trials[0].hparams) if trials else []
     for column in ["trial", *names, "epochs", "val_accuracy"]:
         table.add_column(column, justify="right" if column != "trial" else "left")
     for acc, epochs, trial in rows:
-        table.add_row(trial["trial_id"], *(_cell(trial["hparams"][n]) for n in names),
+        table.add_row(trial.trial_id, *(_cell(trial.hparams[n]) for n in names),
                       f"{epochs:g}", f"{acc:.4f}")
     console = _console(160)
     console.print(table)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from packexp.events import PackRecord
+from packexp.events import PackRecord, TrialRecord
 
 # A pack's time by phase, in its record and summed over the search (see README).
 PHASES = PackRecord.PHASES
@@ -34,6 +34,13 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: dic
             "anytime": anytime(trials, packs),
             "trials": [t.to_dict() for t in trials], "packs": [p.to_dict() for p in packs],
             "best": best}
+
+
+def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRecord]]:
+    """``results.json``'s trials and packs read back as their records (``events``), the one
+    definition of their fields."""
+    return ([TrialRecord.from_dict(t) for t in results["trials"]],
+            [PackRecord.from_dict(p) for p in results["packs"]])
 
 
 def anytime(trials: Sequence[Any], packs: Sequence[PackRecord]) -> list[dict[str, Any]]:
@@ -109,25 +116,26 @@ def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     Returns:
         The speedup and both times in seconds, or {} when the run has no singleton pack.
     """
-    trials = {t["trial_id"]: t for t in results["trials"]}
+    trial_list, packs = records(results)
+    trials = {t.trial_id: t for t in trial_list}
     alone: dict[int, list[float]] = {}
-    for pack in results["packs"]:
-        if len(pack["members"]) == 1 and pack["steps"] > 0 and pack["train_s"] > 0:
-            batch = trials[pack["members"][0]]["hparams"]["batch_size"]
-            alone.setdefault(batch, []).append(pack["train_s"] / pack["steps"])
+    for pack in packs:
+        if len(pack.members) == 1 and pack.steps > 0 and pack.train_s > 0:
+            batch = trials[pack.members[0]].hparams["batch_size"]
+            alone.setdefault(batch, []).append(pack.train_s / pack.steps)
     if not alone:
         return {}
     sizes = sorted(alone)
     per_step = [float(np.median(alone[b])) for b in sizes]
     sequential = packed = 0.0
-    for pack in results["packs"]:
-        packed += pack["train_s"]
-        for member in pack["members"]:
-            rungs = trials[member]["rungs"]
-            i = next(k for k, r in enumerate(rungs) if r["pack_id"] == pack["pack_id"])
-            before = rungs[i - 1]["steps"] if i and results.get("continue_on_promotion") else 0
-            batch = trials[member]["hparams"]["batch_size"]
-            sequential += (rungs[i]["steps"] - before) * float(np.interp(batch, sizes, per_step))
+    for pack in packs:
+        packed += pack.train_s
+        for member in pack.members:
+            rungs = trials[member].rungs
+            i = next(k for k, r in enumerate(rungs) if r.pack_id == pack.pack_id)
+            before = rungs[i - 1].steps if i and results.get("continue_on_promotion") else 0
+            batch = trials[member].hparams["batch_size"]
+            sequential += (rungs[i].steps - before) * float(np.interp(batch, sizes, per_step))
     if packed <= 0:
         return {}
     return {"speedup_vs_sequential_estimate": sequential / packed,

@@ -22,6 +22,7 @@ from omegaconf import open_dict
 from packexp import plots, telemetry
 from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
+from packexp.events import PackRecord, RungResult, TrialRecord
 from packexp.results import speedup_metrics
 from packexp.run import run
 from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
@@ -404,18 +405,18 @@ def test_resource_sampler_reads_host_rss_and_the_gpu_when_there_is_one(monkeypat
 
 
 def test_speedup_estimate_by_hand():
-    trials = [
-        {"trial_id": "a", "hparams": {"batch_size": 20},
-         "rungs": [{"pack_id": "p0", "steps": 100}, {"pack_id": "p1", "steps": 300}]},
-        {"trial_id": "b", "hparams": {"batch_size": 40}, "rungs": [{"pack_id": "p0", "steps": 50}]},
-        {"trial_id": "c", "hparams": {"batch_size": 30}, "rungs": [{"pack_id": "p0", "steps": 70}]},
-        {"trial_id": "d", "hparams": {"batch_size": 40}, "rungs": [{"pack_id": "p2", "steps": 50}]},
-    ]
-    packs = [
-        {"pack_id": "p0", "members": ["a", "b", "c"], "steps": 100, "train_s": 0.5},
-        {"pack_id": "p1", "members": ["a"], "steps": 200, "train_s": 0.2},   # 1 ms a step at 20
-        {"pack_id": "p2", "members": ["d"], "steps": 50, "train_s": 0.15},   # 3 ms a step at 40
-    ]
+    def trial(trial_id, batch_size, *rungs):
+        return TrialRecord(trial_id, {"batch_size": batch_size}, 0, "finished", [
+            RungResult(trial_id, 0, i, 1.0, steps, 0.5, 1.0, 1.0, pack_id, None)
+            for i, (pack_id, steps) in enumerate(rungs)]).to_dict()
+
+    trials = [trial("a", 20, ("p0", 100), ("p1", 300)), trial("b", 40, ("p0", 50)),
+              trial("c", 30, ("p0", 70)), trial("d", 40, ("p2", 50))]
+    packs = [PackRecord(pack_id, 0, 0, 1.0, members, steps=steps, train_s=train_s).to_dict()
+             for pack_id, members, steps, train_s in [
+                 ("p0", ["a", "b", "c"], 100, 0.5),
+                 ("p1", ["a"], 200, 0.2),   # 1 ms a step at 20
+                 ("p2", ["d"], 50, 0.15)]]  # 3 ms a step at 40
     results = {"trials": trials, "packs": packs, "continue_on_promotion": True}
     # Alone: a 100 steps x 1 ms, b 50 x 3 ms, c 70 x 2 ms (interpolated), plus p1 and p2.
     sequential = 0.1 + 0.15 + 0.14 + 0.2 + 0.15
