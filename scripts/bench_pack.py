@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from rich.console import Console
 from rich.table import Table
 
+from packexp.config import register_resolvers
 from packexp.data import digits, synthetic
 from packexp.models import needs_images
 from packexp.packing import DeviceData, Member, Pack
@@ -127,6 +128,7 @@ def main() -> None:
 
     conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        register_resolvers()
         cfg = compose(config_name="config", overrides=[f"model={args.model}", *args.override])
     build = instantiate(cfg.model)
     if not needs_images(build):

@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from PIL import Image
 
+from packexp.config import register_resolvers
 from packexp.data import cifar10
 from packexp.search_space import Trial, derive_seed
 
@@ -70,6 +71,7 @@ def compose_config(overrides: list[str] | None = None, *,
 @functools.cache
 def _composed(overrides: tuple[str, ...]) -> DictConfig:
     # A composition takes ~0.2 s and tests repeat override lists; callers get copies.
+    register_resolvers()  # ${default:}, as python -m packexp and packexp.tune register it
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
