@@ -60,42 +60,60 @@ class Search(Protocol):
     A synchronous scheduler samples a bracket and trains it rung by rung; an asynchronous one
     draws, plans, dispatches and collects packs itself as workers free up."""
 
-    def sample(self, bracket: Bracket) -> list[Trial]: ...
+    def sample(self, bracket: Bracket) -> list[Trial]:
+        """Draws ``bracket``'s configurations (a synchronous scheduler's first step)."""
 
     def train_rung(self, bracket: Bracket, rung: int, trials: list[Trial],
-                   epochs: float) -> Mapping[str, float | None]: ...
+                   epochs: float) -> Mapping[str, float | None]:
+        """Packs, trains and scores ``trials`` to ``epochs``; each one's validation accuracy,
+        None if it failed."""
 
     @property
-    def max_members(self) -> int: ...
+    def max_members(self) -> int:
+        """The most members a pack may hold."""
 
-    def trial(self, trial_id: str) -> Trial: ...
+    def trial(self, trial_id: str) -> Trial:
+        """A configuration ``draw`` drew, by id."""
 
-    def draw(self, n: int, salt: int, first: int) -> list[Trial]: ...
+    def draw(self, n: int, salt: int, first: int) -> list[Trial]:
+        """``n`` new configurations, named ``t<first>`` on, seeded by ``salt``."""
 
     def plan(self, bracket: Bracket, rung: int, trials: list[Trial], key: str,
-             sampled: bool = False) -> list[Queued]: ...
+             sampled: bool = False) -> list[Queued]:
+        """Packs ``trials`` for ``rung`` and journals the plan as ``key``; its packs."""
 
-    def free(self) -> bool: ...
+    def free(self) -> bool:
+        """Whether a worker can take a pack now."""
 
-    def busy(self) -> bool: ...
+    def busy(self) -> bool:
+        """Whether a dispatched pack is still to come back."""
 
-    def dispatch(self, queued: Queued) -> None: ...
+    def dispatch(self, queued: Queued) -> None:
+        """Sends a planned pack to a free worker."""
 
-    def collect(self, bracket: Bracket) -> tuple[int, Mapping[str, float | None]]: ...
+    def collect(self, bracket: Bracket) -> tuple[int, Mapping[str, float | None]]:
+        """Waits for the next pack, commits it; its rung and its members' scores."""
 
-    def release_states(self) -> None: ...
+    def release_states(self) -> None:
+        """Forgets the end states held in memory (later rungs read checkpoints)."""
 
-    def retire(self, trial_id: str, status: str) -> None: ...
+    def retire(self, trial_id: str, status: str) -> None:
+        """Ends a trial as ``finished``, ``killed`` or ``failed``."""
 
-    def cancel(self) -> None: ...
+    def cancel(self) -> None:
+        """Drops the packs not yet trained: the search is ending."""
 
-    def replayed_plans(self) -> list[KeyedPlan]: ...
+    def replayed_plans(self) -> list[KeyedPlan]:
+        """On resume: the journaled plans, in order."""
 
-    def replayed_results(self) -> list[Any]: ...
+    def replayed_results(self) -> list[Any]:
+        """On resume: the journaled results (``events.RungResult``), in order."""
 
-    def restore(self, result: Any) -> None: ...
+    def restore(self, result: Any) -> None:
+        """On resume: puts a journaled result back in the search's book."""
 
-    def requeue(self, bracket: Bracket) -> list[Queued]: ...
+    def requeue(self, bracket: Bracket) -> list[Queued]:
+        """On resume: the journaled plans' packs still to train."""
 
 
 class Scheduler(abc.ABC):
