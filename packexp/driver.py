@@ -81,8 +81,8 @@ class PackedSearch:
     started: float = field(default_factory=time.perf_counter)
     session: int = 0  # resumes before this one: started_s and elapsed_s restart each session
     first_pack_at: float | None = None  # time.time() when the first pack began
-    _last: dict[int, list[str]] = field(default_factory=dict)
     replayed: Replayed = field(default_factory=Replayed)  # the journal a resume read
+    _last: dict[int, list[str]] = field(default_factory=dict)
     _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
     _drawn: dict[str, Trial] = field(default_factory=dict)  # configurations ``draw`` drew
     _sent: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # in flight
