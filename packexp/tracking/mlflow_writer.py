@@ -147,11 +147,17 @@ class MlflowWriter:
     def warm_up(self) -> None:
         """Imports what a tracker's start needs (the default sqlite store's too) and finds
         the source tags, before any tracker asks."""
-        import mlflow.data.code_dataset_source
-        import mlflow.store.tracking.sqlalchemy_store
-        import mlflow.tracking  # noqa: F401
-
-        self._source = source_tags()
+        # MLflow's import makes half a million objects and no garbage: collections during it
+        # cost a third of its CPU, and later ones need not look at them again.
+        gc.disable()
+        try:
+            import mlflow.data.code_dataset_source
+            import mlflow.store.tracking.sqlalchemy_store
+            import mlflow.tracking  # noqa: F401
+        finally:
+            gc.freeze()
+            gc.enable()
+        self._source = source_tags()  # after: its git objects are garbage, to be collected
 
     def serve(self, inbox: queue.SimpleQueue) -> None:
         """Applies the queued calls until the tracker closes the queue or dies: in order for
@@ -454,11 +460,8 @@ def main(fd: int, main_file: str) -> None:
     packexp_log.setLevel(logging.INFO)
     packexp_log.propagate = False
     writer = MlflowWriter(post)
-    gc.disable()  # MLflow's import makes half a million objects and no garbage: a third
-    with contextlib.suppress(Exception):  # of its CPU went on collections finding none
-        writer.warm_up()  # a failure here is met again, and told, at start
-    gc.freeze()  # nor need a later collection look at them again
-    gc.enable()
+    with contextlib.suppress(Exception):  # a failure here is met again, and told, at start
+        writer.warm_up()
     writer.serve(inbox)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -34,7 +34,7 @@ class WriterProcess:
         root = str(Path(__file__).resolve().parents[2])  # the writer imports this packexp
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self._process = subprocess.Popen(
-            # No garbage collection while the writer imports (main turns it back on).
+            # No garbage collection while the writer imports (its warm-up turns it back on).
             [sys.executable, "-c", "import gc, sys; gc.disable(); from "
              "packexp.tracking.mlflow_writer import main; main(int(sys.argv[1]), sys.argv[2])",
              str(theirs.fileno()),
