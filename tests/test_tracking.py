@@ -7,12 +7,15 @@ import http.server
 import json
 import logging
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -595,6 +598,63 @@ def test_the_calls_reach_the_store_in_order_and_end_waits_for_them(tmp_path):
     assert (t1.info.status, t1.data.tags["outcome"]) == ("KILLED", "cut")
     assert t0.data.params == {"lr": "0.1"} and "val_loss" not in t0.data.metrics
     assert [i.dataset.name for i in t0.inputs.dataset_inputs] == ["tiny", "tiny"]
+
+
+def journal_mode(database: Path) -> str:
+    with closing(sqlite3.connect(database)) as db:
+        return db.execute("PRAGMA journal_mode").fetchone()[0]
+
+
+def test_a_local_store_is_kept_in_wal_and_its_file_alone_holds_an_ended_run(tmp_path):
+    tracker = MlflowTracker(store_dir=str(tmp_path / "store"), sample_interval_s=None)
+    tracker.start("r", {"seed": 0}, {})
+    tracker.log_trial_rung("t0", {"lr": 0.1}, {"rung": 0}, 1, {"val_accuracy": 0.5})
+    tracker.end_trial("t0", "KILLED")
+    tracker.end()
+    database = tmp_path / "store" / "mlflow.db"
+    assert journal_mode(database) == "wal"
+    (tmp_path / "copy").mkdir()
+    shutil.copy(database, tmp_path / "copy")  # without mlflow.db-wal: the run's end copied it in
+    client, parent, trials = runs_in(tmp_path / "copy")
+    assert parent.info.status == "FINISHED" and parent.data.params == {"seed": "0"}
+    assert (trials["t0"].info.status, trials["t0"].data.tags["outcome"]) == ("KILLED", "cut")
+    assert history(client, trials["t0"].info.run_id, "val_accuracy") == [(1, 0.5)]
+
+
+def test_journal_mode_null_leaves_the_store_as_sqlite_makes_it(tmp_path):
+    tracker = MlflowTracker(store_dir=str(tmp_path), sample_interval_s=None, journal_mode=None)
+    tracker.start("r", {}, {})
+    tracker.end()
+    assert journal_mode(tmp_path / "mlflow.db") == "delete"
+
+
+@pytest.mark.parametrize("value", ["fast", 1, True])
+def test_a_journal_mode_sqlite_does_not_have_is_a_config_error(value):
+    with pytest.raises(ValueError, match=r"^journal_mode=.*: must be one of delete, memory"):
+        MlflowTracker(journal_mode=value)
+
+
+def test_the_writer_imports_mlflow_without_collecting_garbage_and_serves_collecting(
+        tmp_path, in_the_writer):
+    in_the_writer(f"""
+        import gc
+        from packexp.tracking import mlflow_writer
+
+        start = mlflow_writer.MlflowWriter.start
+
+        def noting_gc(self, spec):
+            with open({str(tmp_path / "gc")!r}, "w") as f:
+                f.write(f"{{gc.isenabled()}} {{gc.get_freeze_count()}}")
+            return start(self, spec)
+
+        mlflow_writer.MlflowWriter.start = noting_gc
+    """)
+    tracker = MlflowTracker(store_dir=str(tmp_path), sample_interval_s=None)
+    tracker.start("r", {}, {})
+    tracker.end()
+    enabled, frozen = (tmp_path / "gc").read_text().split()
+    # MLflow's modules, imported with collection off, are frozen: no collection scans them.
+    assert enabled == "True" and int(frozen) > 100_000
 
 
 def test_a_store_that_cannot_be_used_is_a_tracking_error_at_start(tmp_path):

@@ -33,6 +33,7 @@ __all__ = ["EXPERIMENT_KIND", "INTERRUPTED", "OUTCOMES", "SOURCE", "MlflowTracke
 log = logging.getLogger(__name__)
 
 MAX_EXPERIMENT_NAME = 500  # MLflow's limit
+JOURNAL_MODES = frozenset({"delete", "truncate", "persist", "memory", "wal", "off"})  # SQLite's
 # Command-line flags under which Hydra runs no job.
 NO_JOB = frozenset({"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info",
                     "-sc", "--shell-completion"})
@@ -53,10 +54,13 @@ class MlflowTracker(Tracker):
         store_dir: Folder of the default local store and its artifacts.
         sample_interval_s: Seconds between host RSS (and GPU memory and utilisation)
             readings logged on the parent run; null or 0 for none.
+        journal_mode: The journal mode a sqlite store is set to (SQLite's ``PRAGMA
+            journal_mode``); None leaves the store's own.
     """
 
     def __init__(self, uri: str | None = None, experiment: Any = "packexp",
-                 store_dir: str = "outputs", sample_interval_s: float | None = 1.0) -> None:
+                 store_dir: str = "outputs", sample_interval_s: float | None = 1.0,
+                 journal_mode: str | None = "wal") -> None:
         self.experiment = experiment_name(experiment)
         if sample_interval_s is not None and (
                 isinstance(sample_interval_s, bool)
@@ -65,6 +69,10 @@ class MlflowTracker(Tracker):
                              "seconds >= 0, or null")
         if uri is not None and (not isinstance(uri, str) or not uri.strip()):
             raise ValueError(f"uri={uri!r}: must be a tracking URI, or null for the local store")
+        if journal_mode is not None and str(journal_mode).lower() not in JOURNAL_MODES:
+            raise ValueError(f"journal_mode={journal_mode!r}: must be one of "
+                             f"{', '.join(sorted(JOURNAL_MODES))}, or null")
+        self.journal_mode = None if journal_mode is None else str(journal_mode).lower()
         self.store = Path(store_dir).resolve()
         self.uri = uri or f"sqlite:///{self.store / 'mlflow.db'}"
         self.sample_interval_s = sample_interval_s or 0
@@ -137,7 +145,7 @@ class MlflowTracker(Tracker):
             "resume_run_id": resume_run_id, "config_yaml": config_yaml,
             "dataset": dataset.name if dataset else None,
             "splits": dataset_splits(dataset) if dataset else [],
-            "dataset_source": dataset_source,
+            "dataset_source": dataset_source, "journal_mode": self.journal_mode,
         }
         try:
             writer = writer_process.claim(self._warn)

@@ -34,8 +34,10 @@ class WriterProcess:
         root = str(Path(__file__).resolve().parents[2])  # the writer imports this packexp
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self._process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from packexp.tracking.mlflow_writer import "
-             "main; main(int(sys.argv[1]), sys.argv[2])", str(theirs.fileno()),
+            # No garbage collection while the writer imports (its warm-up turns it back on).
+            [sys.executable, "-c", "import gc, sys; gc.disable(); from "
+             "packexp.tracking.mlflow_writer import main; main(int(sys.argv[1]), sys.argv[2])",
+             str(theirs.fileno()),
              sys.argv[0] if sys.argv else ""],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": path})
