@@ -3,15 +3,17 @@ arguments the parts take, and every bad value stopped with one line naming its k
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from packexp.checks import positive_int
 from packexp.errors import ConfigError
@@ -19,20 +21,54 @@ from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
 
 
-def constructor_default(*, _parent_: DictConfig, _node_: Any) -> Any:
-    """``${default:}`` in a config file: the default its node's ``_target_`` gives the key,
-    read from the signature, so each default is written once, in the code (a tuple reads
-    as a list)."""
-    key = _node_._key()
-    target = _parent_.get("_target_")
-    if target is None:
-        raise ConfigError(f"{key}: ${{default:}} needs a _target_ beside it")
-    parameter = inspect.signature(hydra.utils.get_object(target)).parameters.get(key)
+def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) -> Any:
+    """``${default:}`` in a config file: the default the node's ``_target_`` gives the key,
+    read from its signature, so each default is written once, in the code (a tuple reads as
+    a list). ``${default:a.b.f}`` reads ``f``'s instead: a model file names its builder so,
+    and a builder of your own put in ``model._target_`` gets the same values as before."""
+    key, where = _node_._key(), _node_._get_full_key(None)
+    group = _parent_._get_full_key(None) or key
+    source = source or _parent_.get("_target_")
+    if source is None:
+        raise ConfigError(f"{where}: ${{default:}} needs a _target_ beside it")
+    try:
+        target = hydra.utils.get_object(source)
+    except Exception as e:
+        raise ConfigError(unimportable(source, group, e.__cause__ or e)) from None
+    try:
+        parameter = inspect.signature(target).parameters.get(key)
+    except (TypeError, ValueError):
+        parameter = None
     if parameter is None or parameter.default is inspect.Parameter.empty:
-        raise ConfigError(f"{key}: ${{default:}}, but {target} has no default for {key}")
+        raise ConfigError(f"{where}: ${{default:}}, but {source} has no default for {key}; "
+                          f"set {where}=<value>")
     if isinstance(parameter.default, tuple):  # a config node, so it resolves in place too
         return OmegaConf.create(list(parameter.default))
     return parameter.default
+
+
+@contextlib.contextmanager
+def config_errors() -> Iterator[None]:
+    """Re-raises a ``ConfigError`` that OmegaConf wrapped while resolving an interpolation
+    (``${default:}``) as itself: one line naming the key."""
+    try:
+        yield
+    except OmegaConfBaseException as e:
+        if (config_error := config_error_in(e)) is not None:
+            raise config_error from None
+        raise
+
+
+def config_error_in(error: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` behind ``error`` (a resolver's, which OmegaConf and Hydra wrap in
+    their own exceptions), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ConfigError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def register_resolvers() -> None:
@@ -130,10 +166,10 @@ def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
         raise ConfigError(f"{group}: no _target_; choose a file from conf/{group}/")
     try:
         return hydra.utils.instantiate(node, **kwargs)
-    except InstantiationException as e:
+    except (InstantiationException, OmegaConfBaseException) as e:
+        if (config_error := config_error_in(e)) is not None:
+            raise config_error from None
         cause = e.__cause__ or e
-        if isinstance(cause, ConfigError):
-            raise cause from None
         if str(e).startswith("Error locating target"):
             raise ConfigError(unimportable(node._target_, group, cause.__cause__ or cause)
                               ) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from packexp.config import check_search, fit_dataset_to_model
+from packexp.config import check_search, config_errors, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.tasks import TASKS
 
@@ -21,7 +21,8 @@ def job(cfg: DictConfig) -> float:
     """A job of ``python -m packexp`` or ``packexp.tune``: the config checked before TensorFlow
     loads (a bad value is reported at once), TensorFlow started, and the task run in Hydra's
     run directory."""
-    check(cfg)
+    with config_errors():
+        check(cfg)
     start_tensorflow(use_gpu=trains_here(cfg))
     return run(cfg)
 
@@ -55,15 +56,16 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     Returns:
         The task's objective: for ``tune``, the best validation accuracy found.
     """
-    task = check_task(cfg)
-    if run_dir is None:
-        from hydra.core.hydra_config import HydraConfig
+    with config_errors():
+        task = check_task(cfg)
+        if run_dir is None:
+            from hydra.core.hydra_config import HydraConfig
 
-        run_dir = HydraConfig.get().runtime.output_dir
-    run_dir = Path(run_dir)
-    fit_dataset_to_model(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return TASKS[task](cfg, run_dir)
+            run_dir = HydraConfig.get().runtime.output_dir
+        run_dir = Path(run_dir)
+        fit_dataset_to_model(cfg)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return TASKS[task](cfg, run_dir)
 
 
 def start_tensorflow(use_gpu: bool = True) -> None:

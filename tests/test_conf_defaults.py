@@ -10,9 +10,9 @@ import hydra
 import pytest
 from omegaconf import OmegaConf
 
-from packexp.config import instantiate
+from packexp.config import config_errors, instantiate
 from packexp.errors import ConfigError
-from tests.helpers import CONF_DIR
+from tests.helpers import CONF_DIR, compose_config
 
 FILES = sorted(Path(CONF_DIR).glob("*/*.yaml"))
 
@@ -54,7 +54,10 @@ def test_every_default_key_resolves_to_its_constructors_default(path):
     parameters = inspect.signature(hydra.utils.get_object(target)).parameters
     cfg = OmegaConf.load(path)
     for key, value in node.items():
-        if value == "${default:}":
+        if isinstance(value, str) and value.startswith("${default:"):
+            source = value[len("${default:"):-1]
+            if source:  # ${default:a.b.f}: f's, which a swapped _target_ keeps (model files)
+                parameters = inspect.signature(hydra.utils.get_object(source)).parameters
             default = parameters[key].default
             got = cfg[key]  # only this key: others may name the root's (${seed})
             got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
@@ -75,15 +78,29 @@ def test_a_default_key_can_be_overridden_and_resolves_in_place():
 
 
 @pytest.mark.parametrize(("node", "message"), [
-    ({"width": "${default:}"}, "width: ${default:} needs a _target_ beside it"),
+    ({"width": "${default:}"}, "model.width: ${default:} needs a _target_ beside it"),
     ({"_target_": "packexp.models.mlp3.build", "nonesuch": "${default:}"},
-     "nonesuch: ${default:}, but packexp.models.mlp3.build has no default for nonesuch"),
+     "model.nonesuch: ${default:}, but packexp.models.mlp3.build has no default for nonesuch; "
+     "set model.nonesuch=<value>"),
+    ({"_target_": "your_models.build", "width": "${default:}"},
+     "model._target_='your_models.build': cannot be imported (ModuleNotFoundError: No module "
+     "named 'your_models'); run python -m packexp where your_models is importable (from the "
+     "folder that holds it, or with that folder on PYTHONPATH)"),
 ])
 def test_a_default_key_without_one_is_one_line_naming_it(node, message):
     cfg = OmegaConf.create({"model": node})
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ConfigError) as info, config_errors():
         OmegaConf.to_container(cfg, resolve=True)
-    error = info.value
-    while error is not None and not isinstance(error, ConfigError):
-        error = error.__cause__ or error.__context__
-    assert error is not None and str(error) == message
+    assert str(info.value) == message
+
+
+def test_a_builder_of_your_own_gets_the_model_files_values(tmp_path):
+    """model._target_ swapped for a builder of one's own: the model file's keys name mlp3's
+    defaults (${default:packexp.models.mlp3.build}), so the builder gets width=64 and depth=3
+    as before defaults were read from the code."""
+    cfg = compose_config(["model._target_=tests.test_conf_defaults.settings_of"])
+    assert instantiate(cfg.model, "model")() == {"width": 64, "depth": 3}
+
+
+def settings_of(**settings):
+    return settings
