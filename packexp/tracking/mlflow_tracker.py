@@ -12,16 +12,8 @@ from typing import TYPE_CHECKING, Any
 from packexp.events import MemberScored, PackFinished, RungPlanned, Summary, TrialEnded
 from packexp.tracking import writer_process
 from packexp.tracking.base import STATUS, Tracker, TrackingError
-from packexp.tracking.mlflow_writer import (
-    EXPERIMENT_KIND,
-    INTERRUPTED,
-    OUTCOMES,
-    SOURCE,
-    dataset_splits,
-    one_line,
-    source_tags,
-    split_inputs,
-)
+from packexp.tracking.datasets import SOURCE, dataset_splits, source_tags, split_inputs
+from packexp.tracking.mlflow_writer import EXPERIMENT_KIND, INTERRUPTED, OUTCOMES, one_line
 from packexp.tracking.writer_process import CallFailed, WriterGone
 
 if TYPE_CHECKING:
