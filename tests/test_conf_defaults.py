@@ -14,12 +14,14 @@ from packexp.config import config_errors, instantiate
 from packexp.errors import ConfigError
 from tests.helpers import CONF_DIR, compose_config
 
-FILES = sorted(Path(CONF_DIR).glob("*/*.yaml"))
-
 
 def _targeted(path: Path) -> tuple[str, dict] | None:
     node = OmegaConf.to_container(OmegaConf.load(path))
     return (node["_target_"], node) if isinstance(node, dict) and "_target_" in node else None
+
+
+# The group files that name a class or function (experiment bundles and the like do not).
+FILES = [p for p in sorted(Path(CONF_DIR).glob("*/*.yaml")) if _targeted(p)]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -27,10 +29,7 @@ def test_no_config_file_writes_a_default_its_code_writes(path):
     """A literal equal to the constructor's default is a second source that can drift (as
     sampler=tpe's random_fraction did, 0.333 against 1/3). A null for a file path a user
     must give stays written: it says "give me one"."""
-    targeted = _targeted(path)
-    if targeted is None:
-        pytest.skip("no _target_")
-    target, node = targeted
+    target, node = _targeted(path)
     parameters = inspect.signature(hydra.utils.get_object(target)).parameters
     repeated = []
     for key, value in node.items():
@@ -47,10 +46,7 @@ def test_no_config_file_writes_a_default_its_code_writes(path):
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_default_key_resolves_to_its_constructors_default(path):
-    targeted = _targeted(path)
-    if targeted is None:
-        pytest.skip("no _target_")
-    target, node = targeted
+    target, node = _targeted(path)
     parameters = inspect.signature(hydra.utils.get_object(target)).parameters
     cfg = OmegaConf.load(path)
     for key, value in node.items():
