@@ -31,8 +31,10 @@ def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) 
     source = source or _parent_.get("_target_")
     if source is None:
         raise ConfigError(f"{where}: ${{default:}} needs a _target_ beside it")
+    from hydra._internal.utils import _locate  # what instantiate imports with; logs nothing
+
     try:
-        target = hydra.utils.get_object(source)
+        target = _locate(source)
     except Exception as e:
         raise ConfigError(unimportable(source, group, e.__cause__ or e)) from None
     try:

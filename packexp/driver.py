@@ -12,7 +12,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,17 +225,16 @@ class PackedSearch:
                                                                 queued.context)
         self.executor.submit(queued.job)
 
-    def collect(self, bracket: Bracket) -> tuple[int, dict[str, float | None]]:
-        """Waits for the next pack to come back and commits it; returns its rung and its
-        members' scores."""
+    def collect(self, bracket: Bracket) -> Iterator[tuple[int, dict[str, float | None]]]:
+        """Waits for the next pack to come back; commits it part by part (a pack split out of
+        memory has several), yielding after each its rung and its members' scores, so the
+        scheduler records and retires them before the next part is committed."""
         job, runs = self.executor.next_done()
         rung, predicted = self._sent.pop(job.key)
-        scores: dict[str, float | None] = {}
         for part, pack_run in enumerate(runs):
-            pack_id = job.key + (f"-{part}" if len(runs) > 1 else "")
-            scores.update(self.commit(bracket, rung, job.epochs, pack_id, pack_run,
-                                      predicted if len(runs) == 1 else None))
-        return rung, scores
+            yield rung, self.commit(bracket, rung, job.epochs,
+                                    job.key + (f"-{part}" if len(runs) > 1 else ""), pack_run,
+                                    predicted if len(runs) == 1 else None)
 
     def cancel(self) -> None:
         """Drops the packs not yet trained (the search is ending)."""

@@ -13,7 +13,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.config import dataset_source, flatten, instantiate, task_overrides
+from packexp.config import config_errors, dataset_source, flatten, instantiate, task_overrides
 from packexp.errors import ConfigError
 from packexp.events import Summary
 from packexp.journal import Journal, JournalError, first_difference
@@ -125,10 +125,16 @@ def refuse_run_dir(config: DictConfig) -> None:
     if config.get("task") != "tune":
         return
     task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-    # dataset.images=auto is settled by the model, which needs TensorFlow: the job, which
-    # starts it quietly, compares that key.
-    auto = ("dataset.images",) if task.get("dataset", {}).get("images") == "auto" else ()
-    checked_records(task, Path(str(config.hydra.run.dir)), auto)
+    # dataset.images=auto is settled by the model, which needs TensorFlow, and so is a
+    # ${default:} read from a model builder's signature: the job, which starts TensorFlow
+    # quietly, compares those keys. Here they are left unresolved (nothing imports Keras).
+    auto = ["dataset.images"] if task.get("dataset", {}).get("images") == "auto" else []
+    for key, value in flatten(OmegaConf.to_container(task, resolve=False)).items():
+        if isinstance(value, str) and value.startswith("${default:"):
+            OmegaConf.update(task, key, None, force_add=True)
+            auto.append(key)
+    with config_errors():
+        checked_records(task, Path(str(config.hydra.run.dir)), auto)
 
 
 def sessions(records: list[dict]) -> int:

@@ -100,3 +100,47 @@ def test_a_builder_of_your_own_gets_the_model_files_values(tmp_path):
 
 def settings_of(**settings):
     return settings
+
+
+RESUME_CHECK = """
+import sys
+from hydra import compose, initialize_config_dir
+from packexp.config import register_resolvers
+from packexp.errors import ConfigError
+from packexp.session import refuse_run_dir
+
+register_resolvers()
+with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
+    overrides = [*sys.argv[3:], "resume=true", f"hydra.run.dir={sys.argv[2]}"]
+    cfg = compose("config", overrides=overrides, return_hydra_config=True)
+try:
+    refuse_run_dir(cfg)
+    print("accepted")
+except ConfigError as e:
+    print("refused:", e)
+print("keras imported:", "keras" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("overrides", "verdict"), [
+    ([], "accepted"),
+    (["seed=6"], "refused: resume=true: seed=6 here, but the journal has seed=5"),
+])
+def test_a_resume_is_checked_before_hydra_writes_without_importing_keras(tmp_path, overrides,
+                                                                          verdict):
+    """The Hydra callback that refuses a bad resume resolves the config; the model files'
+    ${default:packexp.models.mlp3.build} would import Keras there, before the job starts
+    TensorFlow quietly: those keys are left to the job to compare."""
+    import subprocess
+    import sys
+
+    from packexp.journal import Journal
+    from packexp.session import comparable
+
+    Journal(tmp_path).append("start", config=comparable(compose_config(["seed=5"], strategy=None)),
+                             overrides=["seed=5"])
+    done = subprocess.run([sys.executable, "-c", RESUME_CHECK, CONF_DIR, str(tmp_path), "seed=5",
+                           *overrides], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(verdict), done.stdout + done.stderr
+    assert lines[-1] == "keras imported: False"

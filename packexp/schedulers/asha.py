@@ -54,7 +54,9 @@ class Asha(Scheduler):
             raise ValueError(f"min_r={min_r!r}: must be a number of epochs in (0, R={R}]")
         self.num_configs = positive_int("num_configs", num_configs, optional=True)
         self.sample_size = positive_int("sample_size", sample_size, optional=True)
-        if max_epochs is not None and (not is_number(max_epochs) or max_epochs < min_r):
+        if max_epochs is not None and (isinstance(max_epochs, bool)
+                                       or not isinstance(max_epochs, int | float)
+                                       or not max_epochs >= min_r):  # .inf: num_configs caps
             raise ValueError(f"max_epochs={max_epochs!r}: must be null or at least min_r="
                              f"{min_r}")
         self.min_r = min_r
@@ -141,11 +143,11 @@ class Asha(Scheduler):
                     search.dispatch(queue.pop(0))
                 if not search.busy():
                     break
-                rung, scores = search.collect(bracket)
-                for trial_id, score in scores.items():
-                    state.record(trial_id, rung, score)
-                    if rung == state.top:
-                        search.retire(trial_id, "finished")
+                for rung, scores in search.collect(bracket):  # part by part
+                    for trial_id, score in scores.items():
+                        state.record(trial_id, rung, score)
+                        if rung == state.top:
+                            search.retire(trial_id, "finished")
         finally:
             search.cancel()
 

@@ -8,7 +8,7 @@ Tune's ``TrialScheduler`` has the same shape: a policy over a runner it does not
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -91,8 +91,9 @@ class Search(Protocol):
     def dispatch(self, queued: Queued) -> None:
         """Sends a planned pack to a free worker."""
 
-    def collect(self, bracket: Bracket) -> tuple[int, Mapping[str, float | None]]:
-        """Waits for the next pack, commits it; its rung and its members' scores."""
+    def collect(self, bracket: Bracket) -> Iterator[tuple[int, Mapping[str, float | None]]]:
+        """Waits for the next pack and commits it part by part, yielding after each its rung
+        and its members' scores."""
 
     def release_states(self) -> None:
         """Forgets the end states held in memory (later rungs read checkpoints)."""
