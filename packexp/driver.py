@@ -19,8 +19,10 @@ from typing import Any
 
 from packexp.events import (
     Event,
+    Exploit,
     Listeners,
     MemberScored,
+    MembersExploited,
     PackFinished,
     PackRecord,
     PackStarted,
@@ -86,6 +88,8 @@ class PackedSearch:
     _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
     _drawn: dict[str, Trial] = field(default_factory=dict)  # configurations ``draw`` drew
     _sent: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # in flight
+    # An exploited member's next start (its donor's state) and its step counter there.
+    _starts: dict[str, tuple[Any, int]] = field(default_factory=dict)
     _probed: float = 0.0
 
     def __post_init__(self) -> None:
@@ -334,6 +338,7 @@ class PackedSearch:
         for t in todo:
             last = self.trials[t.trial_id].last
             start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
+            start = self._starts.get(t.trial_id, (None, start))[1]
             total = steps_for(epochs, int(t.hparams["batch_size"]), self.train_size or 1)
             steps[t.trial_id] = max(0, total - start)
         view = self.executor.view()  # where packs train: one cache, or each worker's
@@ -364,6 +369,49 @@ class PackedSearch:
             return None
         return groups
 
+    def fits(self, donor: Mapping[str, Any], hparams: Mapping[str, Any]) -> bool:
+        """Whether a member of ``hparams`` can take the state of one of ``donor``: both are
+        of one member structure (their other values are runtime data)."""
+        return (self.cache.member_key(Trial("", donor, ()))
+                == self.cache.member_key(Trial("", hparams, ())))
+
+    def replayed_exploits(self) -> dict[int, list[Exploit]]:
+        """On resume: a population's journaled exploits, by the interval they end."""
+        return self.replayed.exploits
+
+    def exploit(self, bracket: Bracket, rung: int, members: list[Trial],
+                exploits: list[Exploit], journaled: bool = False) -> list[Trial]:
+        """Ends a population's interval ``rung``: journals ``exploits`` (unless a resume read
+        them back), then makes them. Each exploited member starts the next rung from its
+        donor's end state, written to its own checkpoint first so that a resume starts it
+        there too, with its step counter at the start of the next epoch for its new batch
+        size; it trains on with the exploit's values and the donor's data order (its seed),
+        so with the donor's values it would train exactly as the donor. Returns the members
+        as the next rung trains them."""
+        new, seeds = {e.member: e for e in exploits}, {t.trial_id: t.seed for t in members}
+        after = [dataclasses.replace(t, hparams=dict(new[t.trial_id].hparams),
+                                     features=self.space.features(new[t.trial_id].hparams),
+                                     seed=seeds[new[t.trial_id].donor])
+                 if t.trial_id in new else t for t in members]
+        epochs = bracket.rungs[rung].r
+        self._emit(MembersExploited(bracket.s, rung, epochs, tuple(exploits),
+                                    {t.trial_id: dict(t.hparams) for t in after}, journaled))
+        from packexp.packing.member import CHECKPOINT_SUFFIX, MemberState, read_state, write_state
+
+        done = self.replayed.done.get((bracket.s, rung + 1), {})
+        for e in (e for e in exploits if e.member not in done):
+            step = steps_for(epochs, int(e.hparams["batch_size"]), self.train_size)
+            path = (self.checkpoints / e.member / f"r{rung}-from-{e.donor}").with_suffix(
+                CHECKPOINT_SUFFIX)
+            start: Any = str(path)  # made before a resume, whole (``write_state``)
+            if not path.exists():
+                donor = self._states.get(e.donor) or read_state(
+                    self.trials[e.donor].last.checkpoint)
+                start = MemberState(donor.weights, donor.slots, step)
+                write_state(start, path)
+            self._starts[e.member] = (start, step)
+        return after
+
     def finish(self) -> None:
         for trial_id, record in self.trials.items():
             if record.status == "running":
@@ -376,6 +424,8 @@ class PackedSearch:
         """The trial's starting state for this rung: None to start afresh, else the state it
         ended its last rung in: kept in memory, or the path of its checkpoint (after a
         resume, or written by a worker), which whoever trains the pack reads."""
+        if trial.trial_id in self._starts:
+            return self._starts[trial.trial_id][0]
         last = self.trials[trial.trial_id].last
         if not (last and self.continue_on_promotion and last.checkpoint):
             return None  # a failed member keeps no checkpoint: it starts again, as it did
@@ -407,6 +457,7 @@ class PackedSearch:
         checkpoints: dict[str, str | None] = {}
         for m in members:
             self._states.pop(m.trial_id, None)
+            self._starts.pop(m.trial_id, None)
             checkpoints[m.trial_id] = m.checkpoint  # a worker's, already durable
             if m.state is not None and not m.failed and self._checkpoints(bracket, rung):
                 checkpoints[m.trial_id] = write_state(
@@ -424,8 +475,9 @@ class PackedSearch:
             before = self.trials[m.trial_id].last
             self._emit(MemberScored(result, m.trial, pack, self.tags,
                                              before.pack_id if before else None))
-            for old in (self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"):
-                old.unlink(missing_ok=True)
+            for pattern in (f"r{rung - 1}.*", f"r{rung - 1}-from-*"):  # (``exploit``'s)
+                for old in (self.checkpoints / m.trial_id).glob(pattern):
+                    old.unlink(missing_ok=True)
             if before and before.checkpoint not in (None, result.checkpoint):
                 Path(before.checkpoint).unlink(missing_ok=True)
             if result.failed:

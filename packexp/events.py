@@ -143,7 +143,10 @@ class TrialRecord:
     """A trial across the search: its configuration, its results by rung and its end.
 
     ``status`` is ``running`` until it is cut by halving (``killed``), diverges
-    (``failed``) or completes its bracket (``finished``).
+    (``failed``) or completes its bracket (``finished``). ``hparams`` are the values it was
+    drawn with; a member of a population (``scheduler=pbt``) changes them when it copies
+    another, and ``lineage`` lists each such exploit in order: ``{"epoch", "donor",
+    "hparams", "before", "score", "donor_score"}``.
     """
 
     trial_id: str
@@ -151,6 +154,12 @@ class TrialRecord:
     bracket: int
     status: str = "running"
     rungs: list[RungResult] = field(default_factory=list)
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+
+    def hparams_at(self, epochs: float) -> dict[str, Any]:
+        """The values the trial trained with up to ``epochs``."""
+        earlier = [e["hparams"] for e in self.lineage if e["epoch"] < epochs]
+        return dict(earlier[-1] if earlier else self.hparams)
 
     @property
     def last(self) -> RungResult | None:
@@ -160,9 +169,12 @@ class TrialRecord:
         """``results.json``'s form: each rung without the trial's own keys."""
         rungs = [{k: v for k, v in r.to_dict().items()
                   if k not in ("trial_id", "bracket", "failed")} for r in self.rungs]
-        return {"trial_id": self.trial_id, "hparams": dict(self.hparams),
-                "bracket": self.bracket, "status": self.status, "rungs": rungs,
-                "packs": [r.pack_id for r in self.rungs]}
+        record = {"trial_id": self.trial_id, "hparams": dict(self.hparams),
+                  "bracket": self.bracket, "status": self.status, "rungs": rungs,
+                  "packs": [r.pack_id for r in self.rungs]}
+        if self.lineage:
+            record["lineage"] = self.lineage
+        return record
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> TrialRecord:
@@ -173,7 +185,30 @@ class TrialRecord:
                                        "trial_id": record["trial_id"]})
                  for r in record.get("rungs", ())]
         return cls(record["trial_id"], dict(record["hparams"]), bracket,
-                   record.get("status", "running"), rungs)
+                   record.get("status", "running"), rungs, list(record.get("lineage", ())))
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """One member of a population replaced at an interval's end (``schedulers.pbt``): it
+    takes ``donor``'s weights and optimizer state, and trains on with ``hparams`` (the
+    donor's, explored)."""
+
+    member: str
+    donor: str
+    hparams: Mapping[str, Any]
+    before: Mapping[str, Any]  # the member's hyper-parameters until now
+    score: float | None  # the member's validation accuracy at the interval's end
+    donor_score: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "hparams": dict(self.hparams),
+                "before": dict(self.before)}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Exploit:
+        return cls(record["member"], record["donor"], dict(record["hparams"]),
+                   dict(record["before"]), record.get("score"), record.get("donor_score"))
 
 
 # Events, in the order a search emits them.
@@ -249,6 +284,26 @@ class PackFinished(Event):
 
 
 @dataclass(frozen=True)
+class MembersExploited(Event):
+    """A population's interval ``rung`` has ended at ``epochs``: ``exploits`` say which
+    members copy which, and ``hparams`` are every member's values for the next interval.
+    Journaled before any of it takes effect; ``journaled``: read back by a resume."""
+
+    handler: ClassVar[str] = "on_members_exploited"
+    bracket: int
+    rung: int
+    epochs: float
+    exploits: Sequence[Exploit]
+    hparams: Mapping[str, Mapping[str, Any]]
+    journaled: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The journal's ``exploit`` record."""
+        return {"bracket": self.bracket, "rung": self.rung, "epochs": self.epochs,
+                "exploits": [e.to_dict() for e in self.exploits]}
+
+
+@dataclass(frozen=True)
 class TrialEnded(Event):
     """A trial trains no further: ``killed`` (cut by halving), ``failed`` or ``finished``."""
 
@@ -289,6 +344,9 @@ class Listener:
         pass
 
     def on_pack_finished(self, event: PackFinished) -> None:
+        pass
+
+    def on_members_exploited(self, event: MembersExploited) -> None:
         pass
 
     def on_trial_ended(self, event: TrialEnded) -> None:

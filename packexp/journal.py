@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packexp.events import PackRecord, PlanRecord, RungResult
+from packexp.events import Exploit, PackRecord, PlanRecord, RungResult
 from packexp.files import naming
 
 log = logging.getLogger(__name__)
@@ -118,12 +118,14 @@ class Replayed:
         packs: The packs journaled whole.
         plans: Per (bracket, rung), a synchronous scheduler's first plan of the rung.
         keyed: An asynchronous scheduler's plans, each named by its key, in journal order.
+        exploits: A population's exploits (``scheduler=pbt``), by the interval they end.
     """
 
     done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
     packs: list[PackRecord] = field(default_factory=list)
     plans: dict[tuple[int, int], PlanRecord] = field(default_factory=dict)
     keyed: list[PlanRecord] = field(default_factory=list)
+    exploits: dict[int, list[Exploit]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: list[dict]) -> Replayed:
@@ -135,6 +137,8 @@ class Replayed:
                     result.trial_id] = result
             elif r["event"] == "pack":
                 replayed.packs.append(PackRecord.from_dict(r["pack"]))
+            elif r["event"] == "exploit":
+                replayed.exploits[r["rung"]] = [Exploit.from_dict(e) for e in r["exploits"]]
             elif r["event"] == "plan":
                 plan = PlanRecord.from_dict(r)
                 if plan.key is not None:

@@ -22,7 +22,8 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
     for column in ["trial", *names, "epochs", "val_accuracy"]:
         table.add_column(column, justify="right" if column != "trial" else "left")
     for acc, epochs, trial in rows:
-        table.add_row(trial.trial_id, *(_cell(trial.hparams[n]) for n in names),
+        values = trial.hparams_at(epochs)  # a population's member: those it ended with
+        table.add_row(trial.trial_id, *(_cell(values[n]) for n in names),
                       f"{epochs:g}", f"{acc:.4f}")
     console = _console(160)
     console.print(table)

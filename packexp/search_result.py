@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packexp.events import TrialRecord
 from packexp.journal import Journal, JournalError
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
@@ -98,10 +99,12 @@ def trial_table(results: dict[str, Any]) -> Any:
     for trial in results["trials"]:
         head = {"trial_id": trial["trial_id"], "bracket": trial["bracket"],
                 "status": trial["status"]}
-        for rung in trial["rungs"] or [{}]:
+        record = TrialRecord.from_dict(trial)
+        for rung in trial["rungs"] or [{}]:  # a population's member: the rung's values
+            values = record.hparams_at(rung.get("epochs", 0.0))
             rows.append({**head, **{k: rung.get(k) for k in TRIAL_COLUMNS[3:]},
                          **{f"hparams.{k}" if k in TRIAL_COLUMNS else k: v
-                            for k, v in trial["hparams"].items()}})
+                            for k, v in values.items()}})
     return pd.DataFrame(rows, columns=None if rows else list(TRIAL_COLUMNS))
 
 

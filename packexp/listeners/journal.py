@@ -5,6 +5,7 @@ from __future__ import annotations
 from packexp.events import (
     Listener,
     MemberScored,
+    MembersExploited,
     PackFinished,
     PlanRecord,
     RungPlanned,
@@ -14,7 +15,8 @@ from packexp.journal import Journal
 
 
 class JournalListener(Listener):
-    """Appends ``plan``, ``result``, ``pack`` and ``finished`` records to ``journal``.
+    """Appends ``plan``, ``result``, ``pack``, ``exploit`` and ``finished`` records to
+    ``journal``.
 
     It must be the first listener: the order in which the driver commits a pack
     (``driver.PackedSearch.commit``) is what makes a killed search resumable.
@@ -33,6 +35,10 @@ class JournalListener(Listener):
 
     def on_pack_finished(self, event: PackFinished) -> None:
         self.journal.append("pack", pack=event.pack.to_dict(), elapsed_s=event.pack.elapsed_s)
+
+    def on_members_exploited(self, event: MembersExploited) -> None:
+        if not event.journaled:
+            self.journal.append("exploit", **event.to_dict())
 
     def on_search_finished(self, event: SearchFinished) -> None:
         self.journal.append("finished", wall_time_s=event.wall_time_s)

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from packexp.events import (
     Listener,
     MemberScored,
+    MembersExploited,
     PackFinished,
     PackRecord,
     RungResult,
     TrialEnded,
     TrialRecord,
 )
+from packexp.schedulers.pbt import schedule
 from packexp.search_space import Trial
 
 
@@ -39,15 +41,29 @@ class ResultsCollector(Listener):
     def on_pack_finished(self, event: PackFinished) -> None:
         self.packs.append(event.pack)
 
+    def on_members_exploited(self, event: MembersExploited) -> None:
+        for e in event.exploits:
+            trial = self.trials[e.member]
+            trial.lineage.append({"epoch": event.epochs, **e.to_dict()})
+            del trial.lineage[-1]["member"]
+            if trial.status == "failed":  # it trains on from its donor's state
+                trial.status = "running"
+
     def on_trial_ended(self, event: TrialEnded) -> None:
         self.trials[event.trial_id].status = event.status
 
     def best(self) -> dict | None:
-        """The trial and rung with the highest validation accuracy seen."""
+        """The trial and rung with the highest validation accuracy seen, and the values it
+        trained with; in a population, also the schedule that made its weights."""
         scored = [(r.val_accuracy, r.epochs, t) for t in self.trials.values()
                   for r in t.rungs if r.val_accuracy is not None]
         if not scored:
             return None
         acc, epochs, trial = max(scored, key=lambda s: (s[0], s[1]))
-        return {"trial_id": trial.trial_id, "hparams": trial.hparams,
+        best = {"trial_id": trial.trial_id, "hparams": trial.hparams_at(epochs),
                 "val_accuracy": acc, "epochs": epochs}
+        if any(t.lineage for t in self.trials.values()):
+            best["schedule"] = schedule(trial.trial_id, epochs,
+                                        {t.trial_id: t.lineage for t in self.trials.values()},
+                                        {t.trial_id: t.hparams for t in self.trials.values()})
+        return best

@@ -22,7 +22,7 @@ from packexp.pack_options import steps_for
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.initial import state_variables
 from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_options
-from packexp.packing.schedules import schedule_of, set_horizon
+from packexp.packing.schedules import base_learning_rate, schedule_of, set_horizon
 from packexp.search_space import Trial
 
 IDLE = "idle-"  # the trial ids of a pack's idle seats begin so
@@ -135,9 +135,10 @@ class Member:
         """Makes this member ``trial``, in ``state``: its model and optimizer are reused.
 
         The model and optimizer must be of the structure ``state`` came from (the same
-        architecture); the learning rate is one of the optimizer's variables, so it comes
-        with the state. What is runtime data rather than structure, a ``RuleOptimizer``'s
-        rule and a ``SelectActivation``'s choice, is set from ``trial``.
+        architecture). What is runtime data rather than structure, the (base) learning rate,
+        a ``RuleOptimizer``'s rule and a ``SelectActivation``'s choice, is set from
+        ``trial``: the state of a trial's own last rung has them already, and a population's
+        member that copies another's state (``scheduler=pbt``) trains on with its own.
         """
         for variables, values in ((state_variables(self.model), state.weights),
                                   (self.optimizer.variables, state.slots)):
@@ -146,6 +147,7 @@ class Member:
                                  f"{self.trial_id}'s model and optimizer")
             for v, value in zip(variables, values, strict=True):
                 v.assign(value)
+        base_learning_rate(self.optimizer).assign(float(trial.hparams["learning_rate"]))
         ruled = rule_options(trial.hparams)
         if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
             self.optimizer.configure(*ruled)  # kept members serve trials of any rule
@@ -213,6 +215,10 @@ class HeldMember(Member):
         if len(state.weights) != len(state_variables(self.model)) or len(slots) != len(variables):
             raise ValueError(f"state of {trial.trial_id} does not fit member "
                              f"{self.trial_id}'s model and optimizer")
+        lr = next((i for i, v in enumerate(variables)
+                   if v is base_learning_rate(self.optimizer)), None)
+        if lr is not None:
+            slots[lr] = np.asarray(float(trial.hparams["learning_rate"]), slots[lr].dtype)
         ruled = rule_options(trial.hparams)
         if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
             i = next(i for i, v in enumerate(variables) if v is self.optimizer.coefficients)

@@ -12,6 +12,7 @@ from packexp.schedulers.base import (
     bracket_epochs,
 )
 from packexp.schedulers.hyperband import Hyperband, keep_best
+from packexp.schedulers.pbt import Pbt
 
-__all__ = ["Asha", "AshaState", "Bracket", "Hyperband", "KeyedPlan", "Queued", "Rung",
+__all__ = ["Asha", "AshaState", "Bracket", "Hyperband", "KeyedPlan", "Pbt", "Queued", "Rung",
            "Scheduler", "Search", "bracket_epochs", "keep_best", "promotable"]

@@ -16,6 +16,7 @@ from packexp.checks import flag, one_of, positive_int
 from packexp.pack_options import LR_HORIZONS
 
 if TYPE_CHECKING:
+    from packexp.events import Exploit
     from packexp.search_space import SearchSpace, Trial
 
 
@@ -58,7 +59,8 @@ class Search(Protocol):
     """The search as a scheduler drives it (``driver.PackedSearch`` implements it).
 
     A synchronous scheduler samples a bracket and trains it rung by rung; an asynchronous one
-    draws, plans, dispatches and collects packs itself as workers free up."""
+    draws, plans, dispatches and collects packs itself as workers free up; a population's
+    (``scheduler=pbt``) trains its members interval by interval and exploits between."""
 
     def sample(self, bracket: Bracket) -> list[Trial]:
         """Draws ``bracket``'s configurations (a synchronous scheduler's first step)."""
@@ -115,6 +117,20 @@ class Search(Protocol):
 
     def requeue(self, bracket: Bracket) -> list[Queued]:
         """On resume: the journaled plans' packs still to train."""
+
+    seed: int  # the run's root seed
+    space: SearchSpace
+
+    def fits(self, donor: Mapping[str, Any], hparams: Mapping[str, Any]) -> bool:
+        """Whether a member of ``hparams`` can take the state of one of ``donor``."""
+
+    def replayed_exploits(self) -> dict[int, list[Exploit]]:
+        """On resume: a population's journaled exploits, by the interval they end."""
+
+    def exploit(self, bracket: Bracket, rung: int, members: list[Trial],
+                exploits: list[Exploit], journaled: bool = False) -> list[Trial]:
+        """Journals a population's exploits at interval ``rung``'s end (unless ``journaled``),
+        then makes them; returns the members as the next interval trains them."""
 
 
 class Scheduler(abc.ABC):

@@ -1,0 +1,206 @@
+"""Population Based Training (Jaderberg et al. 2017): a population trained together; every
+``interval`` epochs its worst members copy the weights and optimizer state of its best
+(exploit) and perturb the copied hyper-parameters (explore). Pure Python.
+
+The population is the bracket's configurations; each interval is a rung that trains all of
+them to its epochs, and each member continues from its own end state or, once exploited,
+from its donor's (``PackedSearch.exploit``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from packexp.checks import is_number, positive_int
+from packexp.events import Exploit
+from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
+from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, derive_seed
+
+# (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
+# the donor's state: the same member structure (``PackedSearch.fits``).
+Fits = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+
+
+class Pbt(Scheduler):
+    """A population of ``population`` members, each trained ``epochs`` epochs in all; after
+    every ``interval`` epochs, the worst ``quantile`` of the members (and any that diverged)
+    each copy a member of the best ``quantile``, drawn at random, and explore its values.
+
+    Explore (``explore``): a float or int range is multiplied by one of
+    ``perturbation_factors`` and kept within its bounds; a numeric value list moves to a
+    neighbouring value; a categorical choice (an optimizer, an activation) stays the donor's.
+    Each value is drawn afresh from the space instead with ``resample_probability``.
+    """
+
+    def __init__(self, population: int = 16, epochs: int = 27, interval: int = 3,
+                 quantile: float = 0.25, perturbation_factors: Sequence[float] = (0.8, 1.2),
+                 resample_probability: float = 0.25, lr_horizon: str = "rung") -> None:
+        super().__init__(R=positive_int("epochs", epochs), eta=2, continue_on_promotion=True,
+                         lr_horizon=lr_horizon)
+        self.population = positive_int("population", population, 2)
+        self.interval = positive_int("interval", interval)
+        if self.interval > epochs:
+            raise ValueError(f"interval={interval}: must be <= epochs={epochs}; each member "
+                             "would train its epochs without a single exploit")
+        if not (is_number(quantile) and 0 < quantile <= 0.5):
+            raise ValueError(f"quantile={quantile!r}: must be a number in (0, 0.5] (the "
+                             "share replaced and the share copied from may not overlap)")
+        self.quantile = float(quantile)
+        factors = list(perturbation_factors) if isinstance(perturbation_factors,
+                                                             Sequence) else None
+        if not factors or any(not is_number(f) or f <= 0 for f in factors):
+            raise ValueError(f"perturbation_factors={perturbation_factors!r}: must be a "
+                             "non-empty list of positive numbers")
+        self.perturbation_factors = tuple(float(f) for f in factors)
+        if not (is_number(resample_probability) and 0 <= resample_probability <= 1):
+            raise ValueError(f"resample_probability={resample_probability!r}: must be a "
+                             "number in [0, 1]")
+        self.resample_probability = float(resample_probability)
+        self.budget = float(self.population * epochs)  # each member trains R = epochs
+
+    @property
+    def marks(self) -> list[float]:
+        """The epochs at which intervals end: ``interval``, ``2·interval``, ..., ``epochs``."""
+        return interval_ends(self.R, self.interval)
+
+    def brackets(self) -> list[Bracket]:
+        """One bracket: a rung per interval, each training the whole population."""
+        return [Bracket(0, tuple(Rung(self.population, float(e)) for e in self.marks))]
+
+    def replaced(self) -> int:
+        """Members replaced (and donors drawn from) at each interval's end."""
+        return replaced_count(self.population, self.quantile)
+
+    def drive(self, search: Search) -> None:
+        """Trains the population interval by interval; between intervals, journals each
+        exploit and explore before it takes effect (a resume reads them back)."""
+        (bracket,) = self.brackets()
+        members = search.sample(bracket)
+        journaled = search.replayed_exploits()
+        for i, rung in enumerate(bracket.rungs):
+            scores = search.train_rung(bracket, i, members, rung.r)
+            if i + 1 == len(bracket.rungs):
+                break
+            decisions = journaled.get(i)
+            if decisions is None:
+                rng = np.random.default_rng(derive_seed(search.seed, 0x9B7, i))
+                decisions = self.decide(
+                    {t.trial_id: dict(t.hparams) for t in members}, scores, search.space,
+                    rng, search.fits)
+            members = search.exploit(bracket, i, members, decisions, i in journaled)
+
+    def decide(self, hparams: Mapping[str, Mapping[str, Any]],
+               scores: Mapping[str, float | None], space: SearchSpace,
+               rng: np.random.Generator, fits: Fits = lambda a, b: True) -> list[Exploit]:
+        """The exploits of one interval's end: who copies whom, with which new values."""
+        return [Exploit(member, donor, explore(hparams[donor], space, rng,
+                                               self.perturbation_factors,
+                                               self.resample_probability, fits),
+                        dict(hparams[member]), scores.get(member), scores.get(donor))
+                for member, donor in pairs(scores, self.replaced(), rng)]
+
+    def plan_facts(self) -> dict[str, Any]:
+        return {"population": self.population, "epochs": self.R,
+                "interval": self.interval, "interval_ends": self.marks,
+                "replaced_per_interval": self.replaced(), "budget_epochs": self.budget,
+                "explore": {"perturbation_factors": list(self.perturbation_factors),
+                            "resample_probability": self.resample_probability}}
+
+
+def interval_ends(epochs: int, interval: int) -> list[float]:
+    """``interval``, ``2·interval``, ... up to ``epochs``, and ``epochs`` itself."""
+    ends = list(range(interval, epochs + 1, interval))
+    if ends[-1] != epochs:
+        ends.append(epochs)
+    return [float(e) for e in ends]
+
+
+def replaced_count(population: int, quantile: float) -> int:
+    """⌈population·quantile⌉ members, at most half of them (Ray Tune's rule)."""
+    return min(math.ceil(population * quantile), population // 2)
+
+
+def ranked(scores: Mapping[str, float | None]) -> list[str]:
+    """Members from worst to best: a diverged member (None) first, ties by id."""
+    return sorted(scores, key=lambda m: (-math.inf if scores[m] is None else scores[m], m))
+
+
+def pairs(scores: Mapping[str, float | None], k: int,
+          rng: np.random.Generator) -> list[tuple[str, str]]:
+    """(member, donor) pairs: the ``k`` worst members (and every diverged one), each with a
+    donor drawn from the ``k`` best."""
+    order = ranked(scores)
+    if k == 0 or len(order) < 2:
+        return []
+    failed = [m for m in order if scores[m] is None]
+    worst = order[:max(k, min(len(failed), len(order) - k))]
+    best = [m for m in order[-k:] if scores[m] is not None]
+    if not best:
+        return []
+    return [(m, best[int(rng.integers(len(best)))]) for m in worst]
+
+
+def explore(hparams: Mapping[str, Any], space: SearchSpace, rng: np.random.Generator,
+            factors: Sequence[float] = (0.8, 1.2), resample_probability: float = 0.25,
+            fits: Fits = lambda a, b: True) -> dict[str, Any]:
+    """A donor's values explored, in the space's order, each within its dimension: resampled
+    with ``resample_probability``; else a range times a factor of ``factors`` (clipped), a
+    numeric list's neighbour, a categorical choice kept. A change after which a member could
+    not take the donor's state (``fits``, a structural hyper-parameter) is not made.
+
+    Draws the same numbers from ``rng`` whatever the values, so a seed gives one sequence."""
+    out = dict(hparams)
+    for name, dim in space.dims.items():
+        resample = rng.random() < resample_probability
+        factor = float(factors[int(rng.integers(len(factors)))])
+        fresh = dim.sample(rng)
+        value = fresh if resample else perturb(dim, hparams[name], factor)
+        candidate = {**out, name: value}
+        if fits(hparams, candidate):
+            out = candidate
+    return out
+
+
+def perturb(dim: Any, value: Any, factor: float) -> Any:
+    """``value`` moved within ``dim`` in ``factor``'s direction."""
+    if isinstance(dim, FloatRange):
+        return float(min(max(value * factor, dim.low), dim.high))
+    if isinstance(dim, IntRange):
+        target = round((value * factor - dim.low) / dim.step)
+        index = (value - dim.low) // dim.step
+        if target == index and factor != 1:  # too small a range to move by the factor
+            target = index + (1 if factor > 1 else -1)
+        return dim.value(min(max(target, 0), len(dim.values) - 1))
+    if isinstance(dim, Choice) and not dim.categorical:
+        index = dim.values.index(value) + (1 if factor > 1 else -1 if factor < 1 else 0)
+        return dim.value(min(max(index, 0), len(dim.values) - 1))
+    return value
+
+
+def schedule(member: str, epochs: float, lineage: Mapping[str, Sequence[Mapping[str, Any]]],
+             initial: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The hyper-parameter schedule that produced ``member``'s weights at ``epochs``: its
+    stretches from epoch 0, each ``{"from", "to", "trial_id", "hparams"}``, following each
+    exploit back to the donor whose weights it copied.
+
+    Args:
+        lineage: Each member's exploits in order, ``{"epoch", "donor", "hparams"}``.
+        initial: Each member's hyper-parameters as drawn.
+    """
+    stretches: list[dict[str, Any]] = []
+    who, end = member, epochs
+    while True:
+        earlier = [e for e in lineage.get(who, ()) if e["epoch"] < end]
+        if not earlier:
+            stretches.append({"from": 0.0, "to": end, "trial_id": who,
+                              "hparams": dict(initial[who])})
+            break
+        last = earlier[-1]
+        stretches.append({"from": float(last["epoch"]), "to": end, "trial_id": who,
+                          "hparams": dict(last["hparams"])})
+        who, end = last["donor"], float(last["epoch"])
+    return stretches[::-1]
