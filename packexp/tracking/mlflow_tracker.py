@@ -9,7 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packexp.events import MemberScored, PackFinished, RungPlanned, Summary, TrialEnded
+from packexp.events import (
+    MemberScored,
+    MembersExploited,
+    PackFinished,
+    RungPlanned,
+    Summary,
+    TrialEnded,
+)
 from packexp.tracking import writer_process
 from packexp.tracking.base import STATUS, Tracker, TrackingError
 from packexp.tracking.datasets import SOURCE, dataset_splits, source_tags, split_inputs
@@ -108,6 +115,30 @@ class MlflowTracker(Tracker):
 
     def on_pack_finished(self, event: PackFinished) -> None:
         self.log_pack(event.index, event.pack.to_dict(), event.best, event.epochs_spent)
+
+    def on_members_exploited(self, event: MembersExploited) -> None:
+        """A population's values as stepped metrics of each member's run, ``hparam_<name>``
+        for each numeric one, at the epoch they train from (the first values at step 0),
+        and each exploit as its member's tag ``exploit_<epoch>``: donor, scores and values."""
+        exploits = {e.member: e for e in event.exploits}
+        now, epoch = _now_ms(), round(event.epochs)
+        for member, values in event.hparams.items():
+            if member not in self._logged:
+                continue
+            points = [(epoch, values)]
+            if event.rung == 0:
+                points.append((0, exploits[member].before if member in exploits else values))
+            metrics = [(f"hparam_{k}", float(v), now, step) for step, vs in points
+                       for k, v in vs.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)]
+            tags = {}
+            if member in exploits:
+                e = exploits[member]
+                tags[f"exploit_{epoch}"] = (
+                    f"copied {e.donor} ({_score(e.donor_score)} against its own "
+                    f"{_score(e.score)}); " + " ".join(f"{k}={v}" for k, v in values.items()))
+            self._post("log a population's values", "log_trial_rung", member, {}, tags,
+                       metrics, now)
 
     def on_trial_ended(self, event: TrialEnded) -> None:
         self.end_trial(event.trial_id, STATUS[event.status])
@@ -383,6 +414,10 @@ def _prewarm_for_the_command_line() -> None:
 
 def _strings(tags: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in tags.items() if v is not None}
+
+
+def _score(value: float | None) -> str:
+    return "diverged" if value is None else f"{value:.4f}"
 
 
 def _now_ms() -> int:

@@ -1,0 +1,221 @@
+"""Population Based Training's arithmetic and decisions (``schedulers/pbt.py``): pure
+Python, milliseconds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from packexp.events import Exploit
+from packexp.schedulers.pbt import (
+    Pbt,
+    explore,
+    interval_ends,
+    pairs,
+    perturb,
+    ranked,
+    replaced_count,
+    schedule,
+)
+from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial
+
+SPACE = SearchSpace({
+    "batch_size": {"kind": "int", "low": 20, "high": 70, "step": 5},
+    "optimizer": ["adam", "sgd", "adagrad", "momentum"],
+    "learning_rate": {"kind": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "activation": ["sigmoid", "leaky_relu", "tanh", "relu"],
+    "width": [16, 32, 64],
+}, categorical=["optimizer", "activation"])
+DONOR = {"batch_size": 45, "optimizer": "sgd", "learning_rate": 0.01, "activation": "tanh",
+         "width": 32}
+
+
+@pytest.mark.parametrize(("epochs", "interval", "ends"), [
+    (27, 3, [3, 6, 9, 12, 15, 18, 21, 24, 27]),
+    (10, 4, [4, 8, 10]),
+    (5, 5, [5]),
+    (3, 1, [1, 2, 3]),
+])
+def test_intervals_end_every_interval_and_at_the_last_epoch(epochs, interval, ends):
+    assert interval_ends(epochs, interval) == [float(e) for e in ends]
+    pbt = Pbt(population=4, epochs=epochs, interval=interval)
+    (bracket,) = pbt.brackets()
+    assert [r.r for r in bracket.rungs] == ends
+    assert {r.n for r in bracket.rungs} == {4}
+    assert pbt.budget == 4 * epochs == pbt.epochs(bracket)  # continued: each epoch once
+
+
+@pytest.mark.parametrize(("population", "quantile", "k"), [
+    (16, 0.25, 4), (16, 0.5, 8), (5, 0.5, 2), (2, 0.25, 1), (10, 0.01, 1), (3, 0.5, 1)])
+def test_the_replaced_share_is_rounded_up_and_at_most_half(population, quantile, k):
+    assert replaced_count(population, quantile) == k
+    assert Pbt(population=population, quantile=quantile).replaced() == k
+
+
+def test_members_rank_from_a_diverged_one_to_the_best_ties_by_id():
+    assert ranked({"b": 0.5, "a": 0.5, "c": None, "d": 0.9, "e": 0.1}) == [
+        "c", "e", "a", "b", "d"]
+
+
+def test_the_worst_copy_the_best_and_every_diverged_member_is_replaced():
+    scores = {f"m{i}": i / 10 for i in range(8)}
+    got = pairs(scores, 2, np.random.default_rng(0))
+    assert [m for m, _ in got] == ["m0", "m1"]
+    assert {d for _, d in got} <= {"m6", "m7"}
+    scores.update(m3=None, m4=None, m5=None)  # more diverged than the quantile
+    got = pairs(scores, 2, np.random.default_rng(0))
+    assert [m for m, _ in got] == ["m3", "m4", "m5"]  # every diverged one, past the quantile
+    assert all(d in ("m6", "m7") for _, d in got)
+    assert pairs({"a": None, "b": None}, 1, np.random.default_rng(0)) == []  # no donor
+
+
+def test_explore_stays_within_the_space_for_every_kind():
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        values = explore(DONOR, SPACE, rng, (0.5, 2.0), 0.3)
+        assert set(values) == set(DONOR)
+        for name, dim in SPACE.dims.items():
+            v = values[name]
+            if isinstance(dim, FloatRange):
+                assert dim.low <= v <= dim.high
+            else:
+                assert v in dim.values, (name, v)
+                assert type(v) is type(DONOR[name])
+
+
+def test_without_resampling_a_categorical_choice_stays_the_donors_and_the_others_move():
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        values = explore(DONOR, SPACE, rng, (0.8, 1.2), 0.0)
+        assert values["optimizer"] == "sgd" and values["activation"] == "tanh"
+        assert values["learning_rate"] in (pytest.approx(0.008), pytest.approx(0.012))
+        assert values["batch_size"] in (35, 40, 50, 55)
+        assert values["width"] in (16, 64)  # a numeric list's neighbour
+
+
+def test_factors_of_one_and_no_resampling_leave_the_donors_values():
+    assert explore(DONOR, SPACE, np.random.default_rng(3), (1.0,), 0.0) == DONOR
+
+
+def test_perturb_rounds_an_int_range_to_its_grid_and_clips_at_the_bounds():
+    dim = IntRange("batch_size", 20, 70, 5)
+    assert perturb(dim, 45, 1.2) == 55  # 54 -> the nearest value
+    assert perturb(dim, 20, 0.8) == 20  # clipped at low
+    assert perturb(dim, 70, 1.2) == 70
+    assert perturb(IntRange("units", 1, 3), 1, 1.2) == 2  # too small to move by the factor
+    assert perturb(FloatRange("lr", 0.001, 0.1, log=True), 0.09, 1.2) == 0.1
+    assert perturb(Choice("w", (16, 32, 64)), 16, 0.8) == 16
+    assert perturb(Choice("a", ("x", "y"), categorical=True), "x", 1.2) == "x"
+
+
+def test_explore_makes_no_change_the_donors_state_does_not_fit():
+    def fits(donor, values):  # as if width shaped the model
+        return donor["width"] == values["width"]
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        values = explore(DONOR, SPACE, rng, (0.5, 2.0), 0.5, fits)
+        assert values["width"] == 32
+
+
+def test_explore_draws_the_same_numbers_whatever_the_values():
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    explore(DONOR, SPACE, a)
+    explore({**DONOR, "learning_rate": 0.1, "batch_size": 70}, SPACE, b)
+    assert a.random() == b.random()
+
+
+def test_the_schedule_of_the_best_follows_each_exploit_back_to_its_donor():
+    initial = {m: {"lr": i} for i, m in enumerate("abc")}
+    lineage = {"c": [{"epoch": 3.0, "donor": "a", "hparams": {"lr": 10}},
+                     {"epoch": 9.0, "donor": "b", "hparams": {"lr": 20}}],
+               "b": [{"epoch": 6.0, "donor": "a", "hparams": {"lr": 30}}]}
+    assert schedule("c", 12.0, lineage, initial) == [
+        {"from": 0.0, "to": 6.0, "trial_id": "a", "hparams": {"lr": 0}},
+        {"from": 6.0, "to": 9.0, "trial_id": "b", "hparams": {"lr": 30}},
+        {"from": 9.0, "to": 12.0, "trial_id": "c", "hparams": {"lr": 20}}]
+    # At epoch 9 the second exploit has not happened yet: c's weights were a's until 3.
+    assert schedule("c", 9.0, lineage, initial) == [
+        {"from": 0.0, "to": 3.0, "trial_id": "a", "hparams": {"lr": 0}},
+        {"from": 3.0, "to": 9.0, "trial_id": "c", "hparams": {"lr": 10}}]
+    assert schedule("a", 12.0, lineage, initial) == [
+        {"from": 0.0, "to": 12.0, "trial_id": "a", "hparams": {"lr": 0}}]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("population", 1), ("epochs", 0), ("interval", 0), ("interval", 28), ("quantile", 0.6),
+    ("quantile", 0), ("perturbation_factors", []), ("perturbation_factors", [0.8, -1]),
+    ("resample_probability", 1.5), ("lr_horizon", "bracket")])
+def test_a_bad_setting_is_one_line_naming_it(key, value):
+    with pytest.raises(ValueError, match=f"^{key}=") as e:
+        Pbt(**{key: value})
+    assert "\n" not in str(e.value)
+
+
+def test_the_plan_names_the_population_its_intervals_and_its_budget():
+    facts = Pbt(population=16, epochs=27, interval=3).plan_facts()
+    assert facts["population"] == 16 and facts["interval"] == 3
+    assert facts["interval_ends"][-1] == 27.0 and len(facts["interval_ends"]) == 9
+    assert facts["budget_epochs"] == 432 and facts["replaced_per_interval"] == 4
+
+
+class FakeSearch:
+    """A search whose members score by their learning rate; it keeps what it was told."""
+
+    seed = 7
+    space = SPACE
+
+    def __init__(self, journaled=None):
+        self.journaled = journaled or {}
+        self.trained: list[tuple[int, dict]] = []
+        self.exploited: list[tuple[int, list[Exploit], bool]] = []
+
+    def sample(self, bracket):
+        return [Trial(f"m{i}", {**DONOR, "learning_rate": 0.001 * (i + 1)}, (), seed=i)
+                for i in range(bracket.rungs[0].n)]
+
+    def train_rung(self, bracket, rung, members, epochs):
+        self.trained.append((rung, {t.trial_id: dict(t.hparams) for t in members}))
+        return {t.trial_id: t.hparams["learning_rate"] for t in members}
+
+    def fits(self, donor, values):
+        return True
+
+    def replayed_exploits(self):
+        return self.journaled
+
+    def exploit(self, bracket, rung, members, exploits, journaled=False):
+        self.exploited.append((rung, exploits, journaled))
+        new = {e.member: e.hparams for e in exploits}
+        return [Trial(t.trial_id, new.get(t.trial_id, t.hparams), ()) for t in members]
+
+
+def test_drive_trains_every_interval_and_exploits_between_them():
+    search = FakeSearch()
+    Pbt(population=4, epochs=6, interval=2).drive(search)
+    assert [r for r, _ in search.trained] == [0, 1, 2]
+    assert [r for r, _, _ in search.exploited] == [0, 1]
+    (rung, exploits, journaled), _ = search.exploited
+    assert not journaled
+    assert [(e.member, e.donor) for e in exploits] == [("m0", "m3")]  # the lowest rate
+    assert search.trained[1][1]["m0"] == exploits[0].hparams
+    assert exploits[0].before == search.trained[0][1]["m0"]
+    again = FakeSearch()
+    Pbt(population=4, epochs=6, interval=2).drive(again)
+    assert again.exploited == search.exploited  # decisions are the seed's
+
+
+def test_a_resume_makes_the_journaled_exploits_not_new_ones():
+    journaled = [Exploit("m1", "m2", {**DONOR, "learning_rate": 0.05}, DONOR, 0.1, 0.9)]
+    search = FakeSearch({0: journaled})
+    Pbt(population=4, epochs=4, interval=2).drive(search)
+    assert search.exploited == [(0, journaled, True)]
+    assert search.trained[1][1]["m1"]["learning_rate"] == 0.05
+
+
+def test_an_exploit_record_reads_back_as_written():
+    e = Exploit("m1", "m2", {"lr": 0.1}, {"lr": 0.2}, None, 0.5)
+    assert Exploit.from_dict(e.to_dict()) == e
+    assert math.isclose(Exploit.from_dict(e.to_dict()).donor_score, 0.5)
