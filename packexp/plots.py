@@ -13,6 +13,7 @@ log = logging.getLogger(__name__)
 TIMELINE = "timeline.png"
 PREDICTED = "predicted.png"
 BEST_SO_FAR = "best_so_far.png"
+POPULATION = "population.png"
 
 # A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
 # blindness); the keys are packexp.results.PHASES, and a test keeps the two in step.
@@ -29,8 +30,9 @@ PHASE_LABELS = {
 
 
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """Draws ``timeline.png``, ``best_so_far.png`` and, where packs carry a cost model's
-    ``predicted_s``, ``predicted.png`` into ``out_dir``.
+    """Draws ``timeline.png``, ``best_so_far.png``, where packs carry a cost model's
+    ``predicted_s`` ``predicted.png``, and for a population (``scheduler=pbt``)
+    ``population.png`` into ``out_dir``.
 
     A plot that cannot be drawn is a warning: pictures never fail a finished search.
 
@@ -41,6 +43,8 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     drawings = [(TIMELINE, timeline), (BEST_SO_FAR, best_so_far)]
     if any(p.get("predicted_s") is not None for p in results["packs"]):
         drawings.append((PREDICTED, predicted_vs_measured))
+    if any(t.get("lineage") for t in results["trials"]):
+        drawings.append((POPULATION, population))
     for name, draw in drawings:
         try:
             written.append(draw(results, Path(out_dir) / name))
@@ -346,6 +350,65 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def population(results: Mapping[str, Any], path: Path) -> Path:
+    """Saves ``population_figure(results)`` to ``path``."""
+    population_figure(results).savefig(path, dpi=110)
+    return path
+
+
+def population_figure(results: Mapping[str, Any]) -> Any:
+    """A population's scores and hyper-parameters over its epochs: one line per member, a
+    dot where it copied another (its line jumps to the donor's weights there), and the best
+    member's schedule in black, followed back through the members whose weights it copied."""
+    from packexp.events import TrialRecord
+
+    trials = [TrialRecord.from_dict(t) for t in results["trials"]]
+    names = list(trials[0].hparams) if trials else []
+    fig = _png_figure_class()(figsize=(9, 2.2 * (1 + len(names))))
+    axes = fig.subplots(1 + len(names), 1, sharex=True, squeeze=False)[:, 0]
+    ends = sorted({r.epochs for t in trials for r in t.rungs})
+    by_id = {t.trial_id: t for t in trials}
+    schedule = (results.get("best") or {}).get("schedule") or []
+    for i, t in enumerate(trials):
+        color = f"C{i % 10}"
+        axes[0].plot([0.0] + [r.epochs for r in t.rungs],
+                     [None] + [r.val_accuracy for r in t.rungs], color=color, alpha=0.6,
+                     linewidth=1)
+        for e in t.lineage:
+            donor = by_id[e["donor"]].rungs
+            at = next((r.val_accuracy for r in donor if r.epochs == e["epoch"]), None)
+            axes[0].plot([e["epoch"]], [at], "o", color=color, markersize=4)
+        for ax, name in zip(axes[1:], names, strict=True):
+            x = [0.0, *ends]
+            values = [t.hparams_at(e)[name] for e in ends]  # a string: a category of the axis
+            ax.step(x, [*values, values[-1]], where="post", color=color, alpha=0.6,
+                    linewidth=1)
+    for stretch in schedule:
+        record = by_id[stretch["trial_id"]]
+        mine = [r for r in record.rungs if stretch["from"] < r.epochs <= stretch["to"]]
+        axes[0].plot([r.epochs for r in mine], [r.val_accuracy for r in mine], color="black",
+                     linewidth=2.2)
+        for ax, name in zip(axes[1:], names, strict=True):
+            value = stretch["hparams"][name]
+            ax.plot([stretch["from"], stretch["to"]], [value, value], color="black",
+                    linewidth=2.2)
+    axes[0].set_ylabel("validation accuracy")
+    axes[0].set_title(f"Population of {len(trials)} ({results.get('model', '?')} on "
+                      f"{results.get('dataset', '?')}): scores and values by epoch; dots: "
+                      "exploits; black: the best's schedule", fontsize=10)
+    for ax, name in zip(axes[1:], names, strict=True):
+        values = [t.hparams_at(e)[name] for t in trials for e in ends]
+        if all(isinstance(v, int | float) and v > 0 for v in values) and (
+                max(values) > 10 * min(values)):
+            ax.set_yscale("log")
+        ax.set_ylabel(name)
+    for ax in axes:
+        ax.grid(linewidth=0.3)
+    axes[-1].set_xlabel("epochs")
+    fig.tight_layout()
+    return fig
 
 
 def _figure(size: tuple[float, float]) -> tuple[Any, Any]:

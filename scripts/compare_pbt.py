@@ -137,22 +137,21 @@ def train_member(config: dict, data: tuple, epochs: int, interval: int) -> None:
     from packexp.packing.optimizers import make_optimizer
 
     x_train, y_train, x_val, y_val, num_classes = data
-    keras.utils.set_random_seed(config["seed"])
+    epoch, state, checkpoint = 0, None, tune.get_checkpoint()
+    if checkpoint:  # our own, or a donor's after an exploit
+        with checkpoint.as_directory() as d, np.load(Path(d) / "state.npz") as f:
+            meta, state = json.loads((Path(d) / "meta.json").read_text()), dict(f)
+        epoch = meta["epoch"]
+    keras.utils.set_random_seed((config["seed"] + epoch) % 2**32)  # a restart: new shuffles
     model = build(x_train.shape[1:], num_classes, config)
     optimizer = make_optimizer(config["optimizer"], config["learning_rate"], config)
     optimizer.build(model.trainable_variables)
-    epoch = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint:  # our own, or a donor's after an exploit
-        with checkpoint.as_directory() as d:
-            meta = json.loads((Path(d) / "meta.json").read_text())
-            with np.load(Path(d) / "state.npz") as f:
-                model.set_weights([f[f"w{k}"] for k in range(meta["weights"])])
-                if meta["optimizer"] == config["optimizer"]:  # else a fresh optimizer
-                    for k, var in enumerate(optimizer.variables):
-                        var.assign(f[f"o{k}"])
-                    optimizer.learning_rate = config["learning_rate"]
-            epoch = meta["epoch"]
+    if state:
+        model.set_weights([state[f"w{k}"] for k in range(meta["weights"])])
+        if meta["optimizer"] == config["optimizer"]:  # else a fresh optimizer
+            for k, var in enumerate(optimizer.variables):
+                var.assign(state[f"o{k}"])
+            optimizer.learning_rate = config["learning_rate"]
     model.compile(optimizer=optimizer, metrics=["accuracy"],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     while epoch < epochs:

@@ -1,0 +1,186 @@
+"""``scheduler=pbt`` end to end on real TensorFlow: exploits copy exactly, lineage is kept in
+results.json, the journal and MLflow, and a killed population resumes to the unbroken
+run's lineage and scores."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hydra.utils import instantiate
+
+from packexp.events import TrialRecord
+from packexp.journal import Journal
+from packexp.pack_options import steps_for
+from packexp.run import run
+from tests.helpers import ROOT, compose_config, packexp
+
+pytestmark = pytest.mark.tf
+
+# Plain packs (not fused, not compiled): a member's numbers are bit for bit its own.
+POP = ["scheduler=pbt", "scheduler.population=4", "scheduler.epochs=6",
+       "scheduler.interval=2", "tracking=none", "pack.fusion=off", "pack.jit_compile=false"]
+# Explore that changes nothing: an exploited member has its donor's values.
+UNCHANGED = ["scheduler.perturbation_factors=[1.0]", "scheduler.resample_probability=0"]
+
+
+def tune(run_dir, *overrides):
+    run(compose_config([*POP, *overrides]), run_dir=run_dir)
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def numbers(rung: dict) -> tuple:
+    return rung["steps"], rung["val_accuracy"], rung["val_loss"], rung["train_loss"]
+
+
+@pytest.mark.parametrize("strategy", ["none", "knn"])
+def test_an_exploited_member_trains_on_exactly_as_its_donor(tmp_path, strategy):
+    """With its donor's values, weights, optimizer state and data order, a member that copied
+    another trains on to the same numbers, bit for bit: alone (none) or in the donor's pack
+    (knn), where the copy is between two members of one pack."""
+    results = tune(tmp_path, f"strategy={strategy}", *UNCHANGED)
+    trials = {t["trial_id"]: t for t in results["trials"]}
+    copied = [(t, e) for t in trials.values() for e in t.get("lineage", ())]
+    assert len(copied) == 2  # one member replaced at each of two interval ends
+    for member, exploit in copied:
+        donor = trials[exploit["donor"]]
+        rung = [r["epochs"] for r in member["rungs"]].index(exploit["epoch"])
+        assert numbers(member["rungs"][rung]) != numbers(donor["rungs"][rung])
+        assert numbers(member["rungs"][rung + 1]) == numbers(donor["rungs"][rung + 1])
+        assert exploit["hparams"] == TrialRecord.from_dict(donor).hparams_at(exploit["epoch"])
+        if strategy == "knn":
+            assert member["rungs"][rung + 1]["pack_id"] == donor["rungs"][rung + 1]["pack_id"]
+    assert results["programs"] <= 1  # exploits never trace (0: a test before traced it)
+
+
+def test_an_exploited_member_starts_its_next_epoch_at_its_new_batch_size(tmp_path):
+    results = tune(tmp_path, "strategy=none", "scheduler.resample_probability=1")
+    train_size = len(instantiate(compose_config(POP).dataset, images=False).x_train)
+    moved = 0
+    for t in results["trials"]:
+        for e in t.get("lineage", ()):
+            after = next(r for r in t["rungs"] if r["epochs"] > e["epoch"])
+            assert after["steps"] == steps_for(after["epochs"], e["hparams"]["batch_size"],
+                                               train_size)
+            moved += e["hparams"]["batch_size"] != e["before"]["batch_size"]
+    assert moved, "no exploit changed a batch size"
+
+
+def test_lineage_is_in_results_the_journal_and_the_best_names_its_schedule(tmp_path):
+    results = tune(tmp_path)
+    journal = [r for r in Journal(tmp_path).read() if r["event"] == "exploit"]
+    assert [r["epochs"] for r in journal] == [2.0, 4.0]
+    lineage = {(t["trial_id"], e["epoch"]): e for t in results["trials"]
+               for e in t.get("lineage", ())}
+    assert {(e["member"], r["epochs"]) for r in journal for e in r["exploits"]} == set(lineage)
+    best = results["best"]
+    schedule = best["schedule"]
+    assert schedule[0]["from"] == 0 and schedule[-1]["to"] == best["epochs"]
+    assert all(a["to"] == b["from"] for a, b in zip(schedule, schedule[1:], strict=False))
+    assert schedule[-1]["trial_id"] == best["trial_id"]
+    assert schedule[-1]["hparams"] == best["hparams"]
+    assert (tmp_path / "population.png").is_file()
+
+
+def kept(results: dict) -> list[dict]:
+    """The trials as results.json has them, less where their checkpoints were."""
+    return [{**t, "rungs": [{k: v for k, v in r.items() if k != "checkpoint"}
+                            for r in t["rungs"]]} for t in results["trials"]]
+
+
+def kill_at(monkeypatch, where: str):
+    """Makes the search die (as if killed) ``mid-interval``, once a pack of the interval
+    after the first exploit has finished, or ``before effect``, once the first exploit is
+    journaled but before the member's copy of its donor's state is written."""
+    import packexp.driver as driver
+    import packexp.packing.member as member
+
+    if where == "mid-interval":
+        original = driver.PackedSearch.commit
+
+        def commit(self, bracket, rung, *args, **kwargs):
+            out = original(self, bracket, rung, *args, **kwargs)
+            if rung == 1:
+                raise KeyboardInterrupt
+            return out
+
+        monkeypatch.setattr(driver.PackedSearch, "commit", commit)
+    else:
+        write = member.write_state
+
+        def write_state(state, path):
+            if "-from-" in str(path):
+                raise KeyboardInterrupt
+            return write(state, path)
+
+        monkeypatch.setattr(member, "write_state", write_state)
+
+
+@pytest.mark.parametrize("where", ["mid-interval", "before effect"])
+def test_a_killed_population_resumes_to_the_unbroken_lineage_and_scores(
+        tmp_path, monkeypatch, where):
+    whole = tune(tmp_path / "whole", "strategy=none")
+    with monkeypatch.context() as patch:
+        kill_at(patch, where)
+        with pytest.raises(KeyboardInterrupt):
+            tune(tmp_path / "killed", "strategy=none")
+    events = [r["event"] for r in Journal(tmp_path / "killed").read()]
+    assert "exploit" in events
+    resumed = tune(tmp_path / "killed", "strategy=none", "resume=true")
+    assert kept(resumed) == kept(whole)  # rungs, scores, lineage and statuses
+    assert resumed["best"] == whole["best"]
+    assert [r["event"] for r in Journal(tmp_path / "killed").read()].count("exploit") == 2
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_population_then_resume_gives_the_unbroken_run(tmp_path):
+    args = ["strategy=knn", *POP[:5], "seed=3"]
+    whole = packexp(*args, f"hydra.run.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    run_dir = tmp_path / "killed"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "packexp", *args, f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    journal = run_dir / "journal.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = journal.read_text() if journal.exists() else ""
+        if '"event": "exploit"' in text and text.split('"event": "exploit"')[1].count(
+                '"event": "result"'):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = packexp(*args, "resume=true", f"hydra.run.dir={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    results = lambda d: json.loads((d / "results.json").read_text())  # noqa: E731
+    assert kept(results(run_dir)) == kept(results(tmp_path / "whole"))
+
+
+def test_mlflow_has_each_members_values_by_epoch_and_each_exploit(tmp_path):
+    import mlflow
+
+    tune(tmp_path / "run", "tracking=mlflow", f"tracking.store_dir={tmp_path / 'store'}")
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "packexp"]
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])
+            if r.data.tags.get("mlflow.parentRunId")}
+    for trial in results["trials"]:
+        record = TrialRecord.from_dict(trial)
+        run_ = runs[trial["trial_id"]]
+        history = sorted((m.step, m.value) for m in client.get_metric_history(
+            run_.info.run_id, "hparam_learning_rate"))
+        assert history == [(step, pytest.approx(record.hparams_at(step + 0.5)["learning_rate"]))
+                           for step in (0, 2, 4)]
+        exploits = {k: v for k, v in run_.data.tags.items() if k.startswith("exploit_")}
+        assert sorted(exploits) == [f"exploit_{e['epoch']:g}" for e in trial.get("lineage", ())]
+        for e in trial.get("lineage", ()):
+            assert exploits[f"exploit_{e['epoch']:g}"].startswith(f"copied {e['donor']} (")
