@@ -184,3 +184,12 @@ def test_mlflow_has_each_members_values_by_epoch_and_each_exploit(tmp_path):
         assert sorted(exploits) == [f"exploit_{e['epoch']:g}" for e in trial.get("lineage", ())]
         for e in trial.get("lineage", ()):
             assert exploits[f"exploit_{e['epoch']:g}"].startswith(f"copied {e['donor']} (")
+
+
+def test_plan_shows_the_population_its_intervals_and_its_budget(tmp_path, capsys):
+    run(compose_config([*POP, "task=plan"]), run_dir=tmp_path)
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["population"] == 4 and plan["replaced_per_interval"] == 1
+    assert plan["interval_ends"] == [2.0, 4.0, 6.0] and plan["budget_epochs"] == 24
+    assert "PBT: a population of 4, 6 epochs each" in capsys.readouterr().out
+    assert not (tmp_path / "journal.jsonl").exists()
