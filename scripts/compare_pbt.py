@@ -2,28 +2,32 @@
 Ray Tune's PopulationBasedTraining on the same model, data and space, over several seeds.
 
 Usage: python scripts/compare_pbt.py [--seeds 0 1 2 3 4] [--population 16] [--epochs 27]
-                                     [--interval 3] [--arms pbt asha ray] [--json PATH]
+                                     [--interval 3] [--arms pbt asha ray] [--space table3]
+                                     [--json PATH]
 
 Every arm trains mlp3 on MNIST-1D (``packexp.data.mnist1d.load(seed=S)``) over the default
-search space (``conf/search_space/table3.yaml``) with root seed S. ``pbt`` is ``python -m
-packexp scheduler=pbt`` with the population, epochs and interval given; ``asha`` is
-``scheduler=asha`` with ``R`` the epochs and ``max_epochs`` population x epochs, the same
-budget. ``ray`` is ordinary Ray Tune + Keras user code in a child process of this script
-(``--arm ray``), so its process time, like packexp's, includes its imports and start-up:
-``tune.run`` with ``PopulationBasedTraining`` (synchronous, as packexp's is: every interval
-ends for the whole population before anyone is exploited; ``perturbation_interval`` the
-interval, ``quantile_fraction`` 0.25), one trial per member on one CPU of
-``ray.init(num_cpus=2)``, each starting from the configuration packexp draws
-(``space.sample(P, S, 0)``). A trial trains ``model.fit(epochs=1)`` per iteration with the
-optimizer ``make_optimizer`` gives (packexp's update rules), reports the validation accuracy
-and, at each interval's end, a checkpoint of its weights and optimizer state. Explore is
-packexp's own rule (``packexp.schedulers.pbt.explore``) as Ray's ``custom_explore_fn``, with
-no ``hyperparam_mutations``, so Ray hands it a copy of the donor's config unchanged. An
-exploited trial restarts from the donor's checkpoint with the explored config: the model is
-built with the new activation and given the donor's weights; the optimizer keeps the donor's
-state (steps, slots) at the new learning rate when the optimizer is the same, and starts
-fresh when it changed; the batch size is read by each ``fit``. Ray Tune is installed
-(``ray[tune]`` at the installed Ray's version) when missing.
+search space (``conf/search_space/table3.yaml``; ``--space`` names another) with root seed
+S. ``pbt`` is ``python -m packexp scheduler=pbt`` with the population, epochs and interval
+given; ``asha`` is ``scheduler=asha`` with ``R`` the epochs and ``max_epochs`` population x
+epochs, the same budget. ``ray`` is ordinary Ray Tune + Keras user code in a child process
+of this script (``--arm ray``), so its process time, like packexp's, includes its imports
+and start-up: ``tune.run`` with ``PopulationBasedTraining`` (synchronous, as packexp's is:
+every interval ends for the whole population before anyone is exploited;
+``perturbation_interval`` the interval, ``quantile_fraction`` 0.25), one trial per member on
+one CPU of ``ray.init(num_cpus=2)``, each starting from the configuration packexp draws
+(``space.sample(P, S, 0)``). A trial trains ``model.fit(epochs=1)`` per iteration, on the
+model and optimizer a Keras user writes (mlp3's three Dense layers of 64 with the activation
+built in; Keras's own optimizer class with packexp's defaults for the name), reports the
+validation accuracy and, at each interval's end, a checkpoint of its weights and optimizer
+state. Explore is packexp's own rule (``packexp.schedulers.pbt.explore``) as Ray's
+``custom_explore_fn``, with no ``hyperparam_mutations``, so Ray hands it a copy of the
+donor's config unchanged. An exploited trial restarts from the donor's checkpoint with the
+explored config: the model is built with the new activation and given the donor's weights;
+the optimizer keeps the donor's state (steps, slots) at the new learning rate when the
+optimizer is the same, and starts fresh when it changed; the batch size is read by each
+``fit``; Keras is seeded with the member's seed (the donor's, after an exploit) plus the
+epoch it starts at. Ray Tune is installed (``ray[tune]`` at the installed Ray's version)
+when missing.
 
 The arms run back to back within a seed, their order rotated from one seed to the next, so
 they share the machine's load. Prints a Markdown table: each seed's best validation accuracy
@@ -47,18 +51,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SPACE = ROOT / "conf" / "search_space" / "table3.yaml"
+SPACES = ROOT / "conf" / "search_space"
 ARMS = ("pbt", "asha", "ray")
 FACTORS, RESAMPLE, QUANTILE = (0.8, 1.2), 0.25, 0.25
 
 
-def load_space() -> Any:
-    """The default search space, as packexp builds it from the YAML."""
+def load_space(name: str = "table3") -> Any:
+    """The search space ``conf/search_space/<name>.yaml``, as packexp builds it."""
     from omegaconf import OmegaConf
 
     from packexp.search_space import SearchSpace
 
-    cfg = OmegaConf.to_container(OmegaConf.load(SPACE), resolve=True)
+    cfg = OmegaConf.to_container(OmegaConf.load(SPACES / f"{name}.yaml"), resolve=True)
     return SearchSpace(cfg["params"], cfg.get("categorical", ()))
 
 
@@ -86,12 +90,14 @@ def order(arms: list[str], turn: int) -> list[str]:
     return [*arms[k:], *arms[:k]]
 
 
-def packexp_arm(arm: str, seed: int, p: int, e: int, i: int, run_dir: Path) -> dict:
+def packexp_arm(arm: str, seed: int, p: int, e: int, i: int, run_dir: Path,
+                space: str = "table3") -> dict:
     """One packexp search in a child process: its results and the process's seconds."""
     own = ([f"scheduler.population={p}", f"scheduler.epochs={e}", f"scheduler.interval={i}"]
            if arm == "pbt" else [f"scheduler.R={e}", f"scheduler.max_epochs={p * e}"])
     cmd = [sys.executable, "-m", "packexp", f"scheduler={arm}", "dataset=mnist1d",
-           "model=mlp3", *own, f"seed={seed}", "tracking=none", f"hydra.run.dir={run_dir}"]
+           "model=mlp3", f"search_space={space}", *own, f"seed={seed}", "tracking=none",
+           f"hydra.run.dir={run_dir}"]
     res, process_s = child(cmd, run_dir / "results.json")
     best = res.get("best") or {}
     return {"best": best.get("val_accuracy"), "best_hparams": best.get("hparams"),
@@ -99,10 +105,11 @@ def packexp_arm(arm: str, seed: int, p: int, e: int, i: int, run_dir: Path) -> d
             "epochs_spent": res.get("epochs_spent"), "programs": res.get("programs")}
 
 
-def ray_arm(seed: int, p: int, e: int, i: int, out: Path) -> dict:
+def ray_arm(seed: int, p: int, e: int, i: int, out: Path, space: str = "table3") -> dict:
     """Ray Tune's PBT in a child process (this script with ``--arm ray``)."""
     cmd = [sys.executable, __file__, "--arm", "ray", "--seeds", str(seed), "--population",
-           str(p), "--epochs", str(e), "--interval", str(i), "--out", str(out)]
+           str(p), "--epochs", str(e), "--interval", str(i), "--out", str(out),
+           "--space", space]
     res, process_s = child(cmd, out)
     return {**res, "process_s": process_s}
 
@@ -133,8 +140,7 @@ def train_member(config: dict, data: tuple, epochs: int, interval: int) -> None:
     import numpy as np
     from ray import tune
 
-    from packexp.models.mlp3 import build
-    from packexp.packing.optimizers import make_optimizer
+    from packexp.pack_options import OPTIMIZERS
 
     x_train, y_train, x_val, y_val, num_classes = data
     epoch, state, checkpoint = 0, None, tune.get_checkpoint()
@@ -143,8 +149,16 @@ def train_member(config: dict, data: tuple, epochs: int, interval: int) -> None:
             meta, state = json.loads((Path(d) / "meta.json").read_text()), dict(f)
         epoch = meta["epoch"]
     keras.utils.set_random_seed((config["seed"] + epoch) % 2**32)  # a restart: new shuffles
-    model = build(x_train.shape[1:], num_classes, config)
-    optimizer = make_optimizer(config["optimizer"], config["learning_rate"], config)
+    # What a Keras user writes: mlp3's layers with the activation built in (packexp's mlp3
+    # selects it at run time, computing every choice) and Keras's own optimizer class with
+    # packexp's defaults for the name, as compare_kerastuner.py's and compare_search.py's
+    # baselines.
+    model = keras.Sequential([keras.Input(x_train.shape[1:])] + [
+        keras.layers.Dense(64, activation=config["activation"]) for _ in range(3)] + [
+        keras.layers.Dense(num_classes)])
+    spec = OPTIMIZERS[config["optimizer"]]
+    optimizer = getattr(keras.optimizers, spec.keras_class)(
+        learning_rate=config["learning_rate"], **spec.options)
     optimizer.build(model.trainable_variables)
     if state:
         model.set_weights([state[f"w{k}"] for k in range(meta["weights"])])
@@ -186,7 +200,7 @@ def domains(space: Any) -> dict:
         "seed": tune.randint(0, 2**32)}
 
 
-def run_ray(seed: int, p: int, e: int, i: int) -> dict:
+def run_ray(seed: int, p: int, e: int, i: int, space_name: str = "table3") -> dict:
     """Ray Tune's PBT over the population packexp draws; every reported result recorded."""
     import ray
     from ray import tune
@@ -195,7 +209,7 @@ def run_ray(seed: int, p: int, e: int, i: int) -> dict:
 
     from packexp.data.mnist1d import load
 
-    space = load_space()
+    space = load_space(space_name)
     data = load(seed=seed)
     arrays = (data.x_train, data.y_train, data.x_val, data.y_val, data.num_classes)
     members = [{**t.hparams, "seed": t.seed} for t in space.sample(p, seed, 0)]
@@ -227,7 +241,10 @@ def run_ray(seed: int, p: int, e: int, i: int) -> dict:
         search_s = time.perf_counter() - start
     ray.shutdown()
     best = max(record.results, key=lambda r: r["val_accuracy"])
+    ends = [r["val_accuracy"] for r in record.results  # where packexp's PBT evaluates
+            if r["iteration"] % i == 0 or r["iteration"] == e]
     return {"best": best["val_accuracy"], "best_hparams": best["config"], "search_s": search_s,
+            "best_at_interval_ends": max(ends),
             "epochs_spent": len(record.results), "programs": None,
             "exploits": explored, "ray": ray.__version__, "results": [
                 {k: r[k] for k in ("trial", "iteration", "val_accuracy")}
@@ -270,13 +287,16 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=27)
     p.add_argument("--interval", type=int, default=3)
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    p.add_argument("--space", default="table3",
+                   help="conf/search_space/<SPACE>.yaml for every arm (default: table3)")
     p.add_argument("--json", type=Path, help="write every run's numbers here")
     p.add_argument("--arm", choices=["ray"], help=argparse.SUPPRESS)  # the child's side
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     pop, epochs, interval = args.population, args.epochs, args.interval
     if args.arm == "ray":
-        args.out.write_text(json.dumps(run_ray(args.seeds[0], pop, epochs, interval)))
+        args.out.write_text(json.dumps(run_ray(args.seeds[0], pop, epochs, interval,
+                                                     args.space)))
         return
     if pop < 2 or not 1 <= interval <= epochs:
         p.error("needs --population >= 2 and 1 <= --interval <= --epochs")
@@ -287,17 +307,20 @@ def main() -> None:
         for turn, seed in enumerate(args.seeds):
             for arm in order(args.arms, turn):
                 where = Path(tmp) / f"{arm}-{seed}"
-                res = (ray_arm(seed, pop, epochs, interval, Path(f"{where}.json"))
-                       if arm == "ray" else packexp_arm(arm, seed, pop, epochs, interval, where))
+                res = (ray_arm(seed, pop, epochs, interval, Path(f"{where}.json"), args.space)
+                       if arm == "ray" else packexp_arm(arm, seed, pop, epochs, interval, where,
+                                                        args.space))
                 runs.append({"seed": seed, "arm": arm, **res})
                 print(f"seed {seed}: {arm:>4} best {res['best']:.4f} search "
                       f"{res['search_s']:.2f} s, process {res['process_s']:.2f} s",
                       file=sys.stderr)
-    print(f"mlp3 on mnist1d, population {pop}, {epochs} epochs, interval {interval}; best "
+    print(f"mlp3 on mnist1d, search_space={args.space}, population {pop}, {epochs} epochs, "
+          f"interval {interval}; best "
           "val_accuracy per seed\n")
     print(table(runs, args.seeds, args.arms))
     if args.json:
-        args.json.write_text(json.dumps({"population": pop, "epochs": epochs,
+        args.json.write_text(json.dumps({"space": args.space, "population": pop,
+                                         "epochs": epochs,
                                          "interval": interval, "runs": runs}, indent=1))
 
 
