@@ -247,6 +247,7 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any]:
     space: SearchSpace = instantiate(cfg.search_space, "search_space")
     check_space(space)
     scheduler = instantiate(cfg.scheduler, "scheduler")
+    scheduler.check_space(space)
     strategy = instantiate(cfg.strategy, "strategy")
     member_cap(cfg.pack.max_members)
     pack_settings(cfg.pack)

@@ -396,20 +396,20 @@ class PackedSearch:
         epochs = bracket.rungs[rung].r
         self._emit(MembersExploited(bracket.s, rung, epochs, tuple(exploits),
                                     {t.trial_id: dict(t.hparams) for t in after}, journaled))
-        from packexp.packing.member import CHECKPOINT_SUFFIX, MemberState, read_state, write_state
+        from packexp.packing.member import MemberState, read_state, write_state
 
         done = self.replayed.done.get((bracket.s, rung + 1), {})
         for e in (e for e in exploits if e.member not in done):
             step = steps_for(epochs, int(e.hparams["batch_size"]), self.train_size)
-            path = (self.checkpoints / e.member / f"r{rung}-from-{e.donor}").with_suffix(
-                CHECKPOINT_SUFFIX)
-            start: Any = str(path)  # made before a resume, whole (``write_state``)
-            if not path.exists():
+            path = exploit_copy(self.checkpoints, e.member, rung, e.donor)
+            if path.exists():  # made before a resume, whole (``write_state``)
+                start = read_state(path)
+            else:
                 donor = self._states.get(e.donor) or read_state(
                     self.trials[e.donor].last.checkpoint)
                 start = MemberState(donor.weights, donor.slots, step)
                 write_state(start, path)
-            self._starts[e.member] = (start, step)
+            self._starts[e.member] = (start, step)  # in memory: a Ray worker may not see path
         return after
 
     def finish(self) -> None:
@@ -455,16 +455,16 @@ class PackedSearch:
         members = pack_run.members
         t0 = time.perf_counter()
         checkpoints: dict[str, str | None] = {}
+        exploited = {m.trial_id for m in members if self._starts.pop(m.trial_id, None)}
         for m in members:
             self._states.pop(m.trial_id, None)
-            self._starts.pop(m.trial_id, None)
             checkpoints[m.trial_id] = m.checkpoint  # a worker's, already durable
             if m.state is not None and not m.failed and self._checkpoints(bracket, rung):
                 checkpoints[m.trial_id] = write_state(
                     m.state, self.checkpoints / m.trial_id / f"r{rung}")
                 self._states[m.trial_id] = m.state  # the next rung reads the memory copy
         pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
-                            time.perf_counter() - t0, self._spent(members, epochs))
+                            time.perf_counter() - t0, self._spent(members, epochs, exploited))
         scores: dict[str, float | None] = {}
         for m in members:
             ev = pack_run.evaluation[m.trial_id]
@@ -475,9 +475,10 @@ class PackedSearch:
             before = self.trials[m.trial_id].last
             self._emit(MemberScored(result, m.trial, pack, self.tags,
                                              before.pack_id if before else None))
-            for pattern in (f"r{rung - 1}.*", f"r{rung - 1}-from-*"):  # (``exploit``'s)
-                for old in (self.checkpoints / m.trial_id).glob(pattern):
-                    old.unlink(missing_ok=True)
+            copies = exploit_copy(self.checkpoints, m.trial_id, rung - 1, "*")
+            for old in [*(self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"),
+                        *copies.parent.glob(copies.name)]:
+                old.unlink(missing_ok=True)
             if before and before.checkpoint not in (None, result.checkpoint):
                 Path(before.checkpoint).unlink(missing_ok=True)
             if result.failed:
@@ -489,13 +490,15 @@ class PackedSearch:
                                       4)))
         return scores
 
-    def _spent(self, members: list, epochs: float) -> float:
+    def _spent(self, members: list, epochs: float, exploited: set[str]) -> float:
         """Epochs the members trained in this pack: a continued trial only those its rung
-        adds, one trained from scratch all of them (as ``_state_for`` started it)."""
+        adds, one trained from scratch all of them (as ``_state_for`` started it); a
+        population's ``exploited`` member those from its donor's state on."""
         spent = 0.0
         for m in members:
             last = self.trials[m.trial_id].last
-            continued = last and self.continue_on_promotion and last.checkpoint
+            continued = last and ((self.continue_on_promotion and last.checkpoint)
+                                  or m.trial_id in exploited)
             spent += epochs - (last.epochs if continued else 0.0)
         return round(spent, 4)
 
@@ -546,3 +549,8 @@ class PackedSearch:
                 Path(r.checkpoint).unlink(missing_ok=True)
         self._states.pop(trial_id, None)
 
+
+def exploit_copy(checkpoints: Path, member: str, rung: int, donor: str) -> Path:
+    """Where ``PackedSearch.exploit`` keeps a member's copy of its donor's end state: apart
+    from the member's own checkpoints, which retiring it (a diverged member) deletes."""
+    return checkpoints / "exploits" / f"{member}-r{rung}-from-{donor}.npz"

@@ -121,7 +121,7 @@ def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     alone: dict[int, list[float]] = {}
     for pack in packs:
         if len(pack.members) == 1 and pack.steps > 0 and pack.train_s > 0:
-            batch = trials[pack.members[0]].hparams["batch_size"]
+            batch = trials[pack.members[0]].hparams_at(pack.epochs)["batch_size"]
             alone.setdefault(batch, []).append(pack.train_s / pack.steps)
     if not alone:
         return {}
@@ -131,10 +131,15 @@ def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     for pack in packs:
         packed += pack.train_s
         for member in pack.members:
-            rungs = trials[member].rungs
+            trial = trials[member]
+            rungs = trial.rungs
             i = next(k for k, r in enumerate(rungs) if r.pack_id == pack.pack_id)
-            before = rungs[i - 1].steps if i and results.get("continue_on_promotion") else 0
-            batch = trials[member].hparams["batch_size"]
+            batch = trial.hparams_at(rungs[i].epochs)["batch_size"]  # a population's: its own
+            before = 0
+            if i and results.get("continue_on_promotion"):
+                before = rungs[i - 1].steps
+                if trial.hparams_at(rungs[i - 1].epochs)["batch_size"] != batch:
+                    before = round(rungs[i].steps * rungs[i - 1].epochs / rungs[i].epochs)
             sequential += (rungs[i].steps - before) * float(np.interp(batch, sizes, per_step))
     if packed <= 0:
         return {}

@@ -147,7 +147,7 @@ def test_the_schedule_of_the_best_follows_each_exploit_back_to_its_donor():
 @pytest.mark.parametrize(("key", "value"), [
     ("population", 1), ("epochs", 0), ("interval", 0), ("interval", 28), ("quantile", 0.6),
     ("quantile", 0), ("perturbation_factors", []), ("perturbation_factors", [0.8, -1]),
-    ("resample_probability", 1.5), ("lr_horizon", "bracket")])
+    ("resample_probability", 1.5), ("R", 3), ("continue_on_promotion", False)])
 def test_a_bad_setting_is_one_line_naming_it(key, value):
     with pytest.raises(ValueError, match=f"^{key}=") as e:
         Pbt(**{key: value})
@@ -197,7 +197,7 @@ def test_drive_trains_every_interval_and_exploits_between_them():
     Pbt(population=4, epochs=6, interval=2).drive(search)
     assert [r for r, _ in search.trained] == [0, 1, 2]
     assert [r for r, _, _ in search.exploited] == [0, 1]
-    (rung, exploits, journaled), _ = search.exploited
+    (_, exploits, journaled), _ = search.exploited
     assert not journaled
     assert [(e.member, e.donor) for e in exploits] == [("m0", "m3")]  # the lowest rate
     assert search.trained[1][1]["m0"] == exploits[0].hparams
@@ -219,3 +219,23 @@ def test_an_exploit_record_reads_back_as_written():
     e = Exploit("m1", "m2", {"lr": 0.1}, {"lr": 0.2}, None, 0.5)
     assert Exploit.from_dict(e.to_dict()) == e
     assert math.isclose(Exploit.from_dict(e.to_dict()).donor_score, 0.5)
+
+
+def test_a_list_of_words_not_declared_categorical_stays_the_donors_too():
+    assert perturb(Choice("lr_schedule", ("constant", "cosine")), "constant", 1.2) == "constant"
+
+
+def test_every_diverged_member_copies_one_that_did_not_and_none_if_all_diverged():
+    scores = {"a": None, "b": None, "c": None, "d": 0.5, "e": 0.6}
+    got = pairs(scores, 1, np.random.default_rng(0))
+    assert [m for m, _ in got] == ["a", "b", "c"] and {d for _, d in got} == {"e"}
+    assert pairs(dict.fromkeys("abc"), 1, np.random.default_rng(0)) == []
+
+
+def test_a_space_with_a_learning_rate_schedule_is_refused_in_one_line():
+    from packexp.errors import ConfigError
+
+    space = SearchSpace({**{k: [DONOR[k]] for k in DONOR}, "lr_schedule": ["cosine"]})
+    with pytest.raises(ConfigError, match=r"^search_space.params.lr_schedule: scheduler=pbt"):
+        Pbt().check_space(space)
+    Pbt().check_space(SPACE)

@@ -4,6 +4,7 @@ run's lineage and scores."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -81,7 +82,7 @@ def test_lineage_is_in_results_the_journal_and_the_best_names_its_schedule(tmp_p
     best = results["best"]
     schedule = best["schedule"]
     assert schedule[0]["from"] == 0 and schedule[-1]["to"] == best["epochs"]
-    assert all(a["to"] == b["from"] for a, b in zip(schedule, schedule[1:], strict=False))
+    assert all(a["to"] == b["from"] for a, b in itertools.pairwise(schedule))
     assert schedule[-1]["trial_id"] == best["trial_id"]
     assert schedule[-1]["hparams"] == best["hparams"]
     assert (tmp_path / "population.png").is_file()
@@ -193,3 +194,40 @@ def test_plan_shows_the_population_its_intervals_and_its_budget(tmp_path, capsys
     assert plan["interval_ends"] == [2.0, 4.0, 6.0] and plan["budget_epochs"] == 24
     assert "PBT: a population of 4, 6 epochs each" in capsys.readouterr().out
     assert not (tmp_path / "journal.jsonl").exists()
+
+
+# Members at a learning rate of 10^4 diverge in their first interval.
+DIVERGING = ["search_space.params.learning_rate=[0.001,10000.0]",
+             "search_space.params.optimizer=[sgd]", *UNCHANGED]
+
+
+def test_a_diverged_member_copies_a_live_one_and_a_resume_after_its_donor_moved_on(
+        tmp_path, monkeypatch):
+    """A diverged member is retired (its checkpoints deleted), then exploited: it trains on
+    from its donor's copy, which a resume still finds after the donor's next interval has
+    deleted the donor's own checkpoint of the copy point."""
+    whole = tune(tmp_path / "whole", "strategy=none", *DIVERGING)
+    diverged = {t["trial_id"] for t in whole["trials"] if t["rungs"][0]["val_accuracy"] is None}
+    assert diverged, "no member diverged"
+    for t in whole["trials"]:
+        assert t["status"] == "finished"
+        assert [r["epochs"] for r in t["rungs"]] == [2.0, 4.0, 6.0]
+        assert all(r["val_accuracy"] is not None for r in t["rungs"][1:])
+    assert {t["trial_id"] for t in whole["trials"] if t.get("lineage")} >= diverged
+    assert whole["epochs_spent"] == 4 * 6  # a replaced member trains from its copy on
+    import packexp.driver as driver
+
+    original = driver.PackedSearch.commit
+
+    def commit(self, bracket, rung, epochs, pack_id, pack_run, *args):
+        out = original(self, bracket, rung, epochs, pack_id, pack_run, *args)
+        if rung == 1 and {m.trial_id for m in pack_run.members} - diverged:
+            raise KeyboardInterrupt  # a donor's next interval is journaled, no member's else
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(driver.PackedSearch, "commit", commit)
+        with pytest.raises(KeyboardInterrupt):
+            tune(tmp_path / "killed", "strategy=none", *DIVERGING)
+    resumed = tune(tmp_path / "killed", "strategy=none", *DIVERGING, "resume=true")
+    assert kept(resumed) == kept(whole)

@@ -185,6 +185,9 @@ class Scheduler(abc.ABC):
         """What ``task=plan``'s table adds for this scheduler."""
         return {}
 
+    def check_space(self, space: SearchSpace) -> None:  # noqa: B027 (most take any space)
+        """Refuses a search space this scheduler cannot search (a ``ConfigError``)."""
+
 
 def bracket_epochs(bracket: Bracket, continued: bool) -> float:
     """Epochs ``bracket``'s rungs train in all: each promoted configuration only the epochs

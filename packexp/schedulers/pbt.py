@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from packexp.checks import is_number, positive_int
+from packexp.errors import ConfigError
 from packexp.events import Exploit
 from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
 from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, derive_seed
@@ -38,9 +39,15 @@ class Pbt(Scheduler):
 
     def __init__(self, population: int = 16, epochs: int = 27, interval: int = 3,
                  quantile: float = 0.25, perturbation_factors: Sequence[float] = (0.8, 1.2),
-                 resample_probability: float = 0.25, lr_horizon: str = "rung") -> None:
-        super().__init__(R=positive_int("epochs", epochs), eta=2, continue_on_promotion=True,
-                         lr_horizon=lr_horizon)
+                 resample_probability: float = 0.25, R: int | None = None,
+                 continue_on_promotion: bool = True) -> None:
+        if R is not None:  # set by a preset for Hyperband (experiment=quick)
+            raise ValueError(f"R={R}: scheduler=pbt has no R; each member trains "
+                             f"scheduler.epochs epochs (set that, or drop the preset that sets R)")
+        if continue_on_promotion is not True:
+            raise ValueError(f"continue_on_promotion={continue_on_promotion!r}: a population "
+                             "always continues from its members' (or donors') states")
+        super().__init__(R=positive_int("epochs", epochs), eta=2, continue_on_promotion=True)
         self.population = positive_int("population", population, 2)
         self.interval = positive_int("interval", interval)
         if self.interval > epochs:
@@ -74,6 +81,15 @@ class Pbt(Scheduler):
     def replaced(self) -> int:
         """Members replaced (and donors drawn from) at each interval's end."""
         return replaced_count(self.population, self.quantile)
+
+    def check_space(self, space: SearchSpace) -> None:
+        """A population finds its learning rate's schedule itself; an ``lr_schedule``, whose
+        progress counts its member's updates, would be moved by an exploit that changes the
+        batch size."""
+        if "lr_schedule" in space.dims:
+            raise ConfigError("search_space.params.lr_schedule: scheduler=pbt makes each "
+                              "member's learning-rate schedule itself; drop lr_schedule from "
+                              "the space (or use scheduler=hyperband or asha)")
 
     def drive(self, search: Search) -> None:
         """Trains the population interval by interval; between intervals, journals each
@@ -131,14 +147,13 @@ def ranked(scores: Mapping[str, float | None]) -> list[str]:
 
 def pairs(scores: Mapping[str, float | None], k: int,
           rng: np.random.Generator) -> list[tuple[str, str]]:
-    """(member, donor) pairs: the ``k`` worst members (and every diverged one), each with a
-    donor drawn from the ``k`` best."""
+    """(member, donor) pairs: the ``k`` worst members and every diverged one, each with a
+    donor drawn from the ``k`` best that did not diverge (none if every member diverged)."""
     order = ranked(scores)
     if k == 0 or len(order) < 2:
         return []
-    failed = [m for m in order if scores[m] is None]
-    worst = order[:max(k, min(len(failed), len(order) - k))]
-    best = [m for m in order[-k:] if scores[m] is not None]
+    best = [m for m in order if scores[m] is not None][-k:]
+    worst = [m for m in order if (scores[m] is None or m in order[:k]) and m not in best]
     if not best:
         return []
     return [(m, best[int(rng.integers(len(best)))]) for m in worst]
@@ -175,7 +190,8 @@ def perturb(dim: Any, value: Any, factor: float) -> Any:
         if target == index and factor != 1:  # too small a range to move by the factor
             target = index + (1 if factor > 1 else -1)
         return dim.value(min(max(target, 0), len(dim.values) - 1))
-    if isinstance(dim, Choice) and not dim.categorical:
+    if isinstance(dim, Choice) and not dim.categorical and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in dim.values):
         index = dim.values.index(value) + (1 if factor > 1 else -1 if factor < 1 else 0)
         return dim.value(min(max(index, 0), len(dim.values) - 1))
     return value

@@ -122,6 +122,9 @@ class MlflowTracker(Tracker):
         and each exploit as its member's tag ``exploit_<epoch>``: donor, scores and values."""
         exploits = {e.member: e for e in event.exploits}
         now, epoch = _now_ms(), round(event.epochs)
+        for e in event.exploits:
+            if e.score is None and e.member in self._logged:  # diverged, and trains on
+                self._post("reopen a member's run", "reopen_trial", e.member)
         for member, values in event.hparams.items():
             if member not in self._logged:
                 continue

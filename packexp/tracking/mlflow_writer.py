@@ -40,7 +40,7 @@ MAX_METRICS, MAX_PARAMS_TAGS, MAX_ENTITIES = 1000, 100, 1000
 HOLD_S = 1.0
 # The calls a tracker may queue.
 OPERATIONS = frozenset({"start", "log_rung_plan", "log_trial_rung", "log_metrics", "end_trial",
-                        "log_artifact", "end"})
+                        "reopen_trial", "log_artifact", "end"})
 
 Metric = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
@@ -145,7 +145,7 @@ class MlflowWriter:
         (A new trial run, a packing plan and an artifact need none.)"""
         if operation in ("log_trial_rung", "log_rung_plan", "log_artifact"):
             return set()
-        if operation == "end_trial":
+        if operation in ("end_trial", "reopen_trial"):
             return {self._runs.get(args[0])}
         return None
 
@@ -310,6 +310,14 @@ class MlflowWriter:
         if trial_id in self._open:
             self._open.discard(trial_id)
             self._end_run(self._runs[trial_id], status, outcome, timestamp)
+
+    def reopen_trial(self, trial_id: str) -> None:
+        """Marks an ended trial's run RUNNING again: a population's diverged member that
+        trains on from a donor's state."""
+        if trial_id in self._runs and trial_id not in self._open:
+            self._client.update_run(self._runs[trial_id], status="RUNNING")
+            self._client.delete_tag(self._runs[trial_id], "outcome")
+            self._open.add(trial_id)
 
     def _end_run(self, run_id: str, status: str, outcome: str, timestamp: int | None) -> None:
         self._client.set_tag(run_id, "outcome", outcome)
