@@ -445,8 +445,10 @@ class PackedSearch:
         2. each member's result is journaled (``MemberScored``; the journal is the first
            listener, one fsynced line per record) before the pack record (``PackFinished``);
            a pack whose record is missing is trained again on resume;
-        3. a trial's checkpoint of the rung before is deleted only after the result naming
-           its new one is journaled, and a retired trial's only after it is retired.
+        3. a trial's checkpoint of the rung before (and a population's copy of its donor's
+           state) is deleted only after the pack record is journaled, which makes the
+           result naming its new one the result a resume reads; a diverged member is retired
+           (its checkpoints deleted) only then too.
 
         The rung's plan was journaled (``RungPlanned``) before its first pack trained.
         """
@@ -466,6 +468,7 @@ class PackedSearch:
         pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
                             time.perf_counter() - t0, self._spent(members, epochs, exploited))
         scores: dict[str, float | None] = {}
+        stale: list[Path] = []
         for m in members:
             ev = pack_run.evaluation[m.trial_id]
             result = RungResult(
@@ -476,18 +479,20 @@ class PackedSearch:
             self._emit(MemberScored(result, m.trial, pack, self.tags,
                                              before.pack_id if before else None))
             copies = exploit_copy(self.checkpoints, m.trial_id, rung - 1, "*")
-            for old in [*(self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"),
-                        *copies.parent.glob(copies.name)]:
-                old.unlink(missing_ok=True)
+            stale += [*(self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"),
+                      *copies.parent.glob(copies.name)]
             if before and before.checkpoint not in (None, result.checkpoint):
-                Path(before.checkpoint).unlink(missing_ok=True)
-            if result.failed:
-                self.retire(m.trial_id, "failed")
+                stale.append(Path(before.checkpoint))
             scores[m.trial_id] = ev.val_accuracy
         best = self.best()
         self._emit(PackFinished(pack, len(self.packs), best["val_accuracy"] if best else None,
                                 round(sum(p.epochs_spent for p in self.packs) + pack.epochs_spent,
                                       4)))
+        for old in stale:
+            old.unlink(missing_ok=True)
+        for m in members:
+            if m.failed:
+                self.retire(m.trial_id, "failed")
         return scores
 
     def _spent(self, members: list, epochs: float, exploited: set[str]) -> float:
@@ -531,10 +536,12 @@ class PackedSearch:
             session=self.session)
 
     def restore(self, result: RungResult) -> None:
-        """A result journaled before the resume, back in the book (nothing re-journaled)."""
+        """A result journaled before the resume, back in the book (nothing re-journaled). A
+        diverged trial ends again, its files left alone: they went when it diverged, and a
+        population's member may have trained on since from a donor's state."""
         self.book.record(result)
-        if result.failed:
-            self.retire(result.trial_id, "failed")
+        if result.failed and self.trials[result.trial_id].status == "running":
+            self._emit(TrialEnded(result.trial_id, "failed"))
 
     def retire(self, trial_id: str, status: str) -> None:
         """Ends a trial as ``status`` (finished, killed, failed); its checkpoints go."""
