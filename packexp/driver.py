@@ -388,10 +388,10 @@ class PackedSearch:
         size; it trains on with the exploit's values and the donor's data order (its seed),
         so with the donor's values it would train exactly as the donor. Returns the members
         as the next rung trains them."""
-        new, seeds = {e.member: e for e in exploits}, {t.trial_id: t.seed for t in members}
+        new, by_id = {e.member: e for e in exploits}, {t.trial_id: t for t in members}
         after = [dataclasses.replace(t, hparams=dict(new[t.trial_id].hparams),
                                      features=self.space.features(new[t.trial_id].hparams),
-                                     seed=seeds[new[t.trial_id].donor])
+                                     seed=by_id[new[t.trial_id].donor].seed)
                  if t.trial_id in new else t for t in members]
         epochs = bracket.rungs[rung].r
         self._emit(MembersExploited(bracket.s, rung, epochs, tuple(exploits),
@@ -407,7 +407,8 @@ class PackedSearch:
             else:
                 donor = self._states.get(e.donor) or read_state(
                     self.trials[e.donor].last.checkpoint)
-                start = MemberState(donor.weights, donor.slots, step)
+                rule = by_id[e.donor].hparams.get("optimizer") != e.hparams.get("optimizer")
+                start = MemberState(donor.weights, donor.slots, step, fresh_slots=rule)
                 write_state(start, path)
             self._starts[e.member] = (start, step)  # in memory: a Ray worker may not see path
         return after

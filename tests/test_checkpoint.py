@@ -155,3 +155,26 @@ def test_freeing_an_unknown_trial_names_it(data, tmp_path):
     pack = Pack([member(trial(9, 20, "sgd"))], data, **PLAIN)
     with pytest.raises((KeyError, ValueError), match="nope"):
         pack.free("nope", tmp_path)
+
+
+def test_a_state_of_another_rule_loads_its_weights_and_starts_the_rule_afresh(data, tmp_path):
+    """A population's member that copies a donor of another update rule (``fresh_slots``)
+    takes the donor's weights and its own rule's fresh slots, as a new optimizer would; the
+    flag survives a checkpoint."""
+    from packexp.packing.member import MemberState, read_state, write_state
+
+    donor, copier = member(trial(0, 20, "adam")), member(trial(1, 30, "momentum", 0.05))
+    Pack([donor], data, **PLAIN).train({donor.trial_id: 9})
+    fresh = copier.state()
+    copied = donor.state()
+    path = write_state(MemberState(copied.weights, copied.slots, 4, fresh_slots=True),
+                       tmp_path / "copy")
+    copier.load(copier.trial, read_state(path), copier.preprocessing)
+    for w, v in zip(copier.model.get_weights(), donor.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(w, v)
+    for v, value in zip(copier.optimizer.variables, fresh.slots, strict=True):
+        np.testing.assert_array_equal(v.numpy(), value)
+    assert copier.step == 4
+    copier.load(copier.trial, copied, copier.preprocessing)  # the same rule's: its slots
+    assert not all(np.array_equal(v.numpy(), value)
+                   for v, value in zip(copier.optimizer.variables, fresh.slots, strict=True))

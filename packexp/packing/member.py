@@ -51,12 +51,15 @@ class MemberState:
 
     ``weights`` are the model's ``state_variables`` (its weights, then its seed generators'
     states); ``slots`` are the optimizer's variables (its step counter and learning rate
-    included), in ``optimizer.variables`` order.
+    included), in ``optimizer.variables`` order. ``fresh_slots``: the loading member's
+    update rule starts afresh instead (a population's member that copied a donor of
+    another rule, as a new optimizer would): the slots only say how many there are.
     """
 
     weights: tuple[np.ndarray, ...]
     slots: tuple[np.ndarray, ...]
     step: int
+    fresh_slots: bool = False
 
 
 @dataclass(eq=False)
@@ -150,7 +153,10 @@ class Member:
         base_learning_rate(self.optimizer).assign(float(trial.hparams["learning_rate"]))
         ruled = rule_options(trial.hparams)
         if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
-            self.optimizer.configure(*ruled)  # kept members serve trials of any rule
+            # Kept members serve trials of any rule.
+            self.optimizer.configure(*ruled, fresh=state.fresh_slots)
+            if state.fresh_slots:
+                self.optimizer.iterations.assign(0)
         set_activation(self.model, trial.hparams)
         self.trial = trial
         self.batch_size = int(trial.hparams["batch_size"])
@@ -223,6 +229,8 @@ class HeldMember(Member):
         if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
             i = next(i for i, v in enumerate(variables) if v is self.optimizer.coefficients)
             slots[i] = np.asarray(coefficients(*ruled).values(), np.float32)
+            if state.fresh_slots:
+                slots = list(self.optimizer.fresh_slots(*ruled, trial.hparams["learning_rate"]))
         self.held = MemberState(tuple(state.weights), tuple(slots), state.step)
         self.trial = trial
         self.batch_size = int(trial.hparams["batch_size"])
@@ -258,7 +266,7 @@ def write_state(state: MemberState, path: str | Path) -> str:
     arrays.update({f"s{i}": v for i, v in enumerate(state.slots)})
     try:
         with naming(final), open(tmp, "wb") as f:
-            np.savez(f, step=np.int64(state.step), **arrays)
+            np.savez(f, step=np.int64(state.step), fresh=np.bool_(state.fresh_slots), **arrays)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
@@ -274,4 +282,5 @@ def read_state(path: str | Path) -> MemberState:
         count = {k: sum(1 for name in f.files if name[0] == k and name[1:].isdigit())
                  for k in "ws"}
         return MemberState(tuple(f[f"w{i}"] for i in range(count["w"])),
-                           tuple(f[f"s{i}"] for i in range(count["s"])), int(f["step"]))
+                           tuple(f[f"s{i}"] for i in range(count["s"])), int(f["step"]),
+                           "fresh" in f.files and bool(f["fresh"]))
