@@ -28,11 +28,27 @@ class Terminated(KeyboardInterrupt):
 # The interrupts raised by ``_interrupt`` (their signals), so that one Python swallowed is
 # raised again at the driver's next dispatch (``raise_if_interrupted``).
 _received: list[int] = []
+_holding: list[int] = []  # open ``held`` blocks: each holds the count received before it
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
-    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    if not _holding:
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Holds Ctrl-C and SIGTERM while the block runs and raises the one received when it
+    ends: for steps a reader must find all done or none (``results.json`` and the journal's
+    ``finished`` record, which a resume and the interrupted line read)."""
+    _holding.append(len(_received))
+    try:
+        yield
+    finally:
+        before = _holding.pop()
+    if len(_received) > before and not _holding:
+        raise Terminated if _received[-1] == signal.SIGTERM else KeyboardInterrupt
 
 
 def raising_interrupts() -> None:

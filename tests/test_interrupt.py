@@ -282,3 +282,26 @@ def test_an_interrupt_a_finalizer_swallowed_is_raised_at_the_next_dispatch(monke
         signal.signal(signal.SIGINT, previous)
         interrupts._received.clear()
     interrupts.raise_if_interrupted()  # nothing pending: nothing raised
+
+
+def test_an_interrupt_inside_a_held_block_is_raised_when_the_block_ends():
+    """results.json and the journal's finished record are written under ``held``: a Ctrl-C
+    between the two would leave a finished search that resumes."""
+    from packexp import interrupts
+
+    previous = signal.signal(signal.SIGINT, interrupts._interrupt)
+    interrupts._received.clear()
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupts.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # bytecodes, at one of which the handler runs
+                pass
+            done.append("both steps")
+        assert done == ["both steps"]
+        with pytest.raises(KeyboardInterrupt):  # outside a held block it raises at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        interrupts._received.clear()

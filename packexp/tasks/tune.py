@@ -16,6 +16,7 @@ from packexp.device import device_capacity, facts_here
 from packexp.driver import PackedSearch
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
+from packexp.interrupts import held
 from packexp.journal import journaled_checkpoints
 from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
 from packexp.plots import write_plots
@@ -108,8 +109,9 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
 def finish(results: dict, run_dir: Path, listeners: Listeners) -> None:
     """Writes ``results.json`` and the plots, and tells the listeners: the journal that the
     search has finished, the tracker its summary metrics and files."""
-    write_json(run_dir / "results.json", results)
-    listeners.emit(SearchFinished(results, results["wall_time_s"]))
+    with held():  # a results.json whose search the journal has not finished would resume
+        write_json(run_dir / "results.json", results)
+        listeners.emit(SearchFinished(results, results["wall_time_s"]))
     pictures = [(p, "plots") for p in write_plots(results, run_dir)]
     listeners.emit(Summary(search_metrics(results), [
         (run_dir / "results.json", None), (run_dir / "plan.json", None), *pictures]))
