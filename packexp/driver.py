@@ -36,6 +36,7 @@ from packexp.interrupts import raise_if_interrupted
 from packexp.journal import Replayed
 from packexp.listeners.results import ResultsCollector
 from packexp.pack_options import steps_for
+from packexp.population import after_exploits, donor_copy, exploit_copy
 from packexp.samplers import Observation, Sampler
 from packexp.schedulers import Bracket, KeyedPlan, Queued
 from packexp.search_space import SearchSpace, Trial
@@ -388,28 +389,20 @@ class PackedSearch:
         size; it trains on with the exploit's values and the donor's data order (its seed),
         so with the donor's values it would train exactly as the donor. Returns the members
         as the next rung trains them."""
-        new, by_id = {e.member: e for e in exploits}, {t.trial_id: t for t in members}
-        after = [dataclasses.replace(t, hparams=dict(new[t.trial_id].hparams),
-                                     features=self.space.features(new[t.trial_id].hparams),
-                                     seed=by_id[new[t.trial_id].donor].seed)
-                 if t.trial_id in new else t for t in members]
+        after = after_exploits(members, exploits, self.space)
         epochs = bracket.rungs[rung].r
         self._emit(MembersExploited(bracket.s, rung, epochs, tuple(exploits),
                                     {t.trial_id: dict(t.hparams) for t in after}, journaled))
-        from packexp.packing.member import MemberState, read_state, write_state
+        from packexp.packing.member import read_state
 
+        before = {t.trial_id: t.hparams for t in members}
         done = self.replayed.done.get((bracket.s, rung + 1), {})
         for e in (e for e in exploits if e.member not in done):
             step = steps_for(epochs, int(e.hparams["batch_size"]), self.train_size)
-            path = exploit_copy(self.checkpoints, e.member, rung, e.donor)
-            if path.exists():  # made before a resume, whole (``write_state``)
-                start = read_state(path)
-            else:
-                donor = self._states.get(e.donor) or read_state(
-                    self.trials[e.donor].last.checkpoint)
-                rule = by_id[e.donor].hparams.get("optimizer") != e.hparams.get("optimizer")
-                start = MemberState(donor.weights, donor.slots, step, fresh_slots=rule)
-                write_state(start, path)
+            start = donor_copy(
+                exploit_copy(self.checkpoints, e.member, rung, e.donor),
+                lambda d=e.donor: self._states.get(d) or read_state(self.trials[d].last.checkpoint),
+                step, before[e.donor].get("optimizer") != e.hparams.get("optimizer"))
             self._starts[e.member] = (start, step)  # in memory: a Ray worker may not see path
         return after
 
@@ -512,29 +505,13 @@ class PackedSearch:
                 pack_run: Any, predicted_s: float | None, checkpoint_s: float,
                 epochs_spent: float) -> PackRecord:
         """The pack's record: its members, settings and time by phase."""
-        stats, members = pack_run.stats, pack_run.members
-        now = time.perf_counter()
         probed = self.probe_seconds()
         probe_s, self._probed = probed - self._probed, probed
-        return PackRecord(
-            pack_id=pack_id, bracket=bracket.s, rung=rung, epochs=epochs,
-            members=[m.trial_id for m in members], fused=stats.fused, looped=stats.looped,
-            xla=stats.xla,
-            grouped_conv=stats.grouped_conv, reused=pack_run.reused,
-            reused_members=pack_run.reused_members, steps=stats.steps,
-            build_s=round(pack_run.build_s, 4), trace_s=round(stats.trace_s, 4),
-            train_s=round(stats.train_s, 4), eval_s=round(pack_run.eval_s, 4),
-            checkpoint_s=round(checkpoint_s, 4), probe_s=round(probe_s, 4),
-            duration_s=round(now - pack_run.started, 4),
-            predicted_s=None if predicted_s is None else round(predicted_s, 4),
-            programs=stats.programs, eval_programs=stats.eval_programs,
-            switches=stats.switches, switch_overhead_s=round(stats.switch_overhead_s, 4),
-            step_time_ms=stats.step_time_ms,
-            peak_memory_mb=round(pack_run.peak_memory_bytes / 2**20, 2),
-            planned_cost_mb=round(sum(self.capacity.cost(m.trial) for m in members) / 2**20, 2),
-            splits=pack_run.splits, started_s=round(pack_run.started - self.started, 4),
-            elapsed_s=round(now - self.started, 4), epochs_spent=epochs_spent,
-            session=self.session)
+        return PackRecord.measured(
+            pack_run, pack_id, bracket.s, rung, epochs, predicted_s=predicted_s,
+            checkpoint_s=checkpoint_s, probe_s=probe_s, epochs_spent=epochs_spent,
+            planned_cost_bytes=sum(self.capacity.cost(m.trial) for m in pack_run.members),
+            search_started=self.started, session=self.session)
 
     def restore(self, result: RungResult) -> None:
         """A result journaled before the resume, back in the book (nothing re-journaled). A
@@ -557,8 +534,3 @@ class PackedSearch:
                 Path(r.checkpoint).unlink(missing_ok=True)
         self._states.pop(trial_id, None)
 
-
-def exploit_copy(checkpoints: Path, member: str, rung: int, donor: str) -> Path:
-    """Where ``PackedSearch.exploit`` keeps a member's copy of its donor's end state: apart
-    from the member's own checkpoints, which retiring it (a diverged member) deletes."""
-    return checkpoints / "exploits" / f"{member}-r{rung}-from-{donor}.npz"

@@ -10,6 +10,7 @@ nothing.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,34 @@ class PackRecord:
     # A pack's time by phase, in its record and summed over the search (README).
     PHASES: ClassVar[tuple[str, ...]] = ("build_s", "trace_s", "train_s", "eval_s",
                                          "checkpoint_s", "probe_s")
+
+    @classmethod
+    def measured(cls, pack_run: Any, pack_id: str, bracket: int, rung: int, epochs: float, *,
+                 predicted_s: float | None, checkpoint_s: float, probe_s: float,
+                 epochs_spent: float, planned_cost_bytes: float, search_started: float,
+                 session: int) -> PackRecord:
+        """The record of a pack as it ran (``packing.trainer.PackRun``), timed now; its
+        start and end on the search's clock (``search_started``, ``time.perf_counter()``)."""
+        stats, members = pack_run.stats, pack_run.members
+        now = time.perf_counter()
+        return cls(
+            pack_id=pack_id, bracket=bracket, rung=rung, epochs=epochs,
+            members=[m.trial_id for m in members], fused=stats.fused, looped=stats.looped,
+            xla=stats.xla, grouped_conv=stats.grouped_conv, reused=pack_run.reused,
+            reused_members=pack_run.reused_members, steps=stats.steps,
+            build_s=round(pack_run.build_s, 4), trace_s=round(stats.trace_s, 4),
+            train_s=round(stats.train_s, 4), eval_s=round(pack_run.eval_s, 4),
+            checkpoint_s=round(checkpoint_s, 4), probe_s=round(probe_s, 4),
+            duration_s=round(now - pack_run.started, 4),
+            predicted_s=None if predicted_s is None else round(predicted_s, 4),
+            programs=stats.programs, eval_programs=stats.eval_programs,
+            switches=stats.switches, switch_overhead_s=round(stats.switch_overhead_s, 4),
+            step_time_ms=stats.step_time_ms,
+            peak_memory_mb=round(pack_run.peak_memory_bytes / 2**20, 2),
+            planned_cost_mb=round(planned_cost_bytes / 2**20, 2), splits=pack_run.splits,
+            started_s=round(pack_run.started - search_started, 4),
+            elapsed_s=round(now - search_started, 4), epochs_spent=epochs_spent,
+            session=session)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
