@@ -15,6 +15,8 @@ from omegaconf import DictConfig, open_dict
 
 from tests.helpers import ROOT, compose_config, ray_processes, wait_until
 
+pytest_plugins = ["packexp.testing.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def seed_everything() -> None:

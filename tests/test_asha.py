@@ -3,7 +3,6 @@ driver's asynchronous loop on a fake trainer (promotions, continuation, resume).
 
 from __future__ import annotations
 
-import math
 import random
 import re
 from pathlib import Path
@@ -12,38 +11,18 @@ import pytest
 
 from packexp.driver import PackedSearch
 from packexp.errors import ConfigError
-from packexp.events import Listeners
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
 from packexp.schedulers import Asha, AshaState, Hyperband, promotable
-from packexp.strategies import Capacity
-from tests.test_driver import (
+from packexp.testing.asha import assert_promotions_follow_the_rule, get_job
+from packexp.testing.fake_trainer import (
     SPACE,
-    TRAIN_SIZE,
-    Ended,
-    FakeCache,
     FakeTrainer,
-    InOrder,
-    install_fake_trainer,
+    fake_search,
     outcome,
 )
-
-
-def get_job(rungs: list[list[tuple[str, float]]], promoted: list[set[str]], eta: int):
-    """Li et al. 2020, Algorithm 2, ``get_job``, transcribed: for k from the rung below the top
-    down to 0, candidates = top_k(rung k, |rung k| / eta), promotable = candidates not yet
-    promoted; the first promotable one is promoted (to k + 1), else a new configuration is
-    drawn (returned as None here)."""
-    for k in range(len(rungs) - 2, -1, -1):
-        ranked = sorted(rungs[k], key=lambda result: -result[1])  # sorted() is stable
-        candidates = [t for t, _ in ranked[:math.floor(len(rungs[k]) / eta)]]
-        chosen = [t for t in candidates if t not in promoted[k]]
-        if chosen:
-            promoted[k].add(chosen[0])
-            return chosen[0], k + 1
-    return None
 
 
 def jobs_in_a_row(rungs, promoted, eta):
@@ -146,29 +125,14 @@ def test_bad_settings_are_one_line_naming_the_key(override, message):
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
-# The driver's loop, on the fake trainer of tests/test_driver.py (score: x / 100).
-
-@pytest.fixture
-def trainer(monkeypatch) -> FakeTrainer:
-    return install_fake_trainer(monkeypatch)
-
+# The driver's loop, on packexp.testing's fake trainer (score: x / 100).
 
 ASHA = Asha(9, 3, sample_size=3)  # rungs of 1, 3, 9 epochs; 69 epochs, Hyperband's
 
 
-def asha_search(run_dir: Path, trainer: FakeTrainer, sampler: Sampler | None = None,
+def asha_search(run_dir: Path, fake_trainer: FakeTrainer, sampler: Sampler | None = None,
                 asha: Asha = ASHA) -> PackedSearch:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    journal = Journal(run_dir)
-    if not journal.exists:
-        journal.append("start", config={})
-    trainer.journal = journal
-    return PackedSearch(space=SPACE, strategy=InOrder(), capacity=Capacity.members(2),
-                        cache=FakeCache(), listeners=Listeners([JournalListener(journal),
-                                                                Ended()]),
-                        checkpoints=run_dir / "checkpoints", seed=0, tags={"strategy": "fake"},
-                        train_size=TRAIN_SIZE, brackets=asha.brackets(),
-                        sampler=sampler or Sampler())
+    return fake_search(run_dir, fake_trainer, asha.brackets(), sampler=sampler)
 
 
 def to_the_end(search: PackedSearch, asha: Asha = ASHA) -> PackedSearch:
@@ -177,24 +141,8 @@ def to_the_end(search: PackedSearch, asha: Asha = ASHA) -> PackedSearch:
     return search
 
 
-def assert_promotions_follow_the_rule(records: list[dict], eta: int, rungs: int) -> None:
-    """Every member of every plan above rung 0 was promotable by the paper's rule, from the
-    results journaled before the plan, when the plan was made."""
-    seen: list[list[tuple[str, float]]] = [[] for _ in range(rungs)]
-    promoted: list[set[str]] = [set() for _ in range(rungs - 1)]
-    for r in records:
-        if r["event"] == "result":
-            seen[r["rung"]].append((r["trial_id"], r["val_accuracy"]))
-        elif r["event"] == "plan" and r["rung"] > 0:
-            members = [i for p in r["packs"] for i in p]
-            ready = {t for t, k in promotable(seen, promoted, eta) if k == r["rung"]}
-            assert set(members) <= ready, (r["key"], members, ready)
-            promoted[r["rung"] - 1].update(members)
-    assert any(promoted), "nothing was promoted"
-
-
-def test_asha_spends_the_budget_and_promotes_only_the_top_third_so_far(tmp_path, trainer):
-    search = to_the_end(asha_search(tmp_path, trainer))
+def test_asha_spends_the_budget_and_promotes_only_the_top_third_so_far(tmp_path, fake_trainer):
+    search = to_the_end(asha_search(tmp_path, fake_trainer))
     records = Journal(tmp_path).read()
     assert_promotions_follow_the_rule(records, 3, 3)
     spent = sum(ASHA.cost(rung) for t in search.trials.values() for rung in range(len(t.rungs)))
@@ -210,11 +158,11 @@ def test_asha_spends_the_budget_and_promotes_only_the_top_third_so_far(tmp_path,
     assert len(search.trials) == sum(len(r["sampled"]) for r in records if r["event"] == "plan")
 
 
-def test_a_promoted_trial_continues_from_the_state_its_rung_left(tmp_path, trainer):
-    to_the_end(asha_search(tmp_path, trainer))
+def test_a_promoted_trial_continues_from_the_state_its_rung_left(tmp_path, fake_trainer):
+    to_the_end(asha_search(tmp_path, fake_trainer))
     left: dict[str, object] = {}
     continued = 0
-    for call in trainer.calls:
+    for call in fake_trainer.calls:
         for i in call["ids"]:
             assert call["states"][i] == left.get(i)  # None at a trial's first rung
             continued += call["states"][i] is not None
@@ -222,11 +170,11 @@ def test_a_promoted_trial_continues_from_the_state_its_rung_left(tmp_path, train
     assert continued > 0
 
 
-def test_one_worker_trains_in_the_order_it_plans(tmp_path, trainer):
-    search = to_the_end(asha_search(tmp_path, trainer))
+def test_one_worker_trains_in_the_order_it_plans(tmp_path, fake_trainer):
+    search = to_the_end(asha_search(tmp_path, fake_trainer))
     plans = [r for r in Journal(tmp_path).read() if r["event"] == "plan"]
     assert [p["key"] for p in plans] == [f"a{j:03d}-r{p['rung']}" for j, p in enumerate(plans)]
-    trained = [i for c in trainer.calls for i in c["ids"]]
+    trained = [i for c in fake_trainer.calls for i in c["ids"]]
     # Each pack is one of the journaled plan's, named by it.
     assert sorted(p.pack_id for p in search.packs) == sorted(
         f"{p['key']}-p{j:02d}" for p in plans for j in range(len(p["packs"])))
@@ -236,21 +184,21 @@ def test_one_worker_trains_in_the_order_it_plans(tmp_path, trainer):
 @pytest.mark.parametrize("sampler", [Sampler(), TpeSampler(random_fraction=0.0, min_points=3)],
                          ids=["random", "tpe"])
 @pytest.mark.parametrize("die_at_call", [1, 6, 15])
-def test_a_resumed_asha_search_ends_as_the_unbroken_one(tmp_path, trainer, die_at_call,
+def test_a_resumed_asha_search_ends_as_the_unbroken_one(tmp_path, fake_trainer, die_at_call,
                                                          sampler):
-    whole = to_the_end(asha_search(tmp_path / "whole", trainer, sampler))
-    everything = trainer.trained()
-    trainer.die_at_call, trainer.calls = die_at_call, []
+    whole = to_the_end(asha_search(tmp_path / "whole", fake_trainer, sampler))
+    everything = fake_trainer.trained()
+    fake_trainer.die_at_call, fake_trainer.calls = die_at_call, []
     with pytest.raises(KeyboardInterrupt):
-        to_the_end(asha_search(tmp_path / "killed", trainer, sampler))
+        to_the_end(asha_search(tmp_path / "killed", fake_trainer, sampler))
     records = Journal(tmp_path / "killed").read()
-    trainer.die_at_call, trainer.calls = None, []
-    resumed = asha_search(tmp_path / "killed", trainer, sampler)
+    fake_trainer.die_at_call, fake_trainer.calls = None, []
+    resumed = asha_search(tmp_path / "killed", fake_trainer, sampler)
     resumed.replay(records)
     to_the_end(resumed)
     journaled = [(r["trial_id"], r["epochs"]) for r in records if r["event"] == "result"]
-    assert not set(journaled) & set(trainer.trained())  # nothing trained twice
-    assert sorted(journaled + trainer.trained()) == sorted(everything)
+    assert not set(journaled) & set(fake_trainer.trained())  # nothing trained twice
+    assert sorted(journaled + fake_trainer.trained()) == sorted(everything)
     assert {i: t.hparams for i, t in resumed.trials.items()} == {
         i: t.hparams for i, t in whole.trials.items()}
     assert outcome(resumed) == outcome(whole)
@@ -258,10 +206,10 @@ def test_a_resumed_asha_search_ends_as_the_unbroken_one(tmp_path, trainer, die_a
     assert resumed.best() == whole.best()
 
 
-def test_tpe_under_asha_learns_from_the_results_so_far(tmp_path, trainer):
+def test_tpe_under_asha_learns_from_the_results_so_far(tmp_path, fake_trainer):
     tpe = TpeSampler(random_fraction=0.0, min_points=3)
-    learned = to_the_end(asha_search(tmp_path / "tpe", trainer, tpe))
-    at_random = to_the_end(asha_search(tmp_path / "random", trainer))
+    learned = to_the_end(asha_search(tmp_path / "tpe", fake_trainer, tpe))
+    at_random = to_the_end(asha_search(tmp_path / "random", fake_trainer))
     first = {f"t{i:04d}" for i in range(ASHA.sample_size)}  # drawn before any result
     assert all(learned.trials[i].hparams == at_random.trials[i].hparams for i in first)
     later = [t.hparams["x"] for i, t in learned.trials.items() if i not in first]
@@ -336,7 +284,7 @@ def test_task_plan_shows_ashas_rungs_budget_and_first_packs(tmp_path, capsys):
 @pytest.mark.parametrize("scheduler, shown", [
     (ASHA, ["ASHA: pack a", "69/69 epochs"]),
     (Hyperband(9, 3), ["bracket 1/3 (s=2) rung 0 to 1 epochs", "/5 packs"])])
-def test_the_progress_display_counts_ashas_epochs_and_hyperbands_packs(tmp_path, trainer,
+def test_the_progress_display_counts_ashas_epochs_and_hyperbands_packs(tmp_path, fake_trainer,
                                                                          scheduler, shown):
     import io
 
@@ -345,7 +293,7 @@ def test_the_progress_display_counts_ashas_epochs_and_hyperbands_packs(tmp_path,
     from packexp.listeners import SearchProgress
 
     out = io.StringIO()
-    search = asha_search(tmp_path, trainer, asha=scheduler)
+    search = asha_search(tmp_path, fake_trainer, asha=scheduler)
     with SearchProgress(scheduler, Console(file=out, force_terminal=True, width=120)) as bar:
         search.listeners.listeners.append(bar)
         scheduler.drive(search)
@@ -353,23 +301,21 @@ def test_the_progress_display_counts_ashas_epochs_and_hyperbands_packs(tmp_path,
     assert all(s in text for s in shown), text
 
 
-def test_a_diverged_member_is_never_promoted_and_ends_failed(tmp_path, trainer, monkeypatch):
-    import tests.test_driver
-
-    monkeypatch.setattr(tests.test_driver, "FAILING", "t0001")
-    search = to_the_end(asha_search(tmp_path, trainer))
+def test_a_diverged_member_is_never_promoted_and_ends_failed(tmp_path, fake_trainer, monkeypatch):
+    fake_trainer.failing = "t0001"
+    search = to_the_end(asha_search(tmp_path, fake_trainer))
     failing = search.trials["t0001"]
     assert failing.status == "failed" and len(failing.rungs) == 1
     assert failing.rungs[0].val_accuracy is None and failing.rungs[0].checkpoint is None
-    assert all("t0001" not in c["ids"] for c in trainer.calls[1:] if c["epochs"] > 1)
+    assert all("t0001" not in c["ids"] for c in fake_trainer.calls[1:] if c["epochs"] > 1)
 
 
-def test_trials_no_budget_can_promote_end_before_the_search_does(tmp_path, trainer,
+def test_trials_no_budget_can_promote_end_before_the_search_does(tmp_path, fake_trainer,
                                                                    monkeypatch):
     """Once a promotion from rung k costs more than the epochs left, rung k's trials are
     retired and their checkpoints deleted while the search goes on."""
     on_disk = []
-    original = trainer.train_group
+    original = fake_trainer.train_group
 
     def train_group(group, *args, **kwargs):
         on_disk.append(({t.trial_id for t in group},
@@ -379,7 +325,7 @@ def test_trials_no_budget_can_promote_end_before_the_search_does(tmp_path, train
     import sys
 
     monkeypatch.setattr(sys.modules["packexp.packing.trainer"], "train_group", train_group)
-    search = to_the_end(asha_search(tmp_path, trainer))
+    search = to_the_end(asha_search(tmp_path, fake_trainer))
     members, files = on_disk[-1]
     assert files <= members  # only the last pack's own states are kept
     ended_early = {i for i, t in search.trials.items() if t.status == "killed"}
@@ -387,10 +333,10 @@ def test_trials_no_budget_can_promote_end_before_the_search_does(tmp_path, train
 
 
 def test_a_search_killed_between_two_members_results_resumes_as_the_unbroken_one(
-        tmp_path, trainer, monkeypatch):
+        tmp_path, fake_trainer, monkeypatch):
     """The pack's first member is journaled, its pack record is not: the resumed run trains
     the whole pack again, so its promotions and numbers are the unbroken run's."""
-    whole = to_the_end(asha_search(tmp_path / "whole", trainer))
+    whole = to_the_end(asha_search(tmp_path / "whole", fake_trainer))
     seen = []
     original = JournalListener.on_member_scored
 
@@ -403,11 +349,11 @@ def test_a_search_killed_between_two_members_results_resumes_as_the_unbroken_one
 
     monkeypatch.setattr(JournalListener, "on_member_scored", on_member_scored)
     with pytest.raises(KeyboardInterrupt):
-        to_the_end(asha_search(tmp_path / "killed", trainer))
+        to_the_end(asha_search(tmp_path / "killed", fake_trainer))
     monkeypatch.setattr(JournalListener, "on_member_scored", original)
     records = Journal(tmp_path / "killed").read()
     assert records[-1]["event"] == "result"  # killed between a pack's results
-    resumed = asha_search(tmp_path / "killed", trainer)
+    resumed = asha_search(tmp_path / "killed", fake_trainer)
     resumed.replay(records)
     to_the_end(resumed)
     assert outcome(resumed) == outcome(whole)
@@ -437,10 +383,10 @@ def test_a_workers_killed_attempt_keeps_the_checkpoints_the_journal_names(tmp_pa
 
 @pytest.mark.parametrize("sampler", [Sampler(), TpeSampler(random_fraction=0.0, min_points=3)],
                          ids=["random", "tpe"])
-def test_asha_draws_no_configuration_twice_while_the_grid_has_others(tmp_path, trainer,
+def test_asha_draws_no_configuration_twice_while_the_grid_has_others(tmp_path, fake_trainer,
                                                                    sampler):
     asha = Asha(27, 3, sample_size=4)
-    search = to_the_end(asha_search(tmp_path, trainer, sampler, asha), asha)
+    search = to_the_end(asha_search(tmp_path, fake_trainer, sampler, asha), asha)
     drawn = [tuple(sorted(t.hparams.items())) for _, t in sorted(search.trials.items())]
     assert len(drawn) > SPACE.size  # the grid ran out: from then on, used ones come again
     first = drawn[:int(SPACE.size)]

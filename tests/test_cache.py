@@ -27,11 +27,6 @@ SECOND = [(64, "momentum", 1e-1, "tanh"), (25, "adagrad", 1e-1, "sigmoid"),
 
 
 @pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=300, val_size=64))
-
-
-@pytest.fixture(scope="module")
 def images() -> DeviceData:
     return DeviceData(synthetic.load(shape=[12, 12, 3], num_classes=3, train_size=120,
                                      val_size=30))
@@ -71,9 +66,9 @@ def assert_same(a: dict, b: dict, exact: bool) -> None:
 
 
 @pytest.mark.parametrize("misaligned", ["mask", "switch"])
-def test_a_reused_plain_pack_ends_bit_for_bit_where_a_fresh_one_does(data, misaligned):
-    reused = make_cache(data, keep=8, fusion="off", misaligned=misaligned)
-    fresh = make_cache(data, keep=0, fusion="off", misaligned=misaligned)
+def test_a_reused_plain_pack_ends_bit_for_bit_where_a_fresh_one_does(features_data, misaligned):
+    reused = make_cache(features_data, keep=8, fusion="off", misaligned=misaligned)
+    fresh = make_cache(features_data, keep=0, fusion="off", misaligned=misaligned)
     a, b = search(reused), search(fresh)
     assert [r for _, _, r, _ in a.values()] == [False] * 3 + [True] * 9
     assert not any(r for _, _, r, _ in b.values())
@@ -81,11 +76,11 @@ def test_a_reused_plain_pack_ends_bit_for_bit_where_a_fresh_one_does(data, misal
     assert_same(a, b, exact=True)
 
 
-def test_reused_packs_of_dropout_members_end_bit_for_bit_where_fresh_ones_do(data):
+def test_reused_packs_of_dropout_members_end_bit_for_bit_where_fresh_ones_do(features_data):
     """A new trial loaded into a kept model takes its seed generator's state too, so its
     Dropout masks are its own, as in a fresh build."""
-    a = search(make_cache(data, keep=8, build=mlp_with_dropout, fusion="auto"))
-    b = search(make_cache(data, keep=0, build=mlp_with_dropout, fusion="auto"))
+    a = search(make_cache(features_data, keep=8, build=mlp_with_dropout, fusion="auto"))
+    b = search(make_cache(features_data, keep=0, build=mlp_with_dropout, fusion="auto"))
     assert a[("t10", 0)][2] and not any(fused for _, _, _, fused in a.values())
     assert_same(a, b, exact=True)
 
@@ -100,9 +95,9 @@ def test_reused_plain_packs_keep_seeded_augmentation(images):
     assert_same(a, b, exact=True)
 
 
-def test_a_reused_fused_pack_ends_where_a_fresh_one_does(data):
-    a = search(make_cache(data, keep=8, fusion="on"))
-    b = search(make_cache(data, keep=0, fusion="on"))
+def test_a_reused_fused_pack_ends_where_a_fresh_one_does(features_data):
+    a = search(make_cache(features_data, keep=8, fusion="on"))
+    b = search(make_cache(features_data, keep=0, fusion="on"))
     assert all(fused for _, _, _, fused in a.values())
     assert a[("t10", 0)][2] and a[("t0", 1)][2]
     assert_same(a, b, exact=False)
@@ -142,11 +137,11 @@ def regroup(cache: PackCache) -> dict:
 
 
 @pytest.mark.parametrize("fusion", ["off", "on"])
-def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_do(data,
+def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_do(features_data,
                                                                                   fusion):
     # Unrolled plain packs: looped ones hold their members' states and take none (below).
-    cache = make_cache(data, keep=8, fusion=fusion, loop="off")
-    a, b = regroup(cache), regroup(make_cache(data, keep=0, fusion=fusion, loop="off"))
+    cache = make_cache(features_data, keep=8, fusion=fusion, loop="off")
+    a, b = regroup(cache), regroup(make_cache(features_data, keep=0, fusion=fusion, loop="off"))
     # Structures here are activations: optimizers with update rules are runtime data.
     assert cache.hits == 0
     assert a[("t10", 1)][2] == 2  # relu and tanh, from the broken first pack
@@ -158,13 +153,13 @@ def test_members_taken_from_kept_packs_of_other_structures_end_where_fresh_ones_
     assert_same(a, b, exact=fusion == "off")
 
 
-def test_looped_packs_hold_states_on_one_template_and_end_as_fresh_unrolled_ones(data):
+def test_looped_packs_hold_states_on_one_template_and_end_as_fresh_unrolled_ones(features_data):
     """Packs of one structure loop over states held on the structure's template
     (``HeldMember``): beyond it, only the build that confirms its replayed initial weights
     is made, and every member ends bit for bit as the unrolled engine trains it afresh."""
 
     def cache(keep: int, **options) -> PackCache:
-        made = make_cache(data, keep, fusion="off", **options)
+        made = make_cache(features_data, keep, fusion="off", **options)
         made.model_runtime = ("activation",)  # mlp3's: every trial here is one structure
         return made
 
@@ -176,8 +171,8 @@ def test_looped_packs_hold_states_on_one_template_and_end_as_fresh_unrolled_ones
     assert len(builds) == 2 and len(a) == 12
 
 
-def test_loose_members_are_bounded_by_keep(data):
-    cache = make_cache(data, keep=1, fusion="off")
+def test_loose_members_are_bounded_by_keep(features_data):
+    cache = make_cache(features_data, keep=1, fusion="off")
     train_group([trial(0, *FIRST[0]), trial(1, *FIRST[1])], cache, 0.5, {})
     train_group([trial(2, *FIRST[0]), trial(3, 30, "sgd", 1e-1, "sigmoid")], cache, 0.5, {})
     assert cache.members_reused == 1
@@ -200,8 +195,8 @@ def test_the_structure_key_leaves_out_runtime_hyper_parameters():
     assert member_key(a, sliced=True) != member_key(b, sliced=True)  # slices cut at traced sizes
 
 
-def test_keep_bounds_the_packs_kept(data):
-    cache = make_cache(data, keep=1, fusion="off")
+def test_keep_bounds_the_packs_kept(features_data):
+    cache = make_cache(features_data, keep=1, fusion="off")
     for configs in ([FIRST[0]], [FIRST[1]], [FIRST[0]]):
         group = [trial(0, *c) for c in configs]
         train_group(group, cache, 0.5, {})
@@ -232,9 +227,9 @@ def test_replayed_initial_weights_are_those_of_a_fresh_build(model):
             np.testing.assert_array_equal(got, want)
 
 
-def test_the_cache_replays_initial_states_only_once_a_build_confirmed_them(data,
+def test_the_cache_replays_initial_states_only_once_a_build_confirmed_them(features_data,
                                                                           monkeypatch):
-    cache = make_cache(data, keep=8, fusion="off")
+    cache = make_cache(features_data, keep=8, fusion="off")
     built = []
     make = cache.make_member
     monkeypatch.setattr(cache, "make_member", lambda t: built.append(t.trial_id) or make(t))
@@ -243,7 +238,7 @@ def test_the_cache_replays_initial_states_only_once_a_build_confirmed_them(data,
     for i, c in enumerate(configs):
         t = trial(i, *c)
         [run] = train_group([t], cache, 0.5, {})
-        [fresh] = train_group([t], make_cache(data, keep=0, fusion="off"), 0.5, {})
+        [fresh] = train_group([t], make_cache(features_data, keep=0, fusion="off"), 0.5, {})
         for a, b in zip(run.members[0].state.weights + run.members[0].state.slots,
                         fresh.members[0].state.weights + fresh.members[0].state.slots,
                         strict=True):

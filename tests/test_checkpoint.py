@@ -9,21 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packexp.data import synthetic
 from packexp.models import mlp3
-from packexp.packing import DeviceData, Member, Pack
+from packexp.packing import Member, Pack
 from packexp.search_space import Trial, derive_seed
 from tests.helpers import PLAIN
 
 pytestmark = pytest.mark.tf
 
 TRAIN_SIZE = 300
-
-
-@pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=TRAIN_SIZE,
-                                     val_size=64))
 
 
 def trial(i: int, batch_size: int, optimizer: str, learning_rate: float = 1e-2,
@@ -63,26 +56,26 @@ def batches(monkeypatch) -> dict[int, list[np.ndarray]]:
 
 @pytest.mark.parametrize("batch_size", [20, 45])
 @pytest.mark.parametrize("optimizer", ["adam", "momentum"])
-def test_loaded_member_trains_on_as_if_never_freed(data, tmp_path, batches, optimizer,
+def test_loaded_member_trains_on_as_if_never_freed(features_data, tmp_path, batches, optimizer,
                                                    batch_size):
     t = trial(0, batch_size, optimizer)
     straight = member(t)
     total = straight.steps_for(2.5)
     stop = total * 3 // 5  # mid-epoch, past the first epoch boundary
     assert stop % straight.steps_per_epoch and stop > straight.steps_per_epoch
-    straight_pack = Pack([straight], data, **PLAIN, chunk_steps=5)
+    straight_pack = Pack([straight], features_data, **PLAIN, chunk_steps=5)
     straight_pack.train({t.trial_id: total})
 
     first = member(t)
     mate = member(trial(1, 30, "sgd"))
-    pack = Pack([first, mate], data, **PLAIN, chunk_steps=5)
+    pack = Pack([first, mate], features_data, **PLAIN, chunk_steps=5)
     pack.train({t.trial_id: stop, mate.trial_id: stop})
     path = pack.free(t.trial_id, tmp_path)
     assert Path(path).exists()
     assert pack.members == [mate]
 
     new_mate = member(trial(2, 70, "adagrad"))
-    new_pack = Pack([new_mate], data, **PLAIN, chunk_steps=7)
+    new_pack = Pack([new_mate], features_data, **PLAIN, chunk_steps=7)
     resumed = new_pack.load(member(t), path)
     assert resumed.step == stop
     new_pack.train({t.trial_id: total - resumed.step, new_mate.trial_id: 3})
@@ -96,10 +89,10 @@ def test_loaded_member_trains_on_as_if_never_freed(data, tmp_path, batches, opti
 
 
 @pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
-def test_restore_brings_back_weights_slots_and_step(data, tmp_path, optimizer):
+def test_restore_brings_back_weights_slots_and_step(features_data, tmp_path, optimizer):
     t = trial(3, 25, optimizer)
     trained = member(t)
-    pack = Pack([trained], data, **PLAIN)
+    pack = Pack([trained], features_data, **PLAIN)
     pack.train({t.trial_id: 17})
     path = pack.free(t.trial_id, tmp_path)
     assert pack.members == []
@@ -114,10 +107,10 @@ def test_restore_brings_back_weights_slots_and_step(data, tmp_path, optimizer):
 
 
 @pytest.mark.parametrize("misaligned", ["mask", "switch"])
-def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, misaligned):
+def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(features_data, tmp_path, misaligned):
     trials = [trial(4, 20, "adam"), trial(5, 45, "momentum"), trial(6, 30, "adagrad")]
     ms = [member(t) for t in trials]
-    pack = Pack(ms, data, **PLAIN, misaligned=misaligned, chunk_steps=6)
+    pack = Pack(ms, features_data, **PLAIN, misaligned=misaligned, chunk_steps=6)
     pack.train({m.trial_id: 8 for m in ms})
     pack.free("t5", tmp_path)
     assert [m.trial_id for m in pack.members] == ["t4", "t6"]
@@ -127,7 +120,7 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, mi
 
     for m, t in ((ms[0], trials[0]), (ms[2], trials[2])):
         alone = member(t)
-        alone_pack = Pack([alone], data, **PLAIN)
+        alone_pack = Pack([alone], features_data, **PLAIN)
         alone_pack.train({t.trial_id: alone.steps_for(2)})
         assert_same_state(alone, m)
         assert alone_pack.evaluate()[t.trial_id] == evaluation[t.trial_id]
@@ -140,31 +133,32 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(data, tmp_path, mi
     [(32, 3, "adam"), (8, 3, "adam"), (16, 4, "adam"), (16, 2, "adam"), (16, 3, "rmsprop")],
     ids=["wider", "narrower", "deeper", "shallower", "other-optimizer"],
 )
-def test_restore_into_a_different_architecture_fails_loudly(data, tmp_path, width, depth,
+def test_restore_into_a_different_architecture_fails_loudly(features_data, tmp_path, width, depth,
                                                              optimizer):
     t = trial(7, 20, "adam")
-    pack = Pack([member(t)], data, **PLAIN)
+    pack = Pack([member(t)], features_data, **PLAIN)
     pack.train({t.trial_id: 3})
     path = pack.free(t.trial_id, tmp_path)
     other = member(trial(7, 20, optimizer), width=width, depth=depth)
     with pytest.raises((ValueError, AssertionError)):
-        Pack([member(trial(8, 20, "sgd"))], data, **PLAIN).load(other, path)
+        Pack([member(trial(8, 20, "sgd"))], features_data, **PLAIN).load(other, path)
 
 
-def test_freeing_an_unknown_trial_names_it(data, tmp_path):
-    pack = Pack([member(trial(9, 20, "sgd"))], data, **PLAIN)
+def test_freeing_an_unknown_trial_names_it(features_data, tmp_path):
+    pack = Pack([member(trial(9, 20, "sgd"))], features_data, **PLAIN)
     with pytest.raises((KeyError, ValueError), match="nope"):
         pack.free("nope", tmp_path)
 
 
-def test_a_state_of_another_rule_loads_its_weights_and_starts_the_rule_afresh(data, tmp_path):
+def test_a_state_of_another_rule_loads_its_weights_and_starts_the_rule_afresh(features_data,
+                                                                              tmp_path):
     """A population's member that copies a donor of another update rule (``fresh_slots``)
     takes the donor's weights and its own rule's fresh slots, as a new optimizer would; the
     flag survives a checkpoint."""
     from packexp.packing.member import MemberState, read_state, write_state
 
     donor, copier = member(trial(0, 20, "adam")), member(trial(1, 30, "momentum", 0.05))
-    Pack([donor], data, **PLAIN).train({donor.trial_id: 9})
+    Pack([donor], features_data, **PLAIN).train({donor.trial_id: 9})
     fresh = copier.state()
     copied = donor.state()
     path = write_state(MemberState(copied.weights, copied.slots, 4, fresh_slots=True),

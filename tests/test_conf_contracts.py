@@ -16,17 +16,14 @@ from packexp.config import fit_dataset_to_model, instantiate
 from packexp.data import Dataset
 from packexp.errors import ConfigError
 from packexp.models import needs_images
-from tests.helpers import (
-    CONF_DIR,
+from packexp.testing.data import (
     FAKE_TABLE_TARGET,
-    activation_counts,
-    bn_momenta,
-    compose_config,
     fake_arrays,
     fake_cifar10,
     fake_image_folder,
     fake_table,
 )
+from tests.helpers import CONF_DIR, activation_counts, bn_momenta, compose_config
 
 MODELS = sorted(p.stem for p in Path(CONF_DIR, "model").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in Path(CONF_DIR, "dataset").glob("*.yaml"))

@@ -18,14 +18,14 @@ from PIL import Image
 
 from packexp.data import cifar10, digits, image_folder
 from packexp.errors import ConfigError
-from tests.helpers import (
+from packexp.testing.data import (
     CIFAR_TEST_SIZE,
     CIFAR_TRAIN_PER_BATCH,
-    compose_config,
     fake_cifar10,
     fake_image_folder,
     py2_pickle,
 )
+from tests.helpers import compose_config
 
 
 @pytest.fixture(scope="module")

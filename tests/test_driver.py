@@ -2,39 +2,33 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
-from typing import Any
 
 import pytest
 
 from packexp.driver import PackedSearch, check_fits, check_partition
 from packexp.errors import ConfigError
-from packexp.events import Listener, Listeners, RungResult, TrialEnded, TrialRecord
+from packexp.events import RungResult, TrialRecord
 from packexp.journal import Journal
-from packexp.listeners import JournalListener
 from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
-from packexp.schedulers import Hyperband
-from packexp.search_space import SearchSpace, Trial
-from packexp.strategies import Capacity, Strategy, greedy_fill
+from packexp.search_space import Trial
+from packexp.strategies import Capacity, Strategy
 from packexp.strategies.none import NoneStrategy
+from packexp.testing.fake_trainer import (
+    HYPERBAND,
+    SPACE,
+    TRAIN_SIZE,
+    FakeTrainer,
+    State,
+    fake_search,
+    outcome,
+)
 
-SPACE = SearchSpace({"x": list(range(40)), "batch_size": [10]})
-TRAIN_SIZE = 100
-FAILING = "b2-t004"  # this member diverges
-
-
-class InOrder(Strategy):
-    """Packs trials in the order given, as many as fit."""
-
-    def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:
-        return greedy_fill(trials, capacity)
+FAILING = FakeTrainer().failing  # the member the fake trainer diverges
 
 
 class Dropping(Strategy):
@@ -44,135 +38,11 @@ class Dropping(Strategy):
         return [[t] for t in trials[:-1]]
 
 
-@dataclass(frozen=True)
-class State:
-    trial_id: str
-    step: int
-
-
-@dataclass(frozen=True)
-class MemberResult:
-    trial: Trial
-    state: State
-    failed: bool
-    train_loss: float | None
-    checkpoint: str | None = None
-
-    @property
-    def trial_id(self) -> str:
-        return self.trial.trial_id
-
-    @property
-    def step(self) -> int:
-        return self.state.step
-
-
-class FakeTrainer:
-    """``train_group``, ``write_state`` and ``read_state`` without TensorFlow.
-
-    A member's score is ``x / 100`` at any epochs, or None when it diverges. Each call notes
-    what it was given, what it returned and the journal as it stood.
-    """
-
-    def __init__(self) -> None:
-        self.calls: list[dict] = []
-        self.reads: list[str] = []
-        self.die_at_call: int | None = None
-        self.journal: Journal | None = None
-
-    def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
-                    states: Mapping[str, State | None], splits: int = 0,
-                    fusion: str | None = None,
-                    lr_horizon: float | None = None) -> list[SimpleNamespace]:
-        if len(self.calls) == self.die_at_call:
-            raise KeyboardInterrupt
-        members, evaluation = [], {}
-        for t in group:
-            failed = t.trial_id == FAILING
-            state = State(t.trial_id, steps_for(epochs, t.hparams["batch_size"], TRAIN_SIZE))
-            members.append(MemberResult(t, state, failed, None if failed else 1.0))
-            evaluation[t.trial_id] = SimpleNamespace(
-                val_accuracy=None if failed else t.hparams["x"] / 100, val_loss=0.5)
-        self.calls.append({"ids": [t.trial_id for t in group], "epochs": epochs,
-                           "states": dict(states), "fusion": fusion, "lr_horizon": lr_horizon,
-                           "returned": {m.trial_id: m.state for m in members if not m.failed},
-                           "journal": self.journal.read()})
-        stats = SimpleNamespace(fused=False, looped=False, xla=False, grouped_conv=None, steps=1,
-                                trace_s=0.0, programs=0, eval_programs=0,
-                                train_s=0.0, switches=0, switch_overhead_s=0.0, step_time_ms=1.0)
-        return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
-                                peak_memory_bytes=0, splits=splits, reused=False,
-                                reused_members=0, build_s=0.0, eval_s=0.0, started=0.0)]
-
-    def write_state(self, state: State, path: Path) -> str:
-        final = Path(path).with_suffix(".json")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        final.write_text(json.dumps({"trial_id": state.trial_id, "step": state.step}))
-        return str(final)
-
-    def read_state(self, path: str) -> State:
-        self.reads.append(path)
-        return State(**json.loads(Path(path).read_text()))
-
-    def trained(self) -> list[tuple[str, float]]:
-        return [(i, c["epochs"]) for c in self.calls for i in c["ids"]]
-
-
-@pytest.fixture
-def trainer(monkeypatch) -> FakeTrainer:
-    return install_fake_trainer(monkeypatch)
-
-
-def install_fake_trainer(monkeypatch) -> FakeTrainer:
-    """The fake, in place of the TensorFlow modules PackedSearch imports when it trains."""
-    fake = FakeTrainer()
-    for name, functions in (("trainer", ("train_group",)),
-                            ("member", ("write_state", "read_state"))):
-        module = ModuleType(f"packexp.packing.{name}")
-        for function in functions:
-            setattr(module, function, getattr(fake, function))
-        monkeypatch.setitem(sys.modules, module.__name__, module)
-    return fake
-
-
-class Ended(Listener):
-    """Hears which trials end, and how."""
-
-    def __init__(self) -> None:
-        self.ended: dict[str, str] = {}
-
-    def on_trial_ended(self, event: TrialEnded) -> None:
-        self.ended[event.trial_id] = event.status
-
-
-class FakeCache:
-    replayed: frozenset[tuple] = frozenset()
-    model_runtime: tuple[str, ...] = ()
-    bucketed = False
-
-    def kept(self) -> tuple[frozenset[tuple], dict[tuple, int]]:
-        return frozenset(), {}
-
-
-HYPERBAND = Hyperband(9, 3)  # rungs of 9, 3, 1; 5, 1; 3 trials
-
-
-def new_search(run_dir: Path, trainer: FakeTrainer, strategy: Strategy | None = None,
+def new_search(run_dir: Path, fake_trainer: FakeTrainer, strategy: Strategy | None = None,
                continue_on_promotion: bool = True, sampler: Sampler | None = None
                ) -> PackedSearch:
-    """A search of two-member packs, journaling to ``run_dir`` (continued if it has a journal)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    journal = Journal(run_dir)
-    if not journal.exists:
-        journal.append("start", config={})
-    trainer.journal = journal
-    return PackedSearch(space=SPACE, strategy=strategy or InOrder(),
-                        capacity=Capacity.members(2), cache=FakeCache(),
-                        listeners=Listeners([JournalListener(journal), Ended()]),
-                        checkpoints=run_dir / "checkpoints", seed=0,
-                        tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,
-                        train_size=TRAIN_SIZE, brackets=HYPERBAND.brackets(),
-                        sampler=sampler or Sampler())
+    return fake_search(run_dir, fake_trainer, strategy=strategy,
+                       continue_on_promotion=continue_on_promotion, sampler=sampler)
 
 
 def search_to_the_end(search: PackedSearch) -> PackedSearch:
@@ -181,22 +51,15 @@ def search_to_the_end(search: PackedSearch) -> PackedSearch:
     return search
 
 
-def outcome(search: PackedSearch, leave_out: tuple[str, ...] = ("checkpoint",)) -> dict:
-    """Each trial's status and rungs without the ``leave_out`` keys."""
-    return {i: (t.status, [{k: v for k, v in r.to_dict().items() if k not in leave_out}
-                           for r in t.rungs])
-            for i, t in search.trials.items()}
-
-
 def rung_result(trial_id: str, epochs: float = 1.0, val_accuracy: float | None = 0.5,
                 checkpoint: str | None = None) -> RungResult:
     return RungResult(trial_id, 1, 0, epochs, 10, val_accuracy, 0.5, 0.1, "p", checkpoint)
 
 
-def test_each_pack_trains_only_after_its_rung_plan_is_journaled(tmp_path, trainer):
-    search_to_the_end(new_search(tmp_path, trainer))
-    assert len(trainer.calls) == 14  # 5 + 2 + 1, 3 + 1, 2 packs of at most two
-    for call in trainer.calls:
+def test_each_pack_trains_only_after_its_rung_plan_is_journaled(tmp_path, fake_trainer):
+    search_to_the_end(new_search(tmp_path, fake_trainer))
+    assert len(fake_trainer.calls) == 14  # 5 + 2 + 1, 3 + 1, 2 packs of at most two
+    for call in fake_trainer.calls:
         plan = [r for r in call["journal"] if r["event"] == "plan"][-1]
         assert call["ids"] in plan["packs"]
         done = {r["trial_id"] for r in call["journal"] if r["event"] == "result"
@@ -210,8 +73,8 @@ def test_each_pack_trains_only_after_its_rung_plan_is_journaled(tmp_path, traine
     assert plans[0]["fusion"] == [None] * 5
 
 
-def test_every_member_rung_is_journaled_and_recorded(tmp_path, trainer):
-    search = search_to_the_end(new_search(tmp_path, trainer))
+def test_every_member_rung_is_journaled_and_recorded(tmp_path, fake_trainer):
+    search = search_to_the_end(new_search(tmp_path, fake_trainer))
     results = [r for r in Journal(tmp_path).read() if r["event"] == "result"]
     assert len(results) == 9 + 3 + 1 + 5 + 1 + 3
     assert sorted((r["trial_id"], r["rung"]) for r in results) == sorted(
@@ -221,8 +84,8 @@ def test_every_member_rung_is_journaled_and_recorded(tmp_path, trainer):
     assert packs[:3] == ["b2-r0-p00", "b2-r0-p01", "b2-r0-p02"]
 
 
-def test_trials_end_killed_failed_or_finished_and_leave_no_checkpoints(tmp_path, trainer):
-    search = search_to_the_end(new_search(tmp_path, trainer))
+def test_trials_end_killed_failed_or_finished_and_leave_no_checkpoints(tmp_path, fake_trainer):
+    search = search_to_the_end(new_search(tmp_path, fake_trainer))
     status = {i: t.status for i, t in search.trials.items()}
     assert search.listeners.listeners[1].ended == status
     for trial_id, t in search.trials.items():
@@ -237,23 +100,23 @@ def test_trials_end_killed_failed_or_finished_and_leave_no_checkpoints(tmp_path,
     assert not list((tmp_path / "checkpoints").rglob("*.json"))
 
 
-def test_promoted_trials_continue_from_the_state_their_last_rung_left(tmp_path, trainer):
-    search_to_the_end(new_search(tmp_path, trainer))
+def test_promoted_trials_continue_from_the_state_their_last_rung_left(tmp_path, fake_trainer):
+    search_to_the_end(new_search(tmp_path, fake_trainer))
     left: dict[str, State] = {}
-    for call in trainer.calls:
+    for call in fake_trainer.calls:
         # The very objects the trainer returned last rung (None at a trial's first rung).
         assert {i: call["states"].get(i, "absent") for i in call["ids"]} == {
             i: left.get(i) for i in call["ids"]}
         assert all(call["states"][i] is left[i] for i in call["ids"] if i in left)
         left.update(call["returned"])
-    assert sum(s is not None for c in trainer.calls for s in c["states"].values()) == 3 + 1 + 1
-    assert trainer.reads == []  # the checkpoints are for a resume; the next rung reads memory
+    assert sum(s is not None for c in fake_trainer.calls for s in c["states"].values()) == 3 + 1 + 1
+    assert fake_trainer.reads == []  # the checkpoints are for a resume; the next rung reads memory
 
 
 def test_without_continuation_every_rung_starts_afresh_and_writes_no_checkpoint(tmp_path,
-                                                                              trainer):
-    search = search_to_the_end(new_search(tmp_path, trainer, continue_on_promotion=False))
-    assert all(s is None for c in trainer.calls for s in c["states"].values())
+                                                                              fake_trainer):
+    search = search_to_the_end(new_search(tmp_path, fake_trainer, continue_on_promotion=False))
+    assert all(s is None for c in fake_trainer.calls for s in c["states"].values())
     assert all(r.checkpoint is None for t in search.trials.values() for r in t.rungs)
     assert not (tmp_path / "checkpoints").exists()
 
@@ -262,28 +125,28 @@ def records_of(run_dir: Path, event: str) -> list[dict]:
     return [r for r in Journal(run_dir).read() if r["event"] == event]
 
 
-def kill_then_resume(tmp_path: Path, trainer: FakeTrainer, die_at_call: int,
+def kill_then_resume(tmp_path: Path, fake_trainer: FakeTrainer, die_at_call: int,
                      strategy: Strategy | None = None, sampler: Sampler | None = None
                      ) -> tuple[PackedSearch, list[dict]]:
-    trainer.die_at_call, trainer.calls = die_at_call, []
+    fake_trainer.die_at_call, fake_trainer.calls = die_at_call, []
     with pytest.raises(KeyboardInterrupt):
-        search_to_the_end(new_search(tmp_path, trainer, sampler=sampler))
+        search_to_the_end(new_search(tmp_path, fake_trainer, sampler=sampler))
     records = Journal(tmp_path).read()
-    trainer.die_at_call, trainer.calls = None, []
-    resumed = new_search(tmp_path, trainer, strategy, sampler=sampler)
+    fake_trainer.die_at_call, fake_trainer.calls = None, []
+    resumed = new_search(tmp_path, fake_trainer, strategy, sampler=sampler)
     assert resumed.replay(records) == sum(r["event"] == "result" for r in records)
     return search_to_the_end(resumed), records
 
 
 @pytest.mark.parametrize("die_at_call", [2, 5, 9])  # inside rung 0, at rung 1, in bracket 1
 def test_a_resumed_search_trains_only_what_the_journal_lacks_and_ends_the_same(
-        tmp_path, trainer, die_at_call):
-    whole = search_to_the_end(new_search(tmp_path / "whole", trainer))
-    everything = trainer.trained()
-    resumed, records = kill_then_resume(tmp_path / "killed", trainer, die_at_call)
+        tmp_path, fake_trainer, die_at_call):
+    whole = search_to_the_end(new_search(tmp_path / "whole", fake_trainer))
+    everything = fake_trainer.trained()
+    resumed, records = kill_then_resume(tmp_path / "killed", fake_trainer, die_at_call)
     journaled = [(r["trial_id"], r["epochs"]) for r in records if r["event"] == "result"]
-    assert journaled and not set(journaled) & set(trainer.trained())
-    assert sorted(journaled + trainer.trained()) == sorted(everything)
+    assert journaled and not set(journaled) & set(fake_trainer.trained())
+    assert sorted(journaled + fake_trainer.trained()) == sorted(everything)
     leave_out = ("checkpoint", "pack_id")  # see the next test
     assert outcome(resumed, leave_out) == outcome(whole, leave_out)
     assert resumed.best() == whole.best()
@@ -293,57 +156,57 @@ def test_a_resumed_search_trains_only_what_the_journal_lacks_and_ends_the_same(
 
 
 @pytest.mark.parametrize("die_at_call", [2, 9])  # inside bracket 2's rung 0, bracket 1's
-def test_a_resumed_run_names_its_packs_as_an_unbroken_one_does(tmp_path, trainer, die_at_call):
-    whole = search_to_the_end(new_search(tmp_path / "whole", trainer))
-    resumed, _ = kill_then_resume(tmp_path / "killed", trainer, die_at_call)
+def test_a_resumed_run_names_its_packs_as_an_unbroken_one_does(tmp_path, fake_trainer, die_at_call):
+    whole = search_to_the_end(new_search(tmp_path / "whole", fake_trainer))
+    resumed, _ = kill_then_resume(tmp_path / "killed", fake_trainer, die_at_call)
     assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
     assert outcome(resumed) == outcome(whole)
 
 
 @pytest.mark.parametrize("die_at_call", [5, 9])  # at bracket 2's rung 1, in bracket 1
-def test_a_sampler_that_learns_samples_a_resumed_run_as_the_unbroken_one(tmp_path, trainer,
+def test_a_sampler_that_learns_samples_a_resumed_run_as_the_unbroken_one(tmp_path, fake_trainer,
                                                                           die_at_call):
     tpe = TpeSampler(random_fraction=0.0, min_points=3)
-    whole = search_to_the_end(new_search(tmp_path / "whole", trainer, sampler=tpe))
-    resumed, _ = kill_then_resume(tmp_path / "killed", trainer, die_at_call, sampler=tpe)
+    whole = search_to_the_end(new_search(tmp_path / "whole", fake_trainer, sampler=tpe))
+    resumed, _ = kill_then_resume(tmp_path / "killed", fake_trainer, die_at_call, sampler=tpe)
     assert {i: t.hparams for i, t in resumed.trials.items()} == {
         i: t.hparams for i, t in whole.trials.items()}
     assert outcome(resumed) == outcome(whole)
-    at_random = search_to_the_end(new_search(tmp_path / "random", trainer))
+    at_random = search_to_the_end(new_search(tmp_path / "random", fake_trainer))
     drawn = {i: t.hparams for i, t in whole.trials.items()}
     assert drawn != {i: t.hparams for i, t in at_random.trials.items()}  # the model drew
     assert all(t.hparams == at_random.trials[i].hparams  # the first bracket knows nothing
                for i, t in whole.trials.items() if t.bracket == 2)
 
 
-def test_a_resumed_trial_continues_from_its_checkpoint(tmp_path, trainer):
-    kill_then_resume(tmp_path, trainer, die_at_call=5)  # bracket 2's rung 0 done
+def test_a_resumed_trial_continues_from_its_checkpoint(tmp_path, fake_trainer):
+    kill_then_resume(tmp_path, fake_trainer, die_at_call=5)  # bracket 2's rung 0 done
     checkpoints = {r["trial_id"]: r["checkpoint"] for r in records_of(tmp_path, "result")
                    if (r["bracket"], r["rung"]) == (2, 0)}
-    rung_1 = [c for c in trainer.calls if c["ids"][0].startswith("b2-") and c["epochs"] == 3]
+    rung_1 = [c for c in fake_trainer.calls if c["ids"][0].startswith("b2-") and c["epochs"] == 3]
     promoted = [i for c in rung_1 for i in c["ids"]]
     assert len(promoted) == 3
-    assert sorted(trainer.reads) == sorted(checkpoints[i] for i in promoted)
+    assert sorted(fake_trainer.reads) == sorted(checkpoints[i] for i in promoted)
     for call in rung_1:
         assert call["states"] == {i: State(i, steps_for(1, 10, TRAIN_SIZE)) for i in call["ids"]}
 
 
 def test_an_interrupted_rung_keeps_its_journaled_packs_whatever_the_strategy_says(tmp_path,
-                                                                                   trainer):
-    kill_then_resume(tmp_path, trainer, die_at_call=2, strategy=NoneStrategy())
+                                                                                   fake_trainer):
+    kill_then_resume(tmp_path, fake_trainer, die_at_call=2, strategy=NoneStrategy())
     # Packs p00 and p01 were done; the rest of rung 0 trains as journaled, in pairs; the
     # rungs after it follow the strategy of the resumed session: singletons.
-    assert [c["ids"] for c in trainer.calls[:3]] == [["b2-t004", "b2-t005"],
+    assert [c["ids"] for c in fake_trainer.calls[:3]] == [["b2-t004", "b2-t005"],
                                                     ["b2-t006", "b2-t007"], ["b2-t008"]]
-    assert all(len(c["ids"]) == 1 for c in trainer.calls[3:])
+    assert all(len(c["ids"]) == 1 for c in fake_trainer.calls[3:])
 
 
 def test_a_strategy_that_loses_a_trial_stops_the_rung_before_anything_is_journaled(tmp_path,
-                                                                                   trainer):
-    search = new_search(tmp_path, trainer, strategy=Dropping())
+                                                                                   fake_trainer):
+    search = new_search(tmp_path, fake_trainer, strategy=Dropping())
     with pytest.raises(RuntimeError, match="each trial exactly once"):
         search_to_the_end(search)
-    assert trainer.calls == []
+    assert fake_trainer.calls == []
     assert [r["event"] for r in Journal(tmp_path).read()] == ["start"]
 
 
@@ -372,11 +235,11 @@ def test_check_partition_leaves_a_lone_member_over_capacity_to_check_fits():
         check_fits(ts, costly, "device.memory_budget_mb")
 
 
-def test_state_for_names_a_checkpoint_only_when_continuing(tmp_path, trainer):
+def test_state_for_names_a_checkpoint_only_when_continuing(tmp_path, fake_trainer):
     # The path travels to whoever trains the pack (this process or a worker), which reads it.
-    search = new_search(tmp_path, trainer)
+    search = new_search(tmp_path, fake_trainer)
     [fresh, promoted, failed] = trials(3)
-    path = trainer.write_state(State("t1", 10), tmp_path / "t1" / "r0")
+    path = fake_trainer.write_state(State("t1", 10), tmp_path / "t1" / "r0")
     for t, checkpoint in ((promoted, path), (failed, None)):
         search.trials[t.trial_id] = TrialRecord(t.trial_id, t.hparams, 1, rungs=[
             rung_result(t.trial_id, checkpoint=checkpoint)])
@@ -384,15 +247,15 @@ def test_state_for_names_a_checkpoint_only_when_continuing(tmp_path, trainer):
     assert search._state_for(fresh) is None
     assert search._state_for(failed) is None  # a failed member kept no checkpoint
     assert search._state_for(promoted) == path
-    assert trainer.reads == []
+    assert fake_trainer.reads == []
     search.continue_on_promotion = False
     search._states.clear()
     assert search._state_for(promoted) is None
-    assert trainer.reads == []
+    assert fake_trainer.reads == []
 
 
-def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, trainer):
-    search = new_search(tmp_path, trainer)
+def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, fake_trainer):
+    search = new_search(tmp_path, fake_trainer)
     assert search.best() is None
 
     def record(trial_id: str, *rungs: tuple[float, float | None]) -> None:
@@ -408,8 +271,8 @@ def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, trainer):
                              "epochs": 9}
 
 
-def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, trainer):
-    search = search_to_the_end(new_search(tmp_path, trainer))
+def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, fake_trainer):
+    search = search_to_the_end(new_search(tmp_path, fake_trainer))
     scored = [(r.val_accuracy, r.epochs, i) for i, t in search.trials.items()
               for r in t.rungs if r.val_accuracy is not None]
     top = max(scored)
@@ -420,21 +283,21 @@ def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, trainer):
 
 
 @pytest.mark.parametrize("horizon", [None, 9.0])
-def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, trainer, horizon):
+def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, fake_trainer, horizon):
     """None (lr_horizon=rung): each pack's schedules end at its rung's epochs; 9.0
     (lr_horizon=trial): at R, whatever the rung."""
-    search = new_search(tmp_path, trainer)
+    search = new_search(tmp_path, fake_trainer)
     search.lr_horizon = horizon
     search_to_the_end(search)
-    assert trainer.calls and all(c["lr_horizon"] == horizon for c in trainer.calls)
+    assert fake_trainer.calls and all(c["lr_horizon"] == horizon for c in fake_trainer.calls)
 
 
 @pytest.mark.parametrize("continued", [True, False])
-def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(tmp_path,
-                                                                               trainer, continued):
+def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
+        tmp_path, fake_trainer, continued):
     from packexp.results import anytime, search_results
 
-    search = search_to_the_end(new_search(tmp_path, trainer, continue_on_promotion=continued))
+    search = search_to_the_end(new_search(tmp_path, fake_trainer, continue_on_promotion=continued))
     points = anytime(search.trials.values(), search.packs)
     assert [p["pack_id"] for p in points] == [p.pack_id for p in search.packs]
     # Epochs spent: what the brackets train, continued or from scratch (Hyperband.epochs).
@@ -453,13 +316,13 @@ def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
 
 @pytest.mark.parametrize("sampler", [Sampler(), TpeSampler(random_fraction=0.0, min_points=3)],
                          ids=["random", "tpe"])
-def test_no_bracket_draws_a_configuration_an_earlier_one_drew(tmp_path, trainer, sampler):
-    search = search_to_the_end(new_search(tmp_path, trainer, sampler=sampler))
+def test_no_bracket_draws_a_configuration_an_earlier_one_drew(tmp_path, fake_trainer, sampler):
+    search = search_to_the_end(new_search(tmp_path, fake_trainer, sampler=sampler))
     drawn = [tuple(sorted(t.hparams.items())) for t in search.trials.values()]
     assert len(drawn) < SPACE.size and len(set(drawn)) == len(drawn)
 
 
-def test_an_interrupt_swallowed_mid_pack_stops_the_search_at_the_next_pack(tmp_path, trainer,
+def test_an_interrupt_swallowed_mid_pack_stops_the_search_at_the_next_pack(tmp_path, fake_trainer,
                                                                           monkeypatch):
     """A Ctrl-C whose KeyboardInterrupt a finalizer swallowed while the second pack trained:
     that pack is committed, and the search stops before the third."""
@@ -467,15 +330,15 @@ def test_an_interrupt_swallowed_mid_pack_stops_the_search_at_the_next_pack(tmp_p
 
     from packexp import interrupts
 
-    train = trainer.train_group
+    train = fake_trainer.train_group
 
     def swallowing(*args, **kwargs):
-        if len(trainer.calls) == 1:
+        if len(fake_trainer.calls) == 1:
             monkeypatch.setattr(interrupts, "_received", [signal.SIGINT])
         return train(*args, **kwargs)
 
     monkeypatch.setattr(sys.modules["packexp.packing.trainer"], "train_group", swallowing)
     with pytest.raises(KeyboardInterrupt):
-        search_to_the_end(new_search(tmp_path, trainer))
-    assert len(trainer.calls) == 2
+        search_to_the_end(new_search(tmp_path, fake_trainer))
+    assert len(fake_trainer.calls) == 2
     assert len(records_of(tmp_path, "pack")) == 2  # both trained packs are kept

@@ -282,7 +282,7 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     reported."""
     from packexp.journal import Journal
     from packexp.schedulers import Asha
-    from tests.test_asha import assert_promotions_follow_the_rule
+    from packexp.testing.asha import assert_promotions_follow_the_rule
 
     run_dir = tmp_path / "run"
     code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2",

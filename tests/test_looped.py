@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packexp.data import synthetic
 from packexp.models import mobilenet
-from packexp.packing import DeviceData, Member, Pack, looped
+from packexp.packing import Member, Pack, looped
 from packexp.packing.data import Preprocessing
 from packexp.run import run
 from packexp.search_space import Trial, derive_seed
@@ -33,23 +32,18 @@ TRIALS = [  # misaligned batch sizes and budgets, every update rule, activation 
     ])]
 
 
-@pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(synthetic.load(shape=[8, 8, 1], num_classes=3, train_size=60,
-                                     val_size=16))
-
-
-def members(data, build, trials, preprocessing=None) -> list[Member]:
-    ds = data.dataset
-    return [Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size,
+def members(images_data, build, trials, preprocessing=None) -> list[Member]:
+    ds = images_data.dataset
+    return [Member.create(t, build, ds.input_shape, ds.num_classes, images_data.train_size,
                           preprocessing) for t in trials]
 
 
-def train(data, build, trials, loop="auto", epochs=2, chunk_steps=500, preprocessing=None):
-    ms = members(data, build, trials, preprocessing)
+def train(images_data, build, trials, loop="auto", epochs=2, chunk_steps=500, preprocessing=None):
+    ms = members(images_data, build, trials, preprocessing)
     for m in ms:
         m.set_lr_horizon(epochs)
-    pack = Pack(ms, data, fusion="off", jit_compile=False, loop=loop, chunk_steps=chunk_steps)
+    pack = Pack(ms, images_data, fusion="off", jit_compile=False, loop=loop,
+                chunk_steps=chunk_steps)
     stats = pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate(), stats
 
@@ -63,46 +57,46 @@ def assert_same_state(a: Member, b: Member) -> None:
 
 
 @pytest.mark.parametrize("build", [small_cnn, MOBILENET], ids=["small_cnn", "mobilenet"])
-def test_a_looped_pack_ends_bit_for_bit_as_each_member_alone(data, build):
-    packed, evaluation, stats = train(data, build, TRIALS, chunk_steps=7)
+def test_a_looped_pack_ends_bit_for_bit_as_each_member_alone(images_data, build):
+    packed, evaluation, stats = train(images_data, build, TRIALS, chunk_steps=7)
     assert stats.looped
     assert len({m.step for m in packed}) == len(packed), "budgets must be misaligned"
     for trial, member in zip(TRIALS, packed, strict=True):
-        [alone], alone_evaluation, alone_stats = train(data, build, [trial], loop="off")
+        [alone], alone_evaluation, alone_stats = train(images_data, build, [trial], loop="off")
         assert not alone_stats.looped  # the reference is the unrolled engine
         assert_same_state(alone, member)
         assert alone_evaluation[trial.trial_id] == evaluation[trial.trial_id]
-    fresh = members(data, build, TRIALS[:1])[0]
+    fresh = members(images_data, build, TRIALS[:1])[0]
     assert not np.array_equal(fresh.model.get_weights()[0], packed[0].model.get_weights()[0])
 
 
-def test_one_program_serves_packs_of_every_size_activation_optimizer_and_batch_size(data):
+def test_one_program_serves_packs_of_every_size_activation_optimizer_and_batch_size(images_data):
     looped.PROGRAMS.clear()
-    _, _, first = train(data, small_cnn, TRIALS[:2])
+    _, _, first = train(images_data, small_cnn, TRIALS[:2])
     assert (first.programs, first.looped) == (1, True) and first.trace_s > 0
     for trials in (TRIALS[1:], TRIALS[3:], TRIALS[::-1]):
-        _, _, again = train(data, small_cnn, trials)
+        _, _, again = train(images_data, small_cnn, trials)
         assert (again.programs, again.trace_s) == (0, 0.0)
     assert len(looped.PROGRAMS) == 1
 
 
 @pytest.mark.parametrize("build", [small_cnn, MOBILENET], ids=["small_cnn", "mobilenet"])
-def test_a_reused_program_ends_where_a_fresh_one_does(data, build):
+def test_a_reused_program_ends_where_a_fresh_one_does(images_data, build):
     looped.PROGRAMS.clear()
-    fresh, fresh_evaluation, stats = train(data, build, TRIALS[:3])
+    fresh, fresh_evaluation, stats = train(images_data, build, TRIALS[:3])
     assert stats.programs == 1
-    train(data, build, TRIALS[3:])  # the program runs other members in between
-    reused, reused_evaluation, stats = train(data, build, TRIALS[:3])
+    train(images_data, build, TRIALS[3:])  # the program runs other members in between
+    reused, reused_evaluation, stats = train(images_data, build, TRIALS[:3])
     assert stats.programs == 0
     for a, b in zip(fresh, reused, strict=True):
         assert_same_state(a, b)
     assert fresh_evaluation == reused_evaluation
 
 
-def test_padded_rows_change_nothing(data):
+def test_padded_rows_change_nothing(images_data):
     """A member's batch is its own rows of the pack's widest: what pads it is never read."""
-    ms = members(data, small_cnn, TRIALS[:3])
-    program, _ = looped.program_for(ms, data)
+    ms = members(images_data, small_cnn, TRIALS[:3])
+    program, _ = looped.program_for(ms, images_data)
     state = looped.stack_members(ms)
     ks = tf.constant([4, 4, 4])
     widest = max(m.batch_size for m in ms)
@@ -112,10 +106,10 @@ def test_padded_rows_change_nothing(data):
     garbage = idxs.copy()
     for i, m in enumerate(ms):
         garbage[i, :, m.batch_size:] = np.random.default_rng(i).integers(
-            0, data.train_size, (4, widest - m.batch_size))
+            0, images_data.train_size, (4, widest - m.batch_size))
     zeros = tf.zeros([3], tf.int64)
-    outs = [program.train(data.x_train, data.y_train, tf.constant(x), ks, zeros, zeros,
-                          state.hparams, state.arrays()) for x in (idxs, garbage)]
+    outs = [program.train(images_data.x_train, images_data.y_train, tf.constant(x), ks, zeros,
+                          zeros, state.hparams, state.arrays()) for x in (idxs, garbage)]
     for a, b in zip(tf.nest.flatten(outs[0]), tf.nest.flatten(outs[1]), strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert not np.array_equal(outs[0][1][0][0].numpy(), state.weights[0].numpy())
@@ -126,20 +120,20 @@ def test_padded_rows_change_nothing(data):
     {"build": functools.partial(small_cnn, momentum=0.9)},
     {"preprocessing": Preprocessing(mean=(0.5,), std=(0.25,))},
 ], ids=["architecture", "batchnorm", "preprocessing"])
-def test_a_kept_program_of_other_settings_is_not_used_but_built_anew(data, other):
+def test_a_kept_program_of_other_settings_is_not_used_but_built_anew(images_data, other):
     looped.PROGRAMS.clear()
-    _, _, first = train(data, small_cnn, TRIALS[:2])
-    _, _, second = train(data, other.get("build", small_cnn), TRIALS[:2],
+    _, _, first = train(images_data, small_cnn, TRIALS[:2])
+    _, _, second = train(images_data, other.get("build", small_cnn), TRIALS[:2],
                          preprocessing=other.get("preprocessing"))
     assert (first.programs, second.programs) == (1, 1)
     assert len(looped.PROGRAMS) == 2
 
 
-def test_members_without_an_update_rule_train_unrolled_and_the_log_says_why(data, caplog):
+def test_members_without_an_update_rule_train_unrolled_and_the_log_says_why(images_data, caplog):
     trials = [Trial("k0", {"batch_size": 6, "optimizer": "rmsprop", "learning_rate": 1e-3,
                            "activation": "relu"}, (), seed=1), TRIALS[0]]
     with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
-        _, evaluation, stats = train(data, small_cnn, trials)
+        _, evaluation, stats = train(images_data, small_cnn, trials)
     assert not stats.looped and stats.programs == 1
     assert "member k0: its optimizer has no update rule" in caplog.text
     assert all(e.val_accuracy is not None for e in evaluation.values())

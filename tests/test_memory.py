@@ -15,7 +15,6 @@ import tensorflow as tf
 from hydra.utils import instantiate
 
 from packexp import telemetry
-from packexp.data import synthetic
 from packexp.errors import ConfigError
 from packexp.models import mlp3, mobilenet
 from packexp.packing import DeviceData, Member, Pack
@@ -48,12 +47,6 @@ def trial(i: int, batch_size: int, optimizer: str, learning_rate: float = 1e-2) 
 
 def tiny_mlp(t: Trial | None = None):
     return mlp3.build((12,), 4, t.hparams if t else {}, width=16)
-
-
-@pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=TRAIN_SIZE,
-                                     val_size=64))
 
 
 @pytest.fixture
@@ -325,25 +318,25 @@ def test_device_capacity_uses_nvml_free_memory():
 # The out-of-memory split.
 
 
-def run_group(data: DeviceData, trials: list[Trial], keep: int = 0):
+def run_group(features_data: DeviceData, trials: list[Trial], keep: int = 0):
     make_member = functools.partial(Member.create, build_model=functools.partial(
         mlp3.build, width=16), input_shape=(12,), num_classes=4, train_size=TRAIN_SIZE)
-    cache = PackCache(make_member, data, {"fusion": "off", "jit_compile": False, "chunk_steps": 7},
-                      keep=keep)
+    cache = PackCache(make_member, features_data,
+                      {"fusion": "off", "jit_compile": False, "chunk_steps": 7}, keep=keep)
     return train_group(trials, cache, epochs=1.5, states={})
 
 
 @pytest.mark.tf
 @pytest.mark.parametrize("keep", [0, 32])
-def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
+def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(features_data,
                                                                           oom_above_two, keep):
     trials = [trial(i, *c) for i, c in enumerate(SPLIT_CONFIGS)]
-    [whole] = run_group(data, trials, keep)
+    [whole] = run_group(features_data, trials, keep)
     assert whole.splits == 0
     reference = {m.trial_id: m for m in whole.members}
 
     sizes = oom_above_two()
-    runs = run_group(data, trials, keep)
+    runs = run_group(features_data, trials, keep)
     assert sizes == [5, 2, 3, 1, 2]  # halves, then the over-full half again
     assert [len(r.members) for r in runs] == [2, 1, 2]
     assert [r.splits for r in runs] == [1, 2, 2]
@@ -362,13 +355,13 @@ def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(data,
 
 @pytest.mark.tf
 @pytest.mark.parametrize("n", [1, 2])
-def test_a_single_member_out_of_memory_reraises(data, monkeypatch, n):
+def test_a_single_member_out_of_memory_reraises(features_data, monkeypatch, n):
     def train(self: Pack, steps):
         raise tf.errors.ResourceExhaustedError(None, None, "OOM")
 
     monkeypatch.setattr(Pack, "train", train)
     with pytest.raises(tf.errors.ResourceExhaustedError):
-        run_group(data, [trial(i, *c) for i, c in enumerate(SPLIT_CONFIGS[:n])])
+        run_group(features_data, [trial(i, *c) for i, c in enumerate(SPLIT_CONFIGS[:n])])
 
 
 def scores(results: dict) -> dict:

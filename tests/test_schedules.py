@@ -26,29 +26,24 @@ pytestmark = pytest.mark.tf
 RTOL, ATOL = 1e-4, 1e-5
 
 
-@pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(digits.load())
-
-
 def trial(i: int, **hparams) -> Trial:
     hp = {"batch_size": 30, "optimizer": "momentum", "learning_rate": 0.05,
           "activation": "relu", **hparams}
     return Trial(f"t{i}", hp, (), seed=derive_seed(5, i))
 
 
-def build(data, trials) -> list[Member]:
-    ds = data.dataset
+def build(digits_data, trials) -> list[Member]:
+    ds = digits_data.dataset
     make = functools.partial(mlp3.build, width=16)
-    return [Member.create(t, make, ds.input_shape, ds.num_classes, data.train_size)
+    return [Member.create(t, make, ds.input_shape, ds.num_classes, digits_data.train_size)
             for t in trials]
 
 
-def trained(data, trials, steps, horizon, fusion="off") -> list[Member]:
-    ms = build(data, trials)
+def trained(digits_data, trials, steps, horizon, fusion="off") -> list[Member]:
+    ms = build(digits_data, trials)
     for m in ms:
         m.set_lr_horizon(horizon)
-    pack = Pack(ms, data, fusion=fusion, jit_compile=False, chunk_steps=7)
+    pack = Pack(ms, digits_data, fusion=fusion, jit_compile=False, chunk_steps=7)
     pack.train({m.trial_id: steps for m in ms})
     assert pack.fused == (fusion == "on")
     return ms
@@ -79,57 +74,58 @@ def test_profiles_by_hand(z, expected):
         assert float(profile(name, tf.constant(z))) == pytest.approx(value, abs=1e-6), name
 
 
-def test_the_rate_follows_the_members_own_step(data):
-    [m] = build(data, [trial(0, lr_schedule="linear")])
+def test_the_rate_follows_the_members_own_step(digits_data):
+    [m] = build(digits_data, [trial(0, lr_schedule="linear")])
     m.set_lr_horizon(2.0)  # 2 epochs of 47 steps
     assert m.steps_for(2.0) == 94
-    Pack([m], data, fusion="off", jit_compile=False, chunk_steps=11).train({m.trial_id: 47})
+    Pack([m], digits_data, fusion="off", jit_compile=False, chunk_steps=11).train({m.trial_id: 47})
     assert float(m.optimizer.iterations.numpy()) == 47
     assert float(m.optimizer.learning_rate) == pytest.approx(0.05 * 0.5, rel=1e-6)
-    Pack([m], data, fusion="off", jit_compile=False).train({m.trial_id: 100})
+    Pack([m], digits_data, fusion="off", jit_compile=False).train({m.trial_id: 100})
     assert float(m.optimizer.learning_rate) == 0.0  # past the horizon it stays at 0
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "rex", "step"])
-def test_a_scheduled_member_packed_matches_it_alone(data, schedule):
+def test_a_scheduled_member_packed_matches_it_alone(digits_data, schedule):
     """Plain packs: bit for bit, with mates of other schedules, batch sizes and budgets."""
     mates = [trial(1, lr_schedule="constant", batch_size=20),
              trial(2, lr_schedule="exponential", optimizer="adam", learning_rate=0.01)]
     me = trial(0, lr_schedule=schedule)
-    packed = trained(data, [me, *mates], 40, horizon=1.0)
-    [alone] = trained(data, [me], 40, horizon=1.0)
+    packed = trained(digits_data, [me, *mates], 40, horizon=1.0)
+    [alone] = trained(digits_data, [me], 40, horizon=1.0)
     assert_same(packed[0], alone)
 
 
-def test_continuing_from_a_checkpoint_is_training_in_one_go(data, tmp_path):
+def test_continuing_from_a_checkpoint_is_training_in_one_go(digits_data, tmp_path):
     me = trial(0, lr_schedule="rex", optimizer="adam", learning_rate=0.01)
-    [whole] = trained(data, [me], 30, horizon=1.0)
-    [first] = trained(data, [me], 12, horizon=1.0)
+    [whole] = trained(digits_data, [me], 30, horizon=1.0)
+    [first] = trained(digits_data, [me], 12, horizon=1.0)
     path = first.save(tmp_path)
-    [second] = build(data, [me])
+    [second] = build(digits_data, [me])
     second.load(me, read_state(path), second.preprocessing)
     second.set_lr_horizon(1.0)
-    Pack([second], data, fusion="off", jit_compile=False, chunk_steps=7).train({me.trial_id: 18})
+    Pack([second], digits_data, fusion="off", jit_compile=False, chunk_steps=7).train(
+        {me.trial_id: 18})
     assert_same(second, whole)
     # the schedule's base rate and horizon are in the checkpoint, beside the optimizer's own
     assert len(read_state(path).slots) == len(whole.optimizer.variables)
     write_state(whole.state(), tmp_path / "again")
 
 
-def test_fused_schedules_agree_with_plain_to_float_rounding(data):
+def test_fused_schedules_agree_with_plain_to_float_rounding(digits_data):
     trials = [trial(0, lr_schedule="cosine"), trial(1, lr_schedule="rex", batch_size=45),
               trial(2, lr_schedule="constant", optimizer="sgd"),
               trial(3, lr_schedule="linear", optimizer="adagrad", learning_rate=0.02)]
-    fused = trained(data, trials, 25, horizon=0.5, fusion="on")
+    fused = trained(digits_data, trials, 25, horizon=0.5, fusion="on")
     for m, t in zip(fused, trials, strict=True):
-        [plain] = trained(data, [t], 25, horizon=0.5)
+        [plain] = trained(digits_data, [t], 25, horizon=0.5)
         assert_same(m, plain, exact=False)
         assert float(m.optimizer.learning_rate) == pytest.approx(
             float(plain.optimizer.learning_rate), rel=1e-6)
 
 
-def test_optimizer_arguments_reach_the_optimizer(data):
-    [adam, rms, sgd] = build(data, [
+def test_optimizer_arguments_reach_the_optimizer(digits_data):
+    [adam, rms, sgd] = build(digits_data, [
         trial(0, optimizer="adam", beta_1=0.8, beta_2=0.99, momentum=0.5),
         trial(1, optimizer="rmsprop", momentum=0.5, rho=0.8),
         trial(2, optimizer="momentum", momentum=0.5)])
@@ -139,26 +135,26 @@ def test_optimizer_arguments_reach_the_optimizer(data):
     assert sgd.optimizer.momentum == 0.5  # over the paper's 0.9
 
 
-def test_fused_packs_take_their_members_own_betas_and_momentum(data):
+def test_fused_packs_take_their_members_own_betas_and_momentum(digits_data):
     trials = [trial(0, optimizer="adam", learning_rate=0.01, beta_1=0.8),
               trial(1, optimizer="adam", learning_rate=0.01, beta_1=0.95, epsilon=1e-4),
               trial(2, optimizer="momentum", momentum=0.5)]
-    fused = trained(data, trials, 10, horizon=1.0, fusion="on")
+    fused = trained(digits_data, trials, 10, horizon=1.0, fusion="on")
     for m, t in zip(fused, trials, strict=True):
-        [plain] = trained(data, [t], 10, horizon=1.0)
+        [plain] = trained(digits_data, [t], 10, horizon=1.0)
         assert_same(m, plain, exact=False)
 
 
-def test_weight_decay_makes_a_pack_plain_and_the_log_names_the_member(data):
+def test_weight_decay_makes_a_pack_plain_and_the_log_names_the_member(digits_data):
     trials = [trial(0, optimizer="adam", weight_decay=0.01), trial(1, optimizer="adam")]
-    ms = build(data, trials)
+    ms = build(digits_data, trials)
     assert why_not_fusable(trials[0].hparams) == (
         "weight_decay=0.01 has no fused update rule (adam applies it)")
     assert why_not_fusable(trials[1].hparams) is None
     assert why_not_fused(ms, "gather", "auto") == (
         "member t0: weight_decay=0.01 has no fused update rule (adam applies it)")
-    packed = trained(data, trials, 20, horizon=1.0, fusion="auto")
-    [alone] = trained(data, trials[:1], 20, horizon=1.0)
+    packed = trained(digits_data, trials, 20, horizon=1.0, fusion="auto")
+    [alone] = trained(digits_data, trials[:1], 20, horizon=1.0)
     assert_same(packed[0], alone)
 
 

@@ -7,9 +7,8 @@ import statistics
 
 import pytest
 
-from packexp.data import digits
 from packexp.models import mlp3
-from packexp.packing import DeviceData, Member
+from packexp.packing import Member
 from packexp.profile.timing import PackTimer, balanced, compare
 from packexp.search_space import Trial, derive_seed
 
@@ -31,7 +30,7 @@ class DriftingTimer:
         self.arms = arms
         self.calls = itertools.count()
 
-    def prepare(self, key, members, data, xla, **overrides):
+    def prepare(self, key, members, digits_data, xla, **overrides):
         return ("pack", key)
 
     def time_ms(self, pack) -> float:
@@ -55,19 +54,14 @@ def test_a_drifting_machine_favours_neither_arm():
     assert result.impv_low < 0 < result.impv_high
 
 
-@pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(digits.load(seed=0))
-
-
 @pytest.mark.tf
-def test_a_pack_of_one_against_itself_reads_zero_within_its_spread(data):
-    ds = data.dataset
+def test_a_pack_of_one_against_itself_reads_zero_within_its_spread(digits_data):
+    ds = digits_data.dataset
     hp = {"batch_size": 32, "optimizer": "adam", "learning_rate": 1e-3, "activation": "relu"}
     member = Member.create(Trial("m0", hp, (), seed=derive_seed(0, 0)), mlp3.build,
-                           ds.input_shape, ds.num_classes, data.train_size)
+                           ds.input_shape, ds.num_classes, digits_data.train_size)
     timer = PackTimer({"fusion": "off"}, steps=20, warmup_steps=5)
-    result = compare(timer, [member], data, repeats=12, xla=[False], pack_key=("pack", 1),
+    result = compare(timer, [member], digits_data, repeats=12, xla=[False], pack_key=("pack", 1),
                      single_keys=["identical"])
     assert len(result.impvs) == 12
     assert result.impv_low <= 0 <= result.impv_high, result.impvs

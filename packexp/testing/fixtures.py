@@ -1,0 +1,41 @@
+"""pytest fixtures on ``packexp.testing``: ``pytest_plugins = ["packexp.testing.fixtures"]``.
+
+The data fixtures are session-wide: one per test process, shared by every module that asks
+(each is read-only by contract: a test that would change its data copies it first).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from packexp.testing import data
+from packexp.testing.fake_trainer import FakeTrainer, install_fake_trainer
+
+if TYPE_CHECKING:
+    from packexp.packing import DeviceData
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch) -> FakeTrainer:
+    """The driver's pack trainer replaced by ``FakeTrainer`` for the test."""
+    return install_fake_trainer(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def features_data() -> DeviceData:
+    """``data.features()``: 300 training rows of 12 features in 4 classes, on the device."""
+    return data.device(data.features())
+
+
+@pytest.fixture(scope="session")
+def digits_data() -> DeviceData:
+    """scikit-learn's digits, split as ``dataset=digits`` splits them, on the device."""
+    return data.device(data.digits())
+
+
+@pytest.fixture(scope="session")
+def images_data() -> DeviceData:
+    """``data.small_images()``: 60 training images of 8x8x1 in 3 classes, on the device."""
+    return data.device(data.small_images())
