@@ -19,17 +19,8 @@ from packexp.schedulers.pbt import (
     replaced_count,
     schedule,
 )
-from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial
-
-SPACE = SearchSpace({
-    "batch_size": {"kind": "int", "low": 20, "high": 70, "step": 5},
-    "optimizer": ["adam", "sgd", "adagrad", "momentum"],
-    "learning_rate": {"kind": "float", "low": 1e-4, "high": 1e-1, "log": True},
-    "activation": ["sigmoid", "leaky_relu", "tanh", "relu"],
-    "width": [16, 32, 64],
-}, categorical=["optimizer", "activation"])
-DONOR = {"batch_size": 45, "optimizer": "sgd", "learning_rate": 0.01, "activation": "tanh",
-         "width": 32}
+from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace
+from packexp.testing.fake_search import DONOR, SPACE, FakeSearch
 
 
 @pytest.mark.parametrize(("epochs", "interval", "ends"), [
@@ -159,37 +150,6 @@ def test_the_plan_names_the_population_its_intervals_and_its_budget():
     assert facts["population"] == 16 and facts["interval"] == 3
     assert facts["interval_ends"][-1] == 27.0 and len(facts["interval_ends"]) == 9
     assert facts["budget_epochs"] == 432 and facts["replaced_per_interval"] == 4
-
-
-class FakeSearch:
-    """A search whose members score by their learning rate; it keeps what it was told."""
-
-    seed = 7
-    space = SPACE
-
-    def __init__(self, journaled=None):
-        self.journaled = journaled or {}
-        self.trained: list[tuple[int, dict]] = []
-        self.exploited: list[tuple[int, list[Exploit], bool]] = []
-
-    def sample(self, bracket):
-        return [Trial(f"m{i}", {**DONOR, "learning_rate": 0.001 * (i + 1)}, (), seed=i)
-                for i in range(bracket.rungs[0].n)]
-
-    def train_rung(self, bracket, rung, members, epochs):
-        self.trained.append((rung, {t.trial_id: dict(t.hparams) for t in members}))
-        return {t.trial_id: t.hparams["learning_rate"] for t in members}
-
-    def fits(self, donor, values):
-        return True
-
-    def replayed_exploits(self):
-        return self.journaled
-
-    def exploit(self, bracket, rung, members, exploits, journaled=False):
-        self.exploited.append((rung, exploits, journaled))
-        new = {e.member: e.hparams for e in exploits}
-        return [Trial(t.trial_id, new.get(t.trial_id, t.hparams), ()) for t in members]
 
 
 def test_drive_trains_every_interval_and_exploits_between_them():
