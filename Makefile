@@ -4,7 +4,7 @@ PYTEST_WORKERS ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint docs clean
+.PHONY: install run test test-pure test-paper-cnns lint docs clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -19,9 +19,21 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) -m packexp $(ARGS)
 
+# Every test but the paper's full-size CNNs (their own step, test-paper-cnns); xdist hands each
+# module to one worker, so a module's fixtures (a whole search, a trained pack) are built once.
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not paper_cnns" --durations=15 \
+		$(PYTEST_ARGS)
+
+# The pure layer: no TensorFlow model, no process started (docs/testing.md).
+test-pure: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not tf and not process and not slow and not gpu" \
+		$(PYTEST_ARGS)
+
+# MobileNetV2, ResNet-50 and DenseNet-121 in one pack against each alone (minutes on a CPU).
+test-paper-cnns: $(STAMP)
+	$(PY) -m pytest -p no:xdist -m paper_cnns --durations=5 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -11,17 +11,21 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from packexp.interrupts import exit_interrupted, raising_interrupts
+from packexp.interrupts import end, exit_interrupted, raising_interrupts
 
 
 def run() -> None:
     raising_interrupts()
+    code: int | str | None = 0
     try:
         from packexp.cli import main
 
         main()
-    except KeyboardInterrupt as interrupt:  # outside a job: while importing or composing
-        exit_interrupted(interrupt, None)
+    except KeyboardInterrupt as interrupt:  # outside a job: importing, composing, Hydra's end
+        exit_interrupted(interrupt)
+    except SystemExit as exit_:
+        code = exit_.code
+    end(code)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from packexp import conf_dir
 from packexp.config import register_resolvers
 from packexp.errors import ConfigError, ExecutorError
-from packexp.interrupts import exit_interrupted, job_resume_command, sigterm_interrupts
+from packexp.interrupts import exit_interrupted, job_resume_command, job_task, sigterm_interrupts
 from packexp.tracking import TrackingError
 
 # Errors of the place a run writes to, not of packexp: one line naming the file.
@@ -34,6 +34,7 @@ def main(cfg: DictConfig) -> float:
     from packexp.run import job
 
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks
+    job_task.append(str(cfg.get("task")))
     try:
         with sigterm_interrupts():
             return job(cfg)

@@ -29,6 +29,9 @@ class Terminated(KeyboardInterrupt):
 # raised again at the driver's next dispatch (``raise_if_interrupted``).
 _received: list[int] = []
 _holding: list[int] = []  # open ``held`` blocks: each holds the count received before it
+# The task of the job Hydra runs, once it has begun: an interrupt that reaches the command
+# line after the job (in Hydra's own code around it) names that job's run, not "starting".
+job_task: list[str] = []
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -133,6 +136,7 @@ def _shown(run_dir: Path, cwd: Path) -> str:
 
 def _job_line(task: str | None) -> str:
     """``interrupted_line`` for the job Hydra is running; a bare line outside a job."""
+    task = task or (job_task[-1] if job_task else None)
     if task is None:
         return "packexp: interrupted while starting; nothing was written"
     from hydra.core.hydra_config import HydraConfig
@@ -145,7 +149,7 @@ def _job_line(task: str | None) -> str:
         return "packexp: interrupted"
 
 
-def exit_interrupted(interrupt: KeyboardInterrupt, task: str | None) -> NoReturn:
+def exit_interrupted(interrupt: KeyboardInterrupt, task: str | None = None) -> NoReturn:
     """Prints the one line for an interrupted job of ``task`` and exits with the signal's code.
 
     A further Ctrl-C or SIGTERM is ignored while the line is written and then ends the process
@@ -162,6 +166,36 @@ def exit_interrupted(interrupt: KeyboardInterrupt, task: str | None) -> NoReturn
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: os._exit(code))
     leave(code)
+
+
+def end(code: int | str | None) -> NoReturn:
+    """Ends the command line once its job is over, with ``code`` (``SystemExit``'s: None is 0,
+    a string is printed and is 1).
+
+    What is left is closing (the spare MLflow writer, Ray, the log): a Ctrl-C or SIGTERM now
+    is noted and ignored, so no atexit hook is cut short with a traceback, and a second one
+    ends the process at once. Then ``leave``: no interpreter teardown, where TensorFlow's
+    objects are destroyed module by module.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _while_ending)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for thread in threading.enumerate():  # as the interpreter's exit would: they may write
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    leave(code or 0)
+
+
+_while_ending_received: list[int] = []
+
+
+def _while_ending(signum: int, frame: FrameType | None) -> None:
+    if _while_ending_received:
+        os._exit(128 + signum)
+    _while_ending_received.append(signum)  # the first is noted: closing goes on
 
 
 def leave(code: int) -> NoReturn:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -29,6 +34,76 @@ def seed_everything() -> None:
         import keras
 
         keras.utils.set_random_seed(0)
+
+
+# What a test may do beyond plain Python is what its markers say: the layers of
+# docs/testing.md hold only if markers tell the truth, so an unmarked test that starts a
+# process or loads TensorFlow fails, naming the marker it lacks.
+HEAVY = {"tf", "process", "slow", "gpu"}
+
+
+@pytest.fixture(autouse=True)
+def markers_tell_the_truth(request, monkeypatch):
+    if HEAVY & {m.name for m in request.node.iter_markers()}:
+        yield
+        return
+    started: list[str] = []
+    execute = subprocess.Popen._execute_child
+
+    def noting(self, args, *rest, **kwargs):
+        started.append(" ".join(map(str, args))[:120] if isinstance(args, list | tuple)
+                       else str(args)[:120])
+        return execute(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", noting)
+    tf_before = "tensorflow" in sys.modules
+    yield
+    assert not started, f"unmarked test started a process (mark it process): {started}"
+    assert tf_before or "tensorflow" not in sys.modules, (
+        "unmarked test loaded TensorFlow (mark it tf)")
+
+
+# Rough seconds a test of each kind costs on a 2-core machine (docs/testing.md): modules are
+# handed to xdist's workers whole (--dist loadscope), the costliest first, so that no long
+# module starts last and leaves one worker idle at the end.
+COST = {"slow": 30.0, "process": 5.0, "tf": 3.0}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    modules: dict[str, float] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        cost = max((COST[m] for m in marks & COST.keys()), default=0.01)
+        modules[item.nodeid.split("::")[0]] = modules.get(item.nodeid.split("::")[0], 0) + cost
+    items.sort(key=lambda item: -modules[item.nodeid.split("::")[0]])  # stable within a module
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """A module the ``-m`` expression deselects whole, by its ``pytestmark`` whatever its tests
+    add, is not imported at all: ``-m "not tf and not process"`` then loads no TensorFlow for
+    the modules marked ``tf`` while it collects."""
+    expression = config.option.markexpr
+    if not expression or collection_path.suffix != ".py" or not collection_path.name.startswith(
+            "test_"):
+        return None
+    marks = set(re.findall(r"pytest\.mark\.(\w+)", _module_marks(collection_path)))
+    if not marks:
+        return None
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    others = sorted(set(re.findall(r"\w+", expression)) - {"and", "or", "not"} - marks)
+    for added in itertools.product((False, True), repeat=len(others)):
+        on = marks | {name for name, yes in zip(others, added, strict=True) if yes}
+        if compiled.evaluate(lambda name, **_: name in on):  # noqa: B023 (used at once)
+            return None  # some test of the module may be selected
+    return True
+
+
+def _module_marks(path: Path) -> str:
+    """The text of the module's ``pytestmark = ...`` line, if it has one."""
+    found = re.search(r"^pytestmark = (.+)$", path.read_text(), re.MULTILINE)
+    return found.group(1) if found else ""
 
 
 @pytest.fixture

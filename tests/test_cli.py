@@ -11,6 +11,7 @@ import pytest
 from tests.helpers import ROOT, packexp
 
 
+@pytest.mark.process
 def test_help_lists_the_groups():
     out = packexp("--help")
     assert out.returncode == 0, out.stderr
@@ -19,6 +20,7 @@ def test_help_lists_the_groups():
         assert f"{group}:" in out.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("override", "needle"),
     [("scheduler.eta=1", "scheduler.eta=1"), ("scheduler.R=0", "scheduler.R=0"),
@@ -48,6 +50,7 @@ print("tensorflow" in sys.modules)
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("override", ["scheduler.R=0", "pack.max_members=0",
                                       "search_space.params.optimizer=[sgdx]"])
 def test_bad_search_settings_are_found_before_tensorflow_loads(override):
@@ -59,6 +62,7 @@ def test_bad_search_settings_are_found_before_tensorflow_loads(override):
     assert loaded == "False"
 
 
+@pytest.mark.process
 def test_unknown_strategy_names_the_choices(tmp_path):
     out = packexp("strategy=best_fit", f"hydra.run.dir={tmp_path}")
     assert out.returncode != 0

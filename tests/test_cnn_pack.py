@@ -73,6 +73,7 @@ def test_packed_cnn_training_moves_every_weight_and_batchnorm_statistic(data, pa
 
 
 @pytest.mark.slow
+@pytest.mark.paper_cnns
 def test_a_pack_of_all_three_paper_cnns_matches_each_alone():
     """MobileNetV2, ResNet-50 and DenseNet-121 in one pack, resized up from 8x8 images."""
     from packexp.models import keras_apps

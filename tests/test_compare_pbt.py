@@ -79,6 +79,7 @@ def test_table(script):
     assert rows["speedup over ray (process s)"] == ["4.00", "1.00 |"]
 
 
+@pytest.mark.process
 def test_help_shows_the_docstring():
     out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
                          text=True, timeout=30)

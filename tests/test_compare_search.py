@@ -62,6 +62,7 @@ def test_time_to_random_best_and_gaps_to_optuna(script):
     assert "0.50 (1/2 reached)" in table[3]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -80,6 +81,7 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, needle):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_failing_child_names_arm_seed_and_command(tmp_path):
     out = compare("--seeds", "3", "--arms", "", "--arm", "broken=sampler=nope", "--no-optuna",
                   "--dataset", "digits", "--out", str(tmp_path / "out"))

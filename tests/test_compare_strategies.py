@@ -95,6 +95,7 @@ def run_dirs(tmp_path) -> list[Path]:
     return [sweep, single]
 
 
+@pytest.mark.process
 def test_runs_table_speedups_and_chart(tmp_path, run_dirs):
     out = compare("--runs", *map(str, run_dirs), "--out", str(tmp_path / "plots" / "t4.png"))
     assert out.returncode == 0, out.stderr
@@ -117,11 +118,13 @@ def test_runs_table_speedups_and_chart(tmp_path, run_dirs):
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.process
 def test_runs_without_trials_are_not_compared_for_decisions(tmp_path, run_dirs):
     out = compare("--runs", *map(str, run_dirs), "--out", str(tmp_path / "c.png"))
     assert "Decisions not compared: no two strategies have runs of the same search" in out.stdout
 
 
+@pytest.mark.process
 def test_decisions_promotions_best_and_the_largest_drift(tmp_path):
     """knn drifts a little and decides alike; random promotes another trial and picks it."""
     runs = {
@@ -143,6 +146,7 @@ def test_decisions_promotions_best_and_the_largest_drift(tmp_path):
         ["mlp3", "knn", "none", "1", "yes", "yes", "0.0100"]]
 
 
+@pytest.mark.process
 def test_mlflow_runs_are_compared_through_their_results_artifact(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -164,6 +168,7 @@ def test_mlflow_runs_are_compared_through_their_results_artifact(tmp_path):
     assert list(row.values()) == ["mlp3", "knn", "none", "1", "yes", "yes", "0.0250"]
 
 
+@pytest.mark.process
 def test_default_chart_goes_to_the_working_directory(tmp_path, run_dirs):
     out = compare("--runs", str(run_dirs[0]), "--dataset", "cifar10", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -196,6 +201,7 @@ def mlflow_store(tmp_path_factory) -> str:
     return uri
 
 
+@pytest.mark.process
 def test_mlflow_parent_runs_only(tmp_path, mlflow_store):
     out = compare("--mlflow", mlflow_store, "--experiment", "table4",
                   "--out", str(tmp_path / "c.png"))
@@ -207,6 +213,7 @@ def test_mlflow_parent_runs_only(tmp_path, mlflow_store):
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -122,6 +122,7 @@ print("keras imported:", "keras" in sys.modules)
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("overrides", "verdict"), [
     ([], "accepted"),
     (["seed=6"], "refused: resume=true: seed=6 here, but the journal has seed=5"),

@@ -77,7 +77,8 @@ def test_every_executor_config_is_found():
     assert {"local", "ray"} <= set(EXECUTORS)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] * (n != "local"))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.process]
+                                                 + [pytest.mark.slow] * (n != "local"))
                                   for n in EXECUTORS])
 def test_an_executor_trains_as_the_local_one_and_keeps_the_contract(name, request, tmp_path,
                                                                    local):

@@ -162,6 +162,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_a_killed_driver_s_reaper_ends_its_cluster_s_processes_and_their_children(signum):
     import psutil
@@ -181,6 +182,7 @@ def test_a_killed_driver_s_reaper_ends_its_cluster_s_processes_and_their_childre
                       or psutil.Process(reaper_pid).status() == psutil.STATUS_ZOMBIE, 10)
 
 
+@pytest.mark.process
 def test_a_closed_reaper_leaves_a_process_it_did_not_watch():
     import psutil
 

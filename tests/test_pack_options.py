@@ -75,6 +75,7 @@ def test_a_value_outside_the_choices_is_refused_naming_them(setting, value, matc
         check_choice(setting, value)
 
 
+@pytest.mark.process
 def test_the_config_checks_import_no_tensorflow():
     code = ("import sys, packexp.config, packexp.pack_options; "
             "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")

@@ -159,6 +159,7 @@ def sandbox(tmp_path, monkeypatch):
     return tmp_path, calls, search
 
 
+@pytest.mark.process
 def test_table4_part_runs_alone_and_renders_beside_the_paper(sandbox):
     tmp_path, calls, search = sandbox
     reproduce.main(["--only", "table4", "--R", "3", "--strategies", "none", "knn", "cost"],
@@ -180,6 +181,7 @@ def test_table4_part_runs_alone_and_renders_beside_the_paper(sandbox):
     assert "the best of the paper's three here was knn at R=3 under packexp defaults" in text
 
 
+@pytest.mark.process
 def test_a_later_table4_subset_keeps_the_earlier_runs(sandbox):
     tmp_path, _, search = sandbox
     reproduce.main(["--only", "table4", "--R", "3", "--strategies", "none"], searcher=search)
@@ -191,6 +193,7 @@ def test_a_later_table4_subset_keeps_the_earlier_runs(sandbox):
 
 
 
+@pytest.mark.process
 def test_results_point_at_the_benchmarks_rather_than_copy_them(sandbox):
     """A figure is written once: BENCHMARKS.md's sections stay there."""
     tmp_path, _, search = sandbox
@@ -263,6 +266,7 @@ def fake_profile_runner(tmp_path):
     return run
 
 
+@pytest.mark.process
 def test_profile_sections_read_with_the_rules(sandbox):
     tmp_path, _, _ = sandbox
     reproduce.main(["--only", "profiles", "--models", "mlp3", "--profiles", "num_models",

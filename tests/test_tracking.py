@@ -161,6 +161,7 @@ def test_the_experiment_opens_on_training_runs_with_dataset_and_source(tmp_path)
     assert len(children) == len(results["trials"])
 
 
+@pytest.mark.process
 def test_the_dataset_digest_is_its_content():
     import numpy as np
 
@@ -268,6 +269,7 @@ def in_the_writer(tmp_path, monkeypatch):
     writer_process.close_spare()  # nor may a patched one serve a later test
 
 
+@pytest.mark.process
 def test_a_name_the_store_refuses_is_a_tracking_error_naming_the_key(tmp_path, in_the_writer):
     in_the_writer("""
         from mlflow.exceptions import MlflowException
@@ -573,6 +575,7 @@ def runs_in(folder: Path) -> tuple:
     return client, parent, {r.info.run_name: r for r in runs if r is not parent}
 
 
+@pytest.mark.process
 def test_the_calls_reach_the_store_in_order_and_end_waits_for_them(tmp_path):
     tracker = MlflowTracker(store_dir=str(tmp_path), sample_interval_s=None)
     tracker.start("order", {"seed": 0}, {"task": "tune"}, dataset=tiny_dataset())
@@ -605,6 +608,7 @@ def journal_mode(database: Path) -> str:
         return db.execute("PRAGMA journal_mode").fetchone()[0]
 
 
+@pytest.mark.process
 def test_a_local_store_is_kept_in_wal_and_its_file_alone_holds_an_ended_run(tmp_path):
     tracker = MlflowTracker(store_dir=str(tmp_path / "store"), sample_interval_s=None)
     tracker.start("r", {"seed": 0}, {})
@@ -621,6 +625,7 @@ def test_a_local_store_is_kept_in_wal_and_its_file_alone_holds_an_ended_run(tmp_
     assert history(client, trials["t0"].info.run_id, "val_accuracy") == [(1, 0.5)]
 
 
+@pytest.mark.process
 def test_journal_mode_null_leaves_the_store_as_sqlite_makes_it(tmp_path):
     tracker = MlflowTracker(store_dir=str(tmp_path), sample_interval_s=None, journal_mode=None)
     tracker.start("r", {}, {})
@@ -634,6 +639,7 @@ def test_a_journal_mode_sqlite_does_not_have_is_a_config_error(value):
         MlflowTracker(journal_mode=value)
 
 
+@pytest.mark.process
 def test_the_writer_imports_mlflow_without_collecting_garbage_and_serves_collecting(
         tmp_path, in_the_writer):
     in_the_writer(f"""
@@ -657,6 +663,7 @@ def test_the_writer_imports_mlflow_without_collecting_garbage_and_serves_collect
     assert enabled == "True" and int(frozen) > 100_000
 
 
+@pytest.mark.process
 def test_a_store_that_cannot_be_used_is_a_tracking_error_at_start(tmp_path):
     (tmp_path / "file").write_text("")
     tracker = MlflowTracker(store_dir=str(tmp_path / "file" / "store"))
@@ -666,6 +673,7 @@ def test_a_store_that_cannot_be_used_is_a_tracking_error_at_start(tmp_path):
     tracker.end("FAILED")  # nothing to end
 
 
+@pytest.mark.process
 def test_a_call_the_writer_cannot_apply_is_a_warning(tmp_path, in_the_writer, caplog):
     in_the_writer("""
         from mlflow.tracking import MlflowClient
@@ -688,6 +696,7 @@ def test_a_call_the_writer_cannot_apply_is_a_warning(tmp_path, in_the_writer, ca
 
 
 
+@pytest.mark.process
 def test_a_writer_that_dies_mid_search_is_one_warning_not_the_end(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="packexp.tracking")
     tracker = MlflowTracker(store_dir=str(tmp_path), sample_interval_s=None)
@@ -705,6 +714,7 @@ def test_a_writer_that_dies_mid_search_is_one_warning_not_the_end(tmp_path, capl
     assert len(gone) == 1 and "no later call reaches the store" in gone[0]
     assert "4 MLflow calls failed in this run" in caplog.text
 
+@pytest.mark.process
 def test_the_trackers_process_never_imports_mlflow(tmp_path):
     script = f"""
 import sys
@@ -770,6 +780,7 @@ def ended(tmp_path, timeout: float = 120):
         time.sleep(0.2)
 
 
+@pytest.mark.process
 def test_ctrl_c_reaching_the_writer_too_loses_nothing(tmp_path):
     code = search_then(tmp_path, lambda p: os.killpg(p.pid, signal.SIGINT))
     assert code == 0
@@ -782,6 +793,7 @@ def test_ctrl_c_reaching_the_writer_too_loses_nothing(tmp_path):
         "FINISHED", "completed")
 
 
+@pytest.mark.process
 def test_when_the_trackers_process_dies_the_writer_ends_its_runs_killed(tmp_path):
     code = search_then(tmp_path, lambda p: p.kill())
     assert code == -signal.SIGKILL

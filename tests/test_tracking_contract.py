@@ -42,7 +42,9 @@ def unimplemented(cls: type) -> set[str]:
             if member is absent or getattr(member, "__isabstractmethod__", False)}
 
 
-@pytest.fixture(params=TRACKERS)
+# A tracker that writes through a process of its own (MLflow's writer) is a process test.
+@pytest.fixture(params=[pytest.param(t, marks=[pytest.mark.process] * (t == "mlflow"))
+                        for t in TRACKERS])
 def tracker(request, tmp_path) -> Iterator[Tracker]:
     cfg = compose_config([f"tracking={request.param}"])
     if "store_dir" in cfg.tracking:

@@ -172,9 +172,14 @@ def close_spare() -> None:
         writer, _spare = _spare, None
     if writer is None or writer.owner != os.getpid():
         return
-    if writer.used:
-        writer.close()
-    else:
+    try:
+        if writer.used:
+            writer.close()
+        else:
+            writer.kill()
+    except KeyboardInterrupt:
+        # Ctrl-C at exit (packexp.tune's process): a spare holds no open run, so ending it
+        # now loses nothing, and an atexit hook must not end in a traceback.
         writer.kill()
 
 
