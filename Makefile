@@ -20,11 +20,12 @@ run: $(STAMP)
 	$(PY) -m packexp $(ARGS)
 
 # Every test but the paper's full-size CNNs (their own step, test-paper-cnns); xdist hands each
-# module to one worker, so a module's fixtures (a whole search, a trained pack) are built once.
+# module to one worker, so a module's fixtures (a whole search, a trained pack) are built once,
+# in the order tests/conftest.py gives (the costliest modules first), not xdist's own.
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not paper_cnns" --durations=15 \
-		$(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		-m "not paper_cnns" --durations=15 $(PYTEST_ARGS)
 
 # The pure layer: no TensorFlow model, no process started (docs/testing.md).
 test-pure: $(STAMP)

@@ -31,9 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH = ["experiment=quick", "strategy=cost", "scheduler.R=9", "seed=5", "tracking=mlflow"]
 BAD = ("Traceback", "Exception ignored", "Fatal Python error", "Segmentation fault")
-# The last of these that packexp.log holds names the phase a signal landed in.
-PHASES = [("cost model: calibrating", "calibration"), ("bracket", "search"),
-          ("best", "end")]
+# The last of these that packexp.log holds names the phase a signal landed in; once
+# results.json is written, it is the end.
+PHASES = [("device:", "set-up"), ("cost model: calibrating", "calibration"),
+          ("bracket", "search")]
 
 
 def spin() -> None:
@@ -50,6 +51,8 @@ def command(workdir: Path) -> list[str]:
 
 
 def phase(workdir: Path) -> str:
+    if (workdir / "run" / "results.json").exists():
+        return "end"
     log = workdir / "run" / "packexp.log"
     text = log.read_text() if log.exists() else ""
     found = "start-up"
