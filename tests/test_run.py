@@ -26,6 +26,23 @@ def tune(tmp_path, *overrides: str, tracking: str = "none"):
     return best, json.loads((out / "results.json").read_text()), out
 
 
+# One search serves many tests: strategy=none at R=9 and seed 4, plain (every pack a single
+# member), the reference that packed, fused and cost-planned searches must score as.
+NONE_R9 = ("strategy=none", "scheduler.R=9", "seed=4", "pack.fusion=off")
+
+
+@pytest.fixture(scope="module")
+def none_r9(tmp_path_factory) -> dict:
+    _, results, _ = tune(tmp_path_factory.mktemp("none_r9"), *NONE_R9)
+    return results
+
+
+@pytest.fixture(scope="module")
+def quick_tracked(tmp_path_factory) -> tuple[float, dict, object]:
+    """The quick search tracked in MLflow: its best, results and folder (the store in it)."""
+    return tune(tmp_path_factory.mktemp("quick"), tracking="mlflow")
+
+
 def plan(results: dict) -> tuple[list, list]:
     """The trials drawn, in order, and each pack's members."""
     return ([(t["trial_id"], t["hparams"]) for t in results["trials"]],
@@ -37,8 +54,8 @@ def scores(results: dict) -> dict:
             for t in results["trials"]}
 
 
-def test_results_json_has_the_documented_keys(tmp_path):
-    best, results, out = tune(tmp_path)
+def test_results_json_has_the_documented_keys(quick_tracked):
+    best, results, out = quick_tracked
     assert {"strategy", "model", "dataset", "seed", "wall_time_s", "trials", "best"} <= set(
         results)
     assert (results["strategy"], results["model"], results["dataset"]) == (
@@ -86,22 +103,20 @@ def test_a_search_over_keras_optimizers_packs_them_plainly_and_exactly(tmp_path)
     assert scores(none) == scores(knn)
 
 
-def test_packing_changes_time_never_scores(tmp_path, capsys):
+def test_packing_changes_time_never_scores(tmp_path, capsys, none_r9):
     """Plain packs: bit-identical scores whatever the strategy."""
-    exact = ("scheduler.R=9", "seed=4", "pack.fusion=off")
-    _, none, _ = tune(tmp_path / "none", "strategy=none", *exact)
-    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *exact)
+    none = none_r9
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *NONE_R9[1:])
     assert max(len(p["members"]) for p in knn["packs"]) > 1
     assert "packs were fused" not in capsys.readouterr().out
     assert scores(none) == scores(knn)
     assert none["best"] == knn["best"]
 
 
-def test_fused_packing_changes_scores_only_by_rounding(tmp_path, capsys):
+def test_fused_packing_changes_scores_only_by_rounding(tmp_path, capsys, none_r9):
     """Fused packs (the default for mlp3 packs of two or more) against plain single-member
     packs: the same scores up to float32 rounding; the summary says so."""
-    _, none, _ = tune(tmp_path / "none", "strategy=none", "scheduler.R=9", "seed=4")
-    assert "packs were fused" not in capsys.readouterr().out
+    none = none_r9
     _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
     summary = " ".join(capsys.readouterr().out.split())
     fused = sum(p["fused"] for p in knn["packs"])
@@ -122,11 +137,11 @@ def test_fused_packing_changes_scores_only_by_rounding(tmp_path, capsys):
     assert none["best"]["trial_id"] == knn["best"]["trial_id"]
 
 
-def test_mlflow_parent_and_nested_trial_runs(tmp_path):
+def test_mlflow_parent_and_nested_trial_runs(quick_tracked):
     from mlflow.tracking import MlflowClient
 
-    best, results, _ = tune(tmp_path, tracking="mlflow")
-    client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    best, results, out = quick_tracked
+    client = MlflowClient(f"sqlite:///{out.parent / 'store' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("packexp")
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -179,7 +194,8 @@ def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkey
     assert parent.info.status == "FAILED"
 
 
-def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_path, capsys):
+def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_path, capsys,
+                                                                           none_r9):
     """strategy=cost end to end: a calibration measured, kept and reused; each pack's
     ``predicted_s`` beside its ``duration_s``; plain packs score as training alone does."""
     kept = tmp_path / "calibrations"
@@ -196,8 +212,8 @@ def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_
     assert plan(again) == plan(first)  # measured just now or read back: one plan
     assert json.loads((out / "calibration.json").read_text())["key"] == json.loads(
         next(kept.glob("*.json")).read_text())["key"]
-    _, none, _ = tune(tmp_path / "none", "strategy=none", *exact[:3])
-    assert scores(again) == scores(first) == scores(none)
+    assert exact[:3] == NONE_R9[1:]
+    assert scores(again) == scores(first) == scores(none_r9)
 
 
 def test_an_asha_search_plans_alike_on_a_calibration_measured_or_read_back(tmp_path):
