@@ -11,20 +11,22 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from packexp.interrupts import end, exit_interrupted, raising_interrupts
+from packexp.interrupts import closing, end, exit_interrupted, raising_interrupts
 
 
 def run() -> None:
     raising_interrupts()
     code: int | str | None = 0
     try:
-        from packexp.cli import main
+        try:
+            from packexp.cli import main
 
-        main()
+            main()
+        except SystemExit as exit_:
+            code = exit_.code
+        closing()
     except KeyboardInterrupt as interrupt:  # outside a job: importing, composing, Hydra's end
         exit_interrupted(interrupt)
-    except SystemExit as exit_:
-        code = exit_.code
     end(code)
 
 

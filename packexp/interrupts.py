@@ -168,34 +168,35 @@ def exit_interrupted(interrupt: KeyboardInterrupt, task: str | None = None) -> N
     leave(code)
 
 
-def end(code: int | str | None) -> NoReturn:
-    """Ends the command line once its job is over, with ``code`` (``SystemExit``'s: None is 0,
-    a string is printed and is 1).
-
-    What is left is closing (the spare MLflow writer, Ray, the log): a Ctrl-C or SIGTERM now
-    is noted and ignored, so no atexit hook is cut short with a traceback, and a second one
-    ends the process at once. Then ``leave``: no interpreter teardown, where TensorFlow's
-    objects are destroyed module by module.
-    """
+def closing() -> None:
+    """From now on a Ctrl-C or SIGTERM is noted and ignored, and a second one ends the process
+    at once: the command line's job is over, and what is left is closing (the spare MLflow
+    writer, Ray, the log), which no atexit hook should end in a traceback."""
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, _while_ending)
+            signal.signal(signum, _while_closing)
+
+
+_noted_while_closing: list[int] = []
+
+
+def _while_closing(signum: int, frame: FrameType | None) -> None:
+    if _noted_while_closing:
+        os._exit(128 + signum)
+    _noted_while_closing.append(signum)
+
+
+def end(code: int | str | None) -> NoReturn:
+    """Ends the command line once its job is over (after ``closing``), with ``code``
+    (``SystemExit``'s: None is 0, a string is printed and is 1): the threads are ended as the
+    interpreter's exit ends them (a joblib sweep's worker pool among them), then ``leave``,
+    without the interpreter's teardown, where TensorFlow's objects are destroyed module by
+    module."""
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
-    for thread in threading.enumerate():  # as the interpreter's exit would: they may write
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # what the interpreter's exit does first: joins non-daemon threads
     leave(code or 0)
-
-
-_while_ending_received: list[int] = []
-
-
-def _while_ending(signum: int, frame: FrameType | None) -> None:
-    if _while_ending_received:
-        os._exit(128 + signum)
-    _while_ending_received.append(signum)  # the first is noted: closing goes on
 
 
 def leave(code: int) -> NoReturn:

@@ -3,13 +3,16 @@ a Ctrl-C or SIGTERM never ends in a crash or a traceback.
 
     python scripts/interrupt_loop.py -n 30              # SIGINT and SIGTERM in turn
     python scripts/interrupt_loop.py -n 30 --busy 1     # with the other core kept busy
+    python scripts/interrupt_loop.py -n 15 --from 0.85  # the last 15% and a little beyond:
+                                                        # the end, as the command closes
 
 Each run is ``python -m packexp`` with the cost strategy measuring a fresh calibration and a
 fresh MLflow store (so the signal can land while the store makes its tables, during the
 calibration, in the search, or at the end), signalled after a delay drawn uniformly from zero
-to the unbroken run's own time. A run passes when it exits 0, 130 or 143, its stderr holds no
-"Traceback", "Exception ignored" or "Fatal Python error", and an interrupted run ends with the
-one line ``packexp: interrupted...``. Prints one line per run (its delay, the phase its log had
+(or ``--from`` times it) to the unbroken run's own time (and 10% beyond it with ``--from``).
+A run passes when it exits 0, 130 or 143, its stderr holds no "Traceback", "Exception ignored"
+or "Fatal Python error", and an interrupted run ends with the one line
+``packexp: interrupted...``. Prints one line per run (its delay, the phase its log had
 reached, the exit code) and a count by phase; a failed run's stderr is kept in ``--out``.
 Exits 1 if any run failed.
 """
@@ -97,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--runs", type=int, default=30)
     parser.add_argument("--busy", type=int, default=0, help="busy processes beside the runs")
     parser.add_argument("--seed", type=int, default=0, help="seeds the delays")
+    parser.add_argument("--from", dest="start", type=float, default=0.0,
+                        help="the earliest delay, as a share of the unbroken run's time")
     parser.add_argument("--out", type=Path, default=Path("outputs/interrupt_loop"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unbroken run: {whole:.1f} s; signals land in 0-{whole:.1f} s", flush=True)
             for i in range(1, args.runs + 1):
                 sig = (signal.SIGINT, signal.SIGTERM)[i % 2 == 0]
-                delay = rng.uniform(0.0, whole)
+                delay = rng.uniform(args.start * whole, whole * (1.1 if args.start else 1.0))
                 code, stderr, landed, took = one(Path(tmp) / f"run{i}", sig, delay, env)
                 why = verdict(code, stderr, sig, landed)
                 phases[landed] += 1

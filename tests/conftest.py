@@ -92,7 +92,7 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     from _pytest.mark.expression import Expression
 
     compiled = Expression.compile(expression)
-    others = sorted(set(re.findall(r"\w+", expression)) - {"and", "or", "not"} - marks)
+    others = sorted(compiled.idents() - marks)
     for added in itertools.product((False, True), repeat=len(others)):
         on = marks | {name for name, yes in zip(others, added, strict=True) if yes}
         if compiled.evaluate(lambda name, **_: name in on):  # noqa: B023 (used at once)

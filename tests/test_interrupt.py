@@ -86,6 +86,11 @@ def test_ctrl_c_prints_the_resume_command_and_the_resumed_run_ends_as_an_unbroke
     assert scores(run_dir) == unbroken
 
 
+def replayed(run_dir: Path) -> int:
+    """The member results a resume of ``run_dir`` replays, as its journal stands."""
+    return Replayed.of(Journal(run_dir).read()).members
+
+
 @pytest.mark.slow
 def test_kill_9_mid_run_then_resume(tmp_path, unbroken):
     """A SIGKILLed search resumes from its journal and ends as an uninterrupted one."""
@@ -98,7 +103,7 @@ def test_kill_9_mid_run_then_resume(tmp_path, unbroken):
     journal = run_dir / "journal.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_text().count('"event": "result"') >= 6:
+        if journal.exists() and replayed(run_dir) >= 6:
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be killed"
@@ -108,8 +113,8 @@ def test_kill_9_mid_run_then_resume(tmp_path, unbroken):
     # What a resume replays: the results of packs journaled whole. A kill that lands between
     # a pack's member results and its pack record leaves results the pack trains again (the
     # count of result lines alone made this test fail once in a suite run).
-    done = Replayed.of(Journal(run_dir).read()).members
-    assert done >= 1
+    done = replayed(run_dir)
+    assert done >= 6
 
     resumed = packexp(*SEARCH, "resume=true", f"hydra.run.dir={run_dir}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

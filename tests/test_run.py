@@ -27,13 +27,16 @@ def tune(tmp_path, *overrides: str, tracking: str = "none"):
 
 
 # One search serves many tests: strategy=none at R=9 and seed 4, plain (every pack a single
-# member), the reference that packed, fused and cost-planned searches must score as.
+# member, fusion off): the reference that packed, fused and cost-planned searches must score
+# as. (That a pack of one trains plain under fusion=auto is asserted on the knn run of
+# test_fused_packing_changes_scores_only_by_rounding.)
 NONE_R9 = ("strategy=none", "scheduler.R=9", "seed=4", "pack.fusion=off")
 
 
 @pytest.fixture(scope="module")
 def none_r9(tmp_path_factory) -> dict:
     _, results, _ = tune(tmp_path_factory.mktemp("none_r9"), *NONE_R9)
+    assert all(len(p["members"]) == 1 and not p["fused"] for p in results["packs"])
     return results
 
 
@@ -122,10 +125,10 @@ def test_fused_packing_changes_scores_only_by_rounding(tmp_path, capsys, none_r9
     fused = sum(p["fused"] for p in knn["packs"])
     assert (f"{fused} of {len(knn['packs'])} packs were fused: their members' scores match "
             "training alone to float32 rounding, not bit for bit") in summary
-    # Packs of two or more fuse; a pack of one (all of them under none) trains plain.
+    # Packs of two or more fuse; a pack of one trains plain under fusion=auto too.
     assert any(p["fused"] for p in knn["packs"])
+    assert any(len(p["members"]) == 1 for p in knn["packs"])
     assert all(p["fused"] == (len(p["members"]) > 1) for p in knn["packs"])
-    assert not any(p["fused"] for p in none["packs"])
     a, b = scores(none), scores(knn)
     assert a.keys() == b.keys()
     for trial_id, rungs in a.items():
