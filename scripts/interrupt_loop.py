@@ -3,13 +3,13 @@ a Ctrl-C or SIGTERM never ends in a crash or a traceback.
 
     python scripts/interrupt_loop.py -n 30              # SIGINT and SIGTERM in turn
     python scripts/interrupt_loop.py -n 30 --busy 1     # with the other core kept busy
-    python scripts/interrupt_loop.py -n 15 --from 0.85  # the last 15% and a little beyond:
+    python scripts/interrupt_loop.py -n 15 --at-results # 0-2 s after results.json is written:
                                                         # the end, as the command closes
 
 Each run is ``python -m packexp`` with the cost strategy measuring a fresh calibration and a
 fresh MLflow store (so the signal can land while the store makes its tables, during the
 calibration, in the search, or at the end), signalled after a delay drawn uniformly from zero
-(or ``--from`` times it) to the unbroken run's own time (and 10% beyond it with ``--from``).
+to the unbroken run's own time (or, with ``--at-results``, 0-2 s after results.json appears).
 A run passes when it exits 0, 130 or 143, its stderr holds no "Traceback", "Exception ignored"
 or "Fatal Python error", and an interrupted run ends with the one line
 ``packexp: interrupted...``. Prints one line per run (its delay, the phase its log had
@@ -65,12 +65,16 @@ def phase(workdir: Path) -> str:
     return found
 
 
-def one(workdir: Path, sig: int | None, delay: float, env: dict) -> tuple[int, str, str, float]:
-    """Runs one search, signals it after ``delay`` s; returns (exit code, stderr, phase, s)."""
+def one(workdir: Path, sig: int | None, delay: float, env: dict,
+        at_results: bool = False) -> tuple[int, str, str, float]:
+    """Runs one search, signals it after ``delay`` s (counted from the moment results.json
+    appears with ``at_results``); returns (exit code, stderr, phase, s)."""
     start = time.monotonic()
     proc = subprocess.Popen(command(workdir), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     landed = "not sent"
+    while at_results and proc.poll() is None and not (workdir / "run" / "results.json").exists():
+        time.sleep(0.01)
     if sig is not None:
         try:
             proc.wait(delay)
@@ -100,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--runs", type=int, default=30)
     parser.add_argument("--busy", type=int, default=0, help="busy processes beside the runs")
     parser.add_argument("--seed", type=int, default=0, help="seeds the delays")
-    parser.add_argument("--from", dest="start", type=float, default=0.0,
-                        help="the earliest delay, as a share of the unbroken run's time")
+    parser.add_argument("--at-results", action="store_true",
+                        help="signal 0-2 s after results.json appears (the command closing)")
     parser.add_argument("--out", type=Path, default=Path("outputs/interrupt_loop"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -121,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unbroken run: {whole:.1f} s; signals land in 0-{whole:.1f} s", flush=True)
             for i in range(1, args.runs + 1):
                 sig = (signal.SIGINT, signal.SIGTERM)[i % 2 == 0]
-                delay = rng.uniform(args.start * whole, whole * (1.1 if args.start else 1.0))
-                code, stderr, landed, took = one(Path(tmp) / f"run{i}", sig, delay, env)
+                delay = rng.uniform(0.0, 2.0 if args.at_results else whole)
+                code, stderr, landed, took = one(Path(tmp) / f"run{i}", sig, delay, env,
+                                                 args.at_results)
                 why = verdict(code, stderr, sig, landed)
                 phases[landed] += 1
                 line = (f"run {i}: {signal.Signals(sig).name} at {delay:5.1f} s "
