@@ -11,7 +11,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from packexp.interrupts import closing, end, exit_interrupted, raising_interrupts
+from packexp.interrupts import (
+    closing,
+    end,
+    exit_interrupted,
+    raise_if_interrupted,
+    raising_interrupts,
+)
 
 
 def run() -> None:
@@ -24,6 +30,7 @@ def run() -> None:
             main()
         except SystemExit as exit_:
             code = exit_.code
+        raise_if_interrupted()  # one a finalizer swallowed after the job's last dispatch
         closing()
     except KeyboardInterrupt as interrupt:  # outside a job: importing, composing, Hydra's end
         exit_interrupted(interrupt)

@@ -57,9 +57,20 @@ def held() -> Iterator[None]:
 def raising_interrupts() -> None:
     """From now on Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM ``Terminated`` in the main
     thread, and each is remembered (the command line's first act, so an interrupt while it
-    imports ends as one later does)."""
+    imports ends as one later does). One raised in a finalizer, which Python cannot raise
+    further, prints nothing: it is raised again at the driver's next dispatch or, after the
+    job, by the command line (``raise_if_interrupted``)."""
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    sys.unraisablehook = _quiet_interrupts
+
+
+_unraisablehook = sys.unraisablehook
+
+
+def _quiet_interrupts(unraisable) -> None:
+    if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _received):
+        _unraisablehook(unraisable)
 
 
 def raise_if_interrupted() -> None:

@@ -133,10 +133,12 @@ def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, loc
     run_dir = tmp_path / "run"
     journal = run_dir / "journal.jsonl"
     proc = packexp(run_dir, ray_env, "executor=ray", ONE_WORKER)
-    assert wait_until(lambda: journal.exists() and '"event": "pack"' in journal.read_text(),
-                      180)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        assert wait_until(lambda: journal.exists() and '"event": "pack"' in journal.read_text(),
+                          180)
+    finally:  # killed whatever happened: a failed wait must not leave the driver running
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     # The driver's reaper kills what is left of its cluster at once (packexp/executors/
     # reaper.py). Without it, Ray's agents outlived a SIGKILLed driver by over 60 s under a
     # loaded suite; 10 s is the margin for a loaded machine, and a failure names what is left.
