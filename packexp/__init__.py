@@ -10,11 +10,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from packexp import muted
+
 # TensorFlow's C++ log lines stay off a terminal and a notebook unless asked for: this holds
-# when packexp is imported before TensorFlow (python -m packexp; import packexp first).
+# when packexp is imported before TensorFlow (python -m packexp; import packexp first), and
+# its start-up banner is muted whoever imports it (packexp.muted).
+muted.install()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from packexp.errors import ConfigError, ExecutorError
+from packexp.errors import ConfigError, ExecutorError  # noqa: E402
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 

@@ -8,6 +8,7 @@ later in a job (``packexp/interrupts.py``); the application is ``packexp/cli.py`
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,7 +27,9 @@ def run() -> None:
     try:
         try:
             from packexp.cli import main
+            from packexp.help import help_argv
 
+            sys.argv[1:] = help_argv(sys.argv[1:])  # --help GROUP, which Hydra cannot parse
             main()
         except SystemExit as exit_:
             code = exit_.code

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import sys
 import time
@@ -37,7 +38,7 @@ def tune(model: str | Callable[..., Any] | None = None,
          data: str | Sequence[Any] | None = None,
          search_space: str | Mapping[str, Any] | None = None, *,
          overrides: Sequence[str] = (), run_dir: str | Path | None = None,
-         **settings: Any) -> SearchResult:
+         verbose: bool = False, **settings: Any) -> SearchResult:
     """Runs a packed Hyperband search and returns its result.
 
     Args:
@@ -55,7 +56,12 @@ def tune(model: str | Callable[..., Any] | None = None,
             form: ``{"params": {...}, "categorical": [...]}``, or the ``params`` alone.
         overrides: Hydra overrides as on the command line (``["scheduler.R=27"]``).
         run_dir: The run directory (``hydra.run.dir``); by default a new one under
-            ``outputs/runs/``, as on the command line.
+            ``runs/`` in packexp's home (``home()``: ``$PACKEXP_HOME``, else ``~/packexp``),
+            which also holds the MLflow store and the cost strategy's calibrations unless
+            ``tracking.store_dir`` or ``strategy.calibration_dir`` say otherwise. A call
+            writes nothing in the working directory unless told to.
+        verbose: Show the progress bar and the summary the command line prints; by default
+            the call prints nothing but warnings (the result holds the same).
         **settings: Any other override by its top-level key: a config group's option
             (``strategy="knn"``), a value (``seed=3``, ``resume=True``) or a dict of
             values (``scheduler={"R": 27}`` is ``scheduler.R=27``).
@@ -93,8 +99,11 @@ def tune(model: str | Callable[..., Any] | None = None,
                              "search_space takes no search_space keys; put them in the dict")
             use_search_space(cfg, search_space)
         out = Path(str(cfg.hydra.run.dir))  # read once: ${now:...} changes at each read
+        if run_dir is None:
+            out = home() / "runs" / out.name
         with open_dict(cfg):
             cfg.hydra.run.dir = str(out)
+            keep_in_home(cfg, args)
             if arrays is not None:
                 cfg.dataset.path = str(out.resolve() / ARRAYS_FILE)
         if cfg.get("task") != "tune":
@@ -104,12 +113,14 @@ def tune(model: str | Callable[..., Any] | None = None,
         from hydra.core.utils import JobStatus, run_job
         from hydra.types import HydraContext
 
-        from packexp.session import refuse_run_dir
+        from packexp.session import make_dir, refuse_run_dir
 
         if cfg.get("resume"):  # a resume that cannot be is refused before Hydra writes
             refuse_run_dir(cfg)  # there, as on the command line (write_arrays refuses the rest)
 
-        returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called),
+        make_dir("run_dir", out)
+        returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called,
+                                                                verbose),
                            config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
                            hydra_context=HydraContext(config_loader=hydra.config_loader,
                                                       callbacks=Callbacks(cfg)),
@@ -117,6 +128,23 @@ def tune(model: str | Callable[..., Any] | None = None,
         if returned.status == JobStatus.FAILED:  # its own error, without Hydra's printed line
             raise returned._return_value
     return load(returned.hydra_cfg.hydra.runtime.output_dir)
+
+
+def home() -> Path:
+    """Where ``tune`` keeps what no argument places: ``$PACKEXP_HOME``, else ``~/packexp``."""
+    return Path(os.environ.get("PACKEXP_HOME") or Path.home() / "packexp").expanduser()
+
+
+def keep_in_home(cfg: DictConfig, args: Sequence[str]) -> None:
+    """The MLflow store and the calibrations under ``home()``, where the overrides ``args``
+    leave them in the working directory's ``outputs/``, as on the command line."""
+    placed = {"tracking": ("store_dir", home()),
+              "strategy": ("calibration_dir", home() / "calibration")}
+    for group, (key, where) in placed.items():
+        node = cfg.get(group)
+        if (node is not None and key in node
+                and not any(a.lstrip("+~").startswith(f"{group}.{key}=") for a in args)):
+            node[key] = str(where)
 
 
 def overrides_for(key: str, value: Any) -> list[str]:
@@ -242,10 +270,12 @@ def _hydra() -> Iterator[Any]:
             GlobalHydra.instance().initialize(outer)
 
 
-def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float) -> float:
+def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float,
+         verbose: bool) -> float:
     """``python -m packexp``'s job, with the arrays checked and written where the config
-    reads them, the job's log in the run directory's ``packexp.log``, and its ``startup_s``
-    counted from the ``tune`` call."""
+    reads them, the job's log in the run directory's ``packexp.log``, its ``startup_s``
+    counted from the ``tune`` call, and its progress and summary shown if ``verbose``."""
+    from packexp.report import shown
     from packexp.run import check, job, trains_here
     from packexp.session import count_next_job_from
 
@@ -259,10 +289,12 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float) 
     count_next_job_from(called)
     # The search seeds Python's and NumPy's global generators; the caller's are put back.
     python_state, numpy_state = random.getstate(), np.random.get_state()
+    showing = shown.set(bool(verbose))
     try:
         with _logged():
             return job(cfg)
     finally:
+        shown.reset(showing)
         count_next_job_from(None)
         random.setstate(python_state)
         np.random.set_state(numpy_state)

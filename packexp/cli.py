@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from packexp import conf_dir
 from packexp.config import register_resolvers
 from packexp.errors import ConfigError, ExecutorError
+from packexp.help import register_help_resolvers
 from packexp.interrupts import exit_interrupted, job_resume_command, job_task, sigterm_interrupts
 from packexp.tracking import TrackingError
 
@@ -27,6 +28,7 @@ PLACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
 # The configs (an absolute path: this module is imported, not run as a script).
 CONF = conf_dir()
 register_resolvers()
+register_help_resolvers()  # --help's sections (conf/config.yaml's hydra.help.template)
 
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")

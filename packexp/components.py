@@ -86,8 +86,10 @@ class Components:
 
     @property
     def run_name(self) -> str:
+        """``<strategy>-<model>-<dataset>-<scheduler>-R<R>-seed<seed>``."""
         n = self.names
-        return f"{n['strategy']}-{n['model']}-{n['dataset']}-seed{self.cfg.seed}"
+        return (f"{n['strategy']}-{n['model']}-{n['dataset']}-"
+                f"{component_name(self.cfg, 'scheduler')}-R{self.scheduler.R}-seed{self.cfg.seed}")
 
     def cache(self) -> Any:
         """A ``PackCache`` on this process's device: the dataset there, members built from

@@ -15,7 +15,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from packexp.checks import positive_int
+from packexp.checks import flag, positive_int
 from packexp.errors import ConfigError
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
@@ -248,6 +248,7 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any]:
     check_space(space)
     scheduler = instantiate(cfg.scheduler, "scheduler")
     scheduler.check_space(space)
+    scheduler.check_schedule()
     strategy = instantiate(cfg.strategy, "strategy")
     member_cap(cfg.pack.max_members)
     pack_settings(cfg.pack)
@@ -380,7 +381,7 @@ def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any
             values[key] = tuple(float(v) for v in values[key])
     return Preprocessing(mean=values["mean"], std=values["std"],
                          crop_padding=int(values["crop_padding"] or 0),
-                         flip=bool(values["flip"]))
+                         flip=values["flip"] is not None and flag("flip", values["flip"]))
 
 
 

@@ -471,7 +471,8 @@ class PackedSearch:
                 else None, pack_id, checkpoints[m.trial_id], m.failed)
             before = self.trials[m.trial_id].last
             self._emit(MemberScored(result, m.trial, pack, self.tags,
-                                             before.pack_id if before else None))
+                                    before.pack_id if before else None,
+                                    round(self.capacity.cost(m.trial) / 2**20, 2)))
             copies = exploit_copy(self.checkpoints, m.trial_id, rung - 1, "*")
             stale += [*(self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"),
                       *copies.parent.glob(copies.name)]

@@ -85,8 +85,10 @@ class PackRecord:
     switches: int = 0
     switch_overhead_s: float = 0.0
     step_time_ms: float | None = None
-    peak_memory_mb: float = 0.0
-    planned_cost_mb: float = 0.0
+    peak_memory_mb: float = 0.0  # how far the peak rose over the pack, on its device
+    planned_cost_mb: float = 0.0  # its members' memory, as the strategy planned with it
+    peak_rss_mb: float | None = None  # the peak resident set of the process it trained in
+    gpu_peak_memory_mb: float | None = None  # peak_memory_mb on a GPU; None on a CPU
     splits: int = 0
     started_s: float | None = None
     elapsed_s: float | None = None
@@ -121,6 +123,9 @@ class PackRecord:
             step_time_ms=stats.step_time_ms,
             peak_memory_mb=round(pack_run.peak_memory_bytes / 2**20, 2),
             planned_cost_mb=round(planned_cost_bytes / 2**20, 2), splits=pack_run.splits,
+            peak_rss_mb=round(pack_run.peak_rss_bytes / 2**20, 2),
+            gpu_peak_memory_mb=None if pack_run.gpu_peak_bytes is None
+            else round(pack_run.gpu_peak_bytes / 2**20, 2),
             started_s=round(pack_run.started - search_started, 4),
             elapsed_s=round(now - search_started, 4), epochs_spent=epochs_spent,
             session=session)
@@ -290,7 +295,8 @@ class MemberScored(Event):
     """A member of a finished pack, scored; its checkpoint is durable already.
 
     ``tags``: the run's names (strategy, model, dataset); ``promoted_from``: the pack the
-    trial trained in at its rung before."""
+    trial trained in at its rung before; ``memory_mb``: the member's memory as the strategy
+    planned with it (estimated, scaled by a measured probe where one ran)."""
 
     handler: ClassVar[str] = "on_member_scored"
     result: RungResult
@@ -298,6 +304,7 @@ class MemberScored(Event):
     pack: PackRecord
     tags: Mapping[str, str] = field(default_factory=dict)
     promoted_from: str | None = None
+    memory_mb: float | None = None
 
 
 @dataclass(frozen=True)

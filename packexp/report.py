@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
+
+# Whether a search shows its progress and summary: ``packexp.tune(verbose=False)``, a
+# library call, turns both off for its job (results.json and the store hold the same).
+shown: ContextVar[bool] = ContextVar("packexp_shown", default=True)
 
 
 def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                   lost: str | None = None) -> None:
+    if not shown.get():
+        return
     from rich.table import Table
 
     from packexp.results import records
@@ -129,8 +136,8 @@ def _console(width: int) -> Any:
     from rich.console import Console
 
     console = Console()
-    if not console.is_terminal:
-        console.width = width
+    if not console.is_terminal:  # a file or a pipe: tables this wide, lines never broken
+        console = Console(width=width, soft_wrap=True)
     return console
 
 

@@ -91,7 +91,39 @@ def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
             "calibration_s": results.get("calibration_s"),
             "prediction_error_median": results["prediction_error"],
             **{f"total_{k}": v for k, v in results["phases"].items()},
+            **pack_metrics([PackRecord.from_dict(p) for p in results["packs"]]),
             **speedup_metrics(results)}
+
+
+def pack_metrics(packs: Sequence[PackRecord]) -> dict[str, float]:
+    """The search's packs summed up for the parent run, where a pack's own metric shows the
+    last pack only: ``median_step_time_ms``, the median time of a pack step over every step
+    the search trained; ``median_member_step_time_ms``, over every member's step (a pack
+    step's time shared by its members); ``max_peak_rss_mb``, the most resident memory a
+    pack's process held. Each is left out where no pack measured it."""
+    timed = [p for p in packs if p.step_time_ms is not None and p.steps > 0 and p.members]
+    metrics: dict[str, float] = {}
+    if timed:
+        metrics["median_step_time_ms"] = weighted_median(
+            [p.step_time_ms for p in timed], [p.steps for p in timed])
+        metrics["median_member_step_time_ms"] = weighted_median(
+            [p.step_time_ms / len(p.members) for p in timed],
+            [p.steps * len(p.members) for p in timed])
+    rss = [p.peak_rss_mb for p in packs if p.peak_rss_mb]
+    if rss:
+        metrics["max_peak_rss_mb"] = max(rss)
+    return metrics
+
+
+def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The value at half the total weight, the values in increasing order (the lower of two
+    where half falls between them)."""
+    half, total = sum(weights) / 2, 0.0
+    for value, weight in sorted(zip(values, weights, strict=True)):
+        total += weight
+        if total >= half:
+            return float(value)
+    raise ValueError("weighted_median of no values")
 
 
 def prediction_error(packs: Sequence[PackRecord]) -> float | None:

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
+from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from packexp.checks import is_number, positive_int
 from packexp.config import check_search, config_errors, fit_dataset_to_model
 from packexp.errors import ConfigError
+from packexp.muted import muted_stderr
+from packexp.session import (
+    make_dir,
+    refuse_run_dir,
+    refused,
+    resume_needs_a_run_dir,
+    run_dir_given,
+)
 from packexp.tasks import TASKS
 
-__all__ = ["TASKS", "check", "job", "run"]
+__all__ = ["TASKS", "RunDirCheck", "check", "job", "run"]
 
 log = logging.getLogger("packexp")
+
+MAX_SEED = 2**32 - 1
 
 
 def job(cfg: DictConfig) -> float:
@@ -33,13 +45,28 @@ def check(cfg: DictConfig) -> None:
     settings again as it instantiates them)."""
     if check_task(cfg) in ("tune", "plan"):
         check_search(cfg)
+    check_run_settings(cfg)
+
+
+def check_run_settings(cfg: DictConfig) -> None:
+    """Top-level and device settings a library would otherwise meet late (after the search,
+    for the summary) or only on some machines (a GPU's memory share on a CPU)."""
+    positive_int("summary_top_k", cfg.get("summary_top_k", 5), minimum=0, error=ConfigError)
+    device = cfg.get("device") or {}
+    fraction = device.get("gpu_memory_fraction", 0.9)
+    if not (is_number(fraction) and 0 < fraction <= 1):
+        raise ConfigError(f"device.gpu_memory_fraction={fraction!r}: must be a number in (0, 1]")
+    budget = device.get("memory_budget_mb", 1)
+    if budget is not None and not (is_number(budget) and budget > 0):  # null: a GPU's only
+        raise ConfigError(f"device.memory_budget_mb={budget!r}: must be a positive number of MB")
 
 
 def check_task(cfg: DictConfig) -> str:
     """The seed and the task, checked; returns the task."""
     seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed={seed!r}: must be an integer")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed={seed!r}: must be an integer from 0 to {MAX_SEED} (NumPy's "
+                          "and scikit-learn's seeds are unsigned 32-bit)")
     task = cfg.get("task")
     if task not in TASKS:
         raise ConfigError(f"task={task!r}: must be one of {sorted(TASKS)}")
@@ -57,7 +84,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         The task's objective: for ``tune``, the best validation accuracy found.
     """
     with config_errors():
-        task = check_task(cfg)
+        check(cfg)
+        task = cfg.task
         if run_dir is None:
             from hydra.core.hydra_config import HydraConfig
 
@@ -66,6 +94,27 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         fit_dataset_to_model(cfg)
         run_dir.mkdir(parents=True, exist_ok=True)
         return TASKS[task](cfg, run_dir)
+
+
+class RunDirCheck(Callback):
+    """Refuses a run before Hydra writes in its directory: a value ``check`` refuses, a
+    ``resume=true`` that names no directory, a directory that cannot be made, and a search
+    that cannot start in it (``checked_records``), so that a refused run leaves no files and
+    a refused resume leaves the run's ``.hydra`` files and log as they were. One line and
+    exit code 2, as every configuration error."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refused():
+            with config_errors():
+                check(config)
+            if config.get("resume", False) and not run_dir_given(config):
+                raise ConfigError(resume_needs_a_run_dir(Path(str(config.hydra.run.dir)).parent))
+            make_dir("hydra.run.dir", config.hydra.run.dir)
+            refuse_run_dir(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refused():
+            make_dir("hydra.sweep.dir", config.hydra.sweep.dir)
 
 
 def start_tensorflow(use_gpu: bool = True) -> None:
@@ -79,27 +128,21 @@ def start_tensorflow(use_gpu: bool = True) -> None:
     from packexp import telemetry
 
     telemetry.note_free_gpu_memory()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            import tensorflow as tf
+    with muted_stderr():
+        import tensorflow as tf
 
-            if not use_gpu:
-                try:
-                    telemetry.leave_gpu()
-                except RuntimeError:
-                    log.warning("an earlier job of this multirun started TensorFlow on the "
-                                "GPU, so this driver keeps a share of it; give Ray jobs "
-                                "processes of their own (hydra/launcher=joblib)")
-            elif telemetry.gpu_left():
-                log.warning("an earlier job of this multirun left the GPU to Ray workers; "
-                            "this job trains on the CPU (hydra/launcher=joblib runs each job "
-                            "in a process of its own)")
-            tf.config.list_logical_devices()  # probes CUDA, which logs when there is none
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        if not use_gpu:
+            try:
+                telemetry.leave_gpu()
+            except RuntimeError:
+                log.warning("an earlier job of this multirun started TensorFlow on the "
+                            "GPU, so this driver keeps a share of it; give Ray jobs "
+                            "processes of their own (hydra/launcher=joblib)")
+        elif telemetry.gpu_left():
+            log.warning("an earlier job of this multirun left the GPU to Ray workers; "
+                        "this job trains on the CPU (hydra/launcher=joblib runs each job "
+                        "in a process of its own)")
+        tf.config.list_logical_devices()  # probes CUDA, which logs when there is none
 
 
 def trains_here(cfg: DictConfig) -> bool:

@@ -10,14 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.config import config_errors, dataset_source, flatten, instantiate, task_overrides
 from packexp.errors import ConfigError
 from packexp.events import Summary
 from packexp.journal import Journal, JournalError, first_difference
-from packexp.tracking import hydra_tags
+from packexp.tracking import hydra_tags, run_params
 
 
 @contextmanager
@@ -28,16 +27,18 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
 
     The run's config, its Hydra files and its log go with it; a resumed run (``records``
     holding a ``tracking`` event) reattaches to the run it started, and a new one is
-    journaled so that a resume can.
+    journaled so that a resume can. A job of a multirun adds its number to ``run_name``
+    (``-job3``), so a sweep's runs have names of their own.
 
     Yields:
         The started tracker. It ends ``FINISHED`` when the block completes, ``KILLED`` on
         an interrupt and ``FAILED`` on any other exception.
     """
     tracker = instantiate(cfg.tracking, "tracking")
+    sweep = hydra_tags()
     tracker.start(
-        run_name=run_name, params=flatten(OmegaConf.to_container(cfg, resolve=True)),
-        tags={**tags, **hydra_tags()},
+        run_name=run_name + (f"-job{sweep['job_num']}" if "job_num" in sweep else ""),
+        params=run_params(cfg), tags={**tags, **sweep},
         resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         dataset=dataset, dataset_source=dataset_source(cfg),
@@ -106,17 +107,51 @@ def checked_records(cfg: DictConfig, run_dir: Path, unsettled: Collection[str] =
     return records
 
 
-class RunDirCheck(Callback):
-    """Refuses a search that cannot start in its run directory (``checked_records``) before
-    Hydra writes there: a refused ``resume=true`` leaves the run's ``.hydra`` files and log
-    as they were. One line and exit code 2, as every configuration error."""
+@contextmanager
+def refused() -> Iterator[None]:
+    """A ``ConfigError`` raised in a Hydra callback, as the job reports one: its line and
+    exit code 2 (Hydra would print a traceback)."""
+    try:
+        yield
+    except ConfigError as e:
+        print(f"packexp: error: {e}", file=sys.stderr)
+        sys.exit(2)
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        try:
-            refuse_run_dir(config)
-        except ConfigError as e:
-            print(f"packexp: error: {e}", file=sys.stderr)
-            sys.exit(2)
+
+def make_dir(key: str, path: Any) -> None:
+    """Makes the directory Hydra is about to write in, or a ``ConfigError`` naming ``key``,
+    the directory and why it cannot be made (a file in its path, no permission, ...)."""
+    try:
+        Path(str(path)).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{key}={path}: cannot make this directory ({e.strerror}"
+                          + (f": {e.filename}" if e.filename and str(e.filename) != str(path)
+                             else "") + ")") from None
+
+
+def run_dir_given(config: DictConfig) -> bool:
+    """Whether the command line (or ``packexp.tune``'s ``run_dir``) set ``hydra.run.dir``."""
+    hydra_overrides = OmegaConf.select(config, "hydra.overrides.hydra") or []
+    return any(str(o).lstrip("+~").startswith("hydra.run.dir=") for o in hydra_overrides)
+
+
+def resume_needs_a_run_dir(runs: Path, shown: int = 3) -> str:
+    """The line for ``resume=true`` without ``hydra.run.dir``: the latest unfinished runs
+    under ``runs`` (newest first), which the user most likely means."""
+    unfinished = [d for d in sorted(runs.glob("*"), reverse=True) if unfinished_run(d)]
+    listed = (f"; the latest unfinished runs under {runs}: "
+              + ", ".join(str(d) for d in unfinished[:shown]) if unfinished
+              else f"; there is no unfinished run under {runs}")
+    return f"resume=true: give hydra.run.dir=<the run to continue>{listed}"
+
+
+def unfinished_run(run_dir: Path) -> bool:
+    """A run directory whose journal has no ``finished`` record (a killed search)."""
+    try:
+        records = Journal(run_dir).read()
+    except (JournalError, OSError):
+        return False
+    return not any(r["event"] == "finished" for r in records)
 
 
 def refuse_run_dir(config: DictConfig) -> None:

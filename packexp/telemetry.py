@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import platform
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -226,12 +227,26 @@ def host_rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def peak_rss() -> int:
+    """The process's peak resident set in bytes (``getrusage``'s ``ru_maxrss``): since it
+    started, or since a ``PeakMemory`` span reset it (Linux); its RSS now where there is no
+    ``resource`` module."""
+    try:
+        import resource
+    except ImportError:
+        return host_rss()
+    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+
+
 class PeakMemory:
     """Peak allocated memory over a span of work.
 
     On a GPU it is TensorFlow's allocator peak (allocated bytes, not the pool NVML sees as
     used). On a CPU it is the process's peak resident set (Linux ``VmHWM``, reset at the
-    start of the span), or the larger of the RSS at start and end elsewhere.
+    start of the span), or the larger of the RSS at start and end elsewhere. On either,
+    ``rss_bytes`` is the process's peak resident set (``peak_rss``): over the span where
+    Linux lets it be reset, since the process started elsewhere.
     """
 
     _STATUS = Path("/proc/self/status")
@@ -242,8 +257,14 @@ class PeakMemory:
         self._start = 0
         self._hwm = False
         self.peak_bytes = 0
+        self.rss_bytes = 0
 
     def __enter__(self) -> PeakMemory:
+        try:
+            self._CLEAR.write_text("5")  # resets VmHWM (and ru_maxrss) to the current RSS
+            self._hwm = True
+        except OSError:
+            self._hwm = False
         if self._gpu:
             import tensorflow as tf
 
@@ -251,15 +272,16 @@ class PeakMemory:
             self._start = int(tf.config.experimental.get_memory_info(self._gpu)["current"])
             return self
         self._start = host_rss()
-        try:
-            self._CLEAR.write_text("5")  # resets VmHWM to the current RSS
-            self._hwm = True
-        except OSError:
-            self._hwm = False
         return self
 
     def __exit__(self, *exc) -> None:
         self.peak_bytes = self._read()
+        self.rss_bytes = peak_rss()
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the span's peak is the GPU allocator's."""
+        return self._gpu is not None
 
     def _read(self) -> int:
         if self._gpu:

@@ -16,6 +16,7 @@ echo "check_wheel: $(basename "$wheel"): $("$py" -c "import sys, zipfile; n = zi
 mkdir "$work/elsewhere"
 cd "$work/elsewhere"
 export TF_CPP_MIN_LOG_LEVEL=2
+export PACKEXP_HOME="$work/home"  # where packexp.tune keeps its runs (~/packexp by default)
 "$py" -m packexp scheduler.R=3 tracking=none > search.log
 test -f outputs/runs/*/results.json || { echo "check_wheel: no results.json under ./outputs"; exit 1; }
 "$work/venv/bin/packexp" --help > help.txt
@@ -34,4 +35,6 @@ assert result.best_val_accuracy > 0.5, result.best
 assert "site-packages" in packexp.conf_dir(), packexp.conf_dir()
 print(f"check_wheel: packexp.tune from the wheel: best {result.best_val_accuracy:.3f}")
 PY
+test -f "$PACKEXP_HOME"/runs/*/results.json || {
+  echo "check_wheel: packexp.tune left no results.json under \$PACKEXP_HOME/runs"; exit 1; }
 echo "check_wheel: python -m packexp, packexp --help and packexp.tune ran from $work/elsewhere"

@@ -5,7 +5,10 @@ Runs docs/tracking.md's four-strategy sweep into a store of its own, serves it w
 
 - ``runs.png``: the experiment's runs table with every parent's trials unfolded;
 - ``parent_charts.png``: one parent run's metric charts (per pack and over the search);
-- ``compare.png``: the compare view of the four strategies' parent runs.
+- ``parent_memory.png``: the same run's memory and step-time charts (``_mb``, ``_ms``);
+- ``compare_parallel.png``: the compare view's parallel coordinates over the four
+  strategies' parent runs: the ``strategy`` param and three metrics;
+- ``compare.png``: the compare view's tables of those runs.
 
 Every process it starts (the sweep, the server with its workers, Chromium) runs in a process
 group of its own and is ended with its whole group. Needs ``chromium`` on the PATH
@@ -187,6 +190,23 @@ class Browser:
     async def goto(self, url: str) -> None:
         await self.send("Page.navigate", url=url)
 
+    async def click_at(self, expression: str) -> None:
+        """A mouse click where ``expression`` (JS, giving ``[x, y]``) says: a real one, which
+        a widget that listens for mousedown (a select box) takes."""
+        x, y = await self.evaluate(expression)
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left",
+                            clickCount=1)
+
+    async def type(self, text: str) -> None:
+        """Types ``text`` into the focused element, as keystrokes would."""
+        await self.send("Input.insertText", text=text)
+
+    async def press(self, key: str, code: int) -> None:
+        for kind in ("keyDown", "keyUp"):
+            await self.send("Input.dispatchKeyEvent", type=kind, key=key, code=key,
+                            windowsVirtualKeyCode=code)
+
     async def wait_until(self, expression: str, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not await self.evaluate(expression):
@@ -278,6 +298,43 @@ UNSCROLL_METRICS = """(async () => {
   return true;
 })()"""
 
+# The parent run's charts of memory and step time: the search box filters them by name.
+MEMORY_AND_STEP_TIME = "_m"
+SEARCH_CHARTS = """(() => {
+  const box = document.querySelector("input[placeholder='Search metric charts']");
+  if (box) box.focus();
+  return Boolean(box);
+})()"""
+
+# The compare page's parallel-coordinates plot starts on the first three params that differ
+# and the first metric: the strategy's param alone, and metrics that tell the runs apart.
+PLOT_PARAMS_DROPPED = ["strategy.key", "strategy.threshold"]
+PLOT_METRICS = ["best_val_accuracy", "wall_time_s", "median_member_step_time_ms"]
+
+
+def remove_tags(names: list[str]) -> str:
+    """A JS action: removes these choices from the plot's select boxes; how many it found."""
+    return f"""(() => {{
+  let removed = 0;
+  for (const item of document.querySelectorAll('.du-bois-light-select-selection-item')) {{
+    const text = item.querySelector('.du-bois-light-select-selection-item-content');
+    const remove = item.querySelector('.du-bois-light-select-selection-item-remove');
+    if (text && remove && {json.dumps(names)}.includes(text.textContent.trim())) {{
+      remove.click();
+      removed++;
+    }}
+  }}
+  return removed;
+}})()"""
+
+
+# Where to click to open the plot's metrics select box (the second), beside its choices.
+METRICS_BOX = """(() => {
+  const r = document.querySelectorAll('.du-bois-light-select-selector')[1]
+    .getBoundingClientRect();
+  return [r.x + r.width - 40, r.y + r.height / 2];
+})()"""
+
 # MLflow 3.17's UI chooses an experiment's pages by its sidebar switch (GenAI / Model
 # training), remembered by the browser, not by the experiment's mlflow.experimentKind tag;
 # this URL parameter is the switch.
@@ -302,30 +359,58 @@ async def shoot(server: str, devtools: str, experiment_id: str, runs: dict[str, 
         # 2. One parent's metric charts (knn: the strategy that packs).
         await page.goto(f"{server}/#/experiments/{experiment_id}/runs/{runs['knn']}"
                         f"/model-metrics?{TRAINING}")
-        await page.wait_until(text_shown("best_so_far_val_accuracy", "members") +
+        # (The charts are drawn as they scroll into view: wait for the first row's.)
+        await page.wait_until(text_shown("best_so_far_val_accuracy", "build_s") +
                               " && document.querySelectorAll('.js-plotly-plot').length >= 6",
                               timeout, "the parent's charts")
         await page.evaluate(HIDE_CHART_TOOLBARS)
         await page.screenshot(out / "parent_charts.png")
 
-        # 3. The compare view of the four strategies' parents.
+        # 3. The same parent's memory and step-time charts.
+        if not await page.evaluate(SEARCH_CHARTS):
+            raise RuntimeError("found no search box over the parent's charts")
+        await page.type(MEMORY_AND_STEP_TIME)
+        await page.wait_until(text_shown("peak_rss_mb", "pack_memory_mb", "median_step_time_ms")
+                              + " && !document.body.innerText.includes('build_s')",
+                              timeout, "the memory and step-time charts")
+        await page.evaluate(HIDE_CHART_TOOLBARS)
+        await page.screenshot(out / "parent_memory.png")
+
+        # 4. The compare view of the four strategies' parents: its parallel coordinates.
         ids = json.dumps([runs[s] for s in STRATEGIES])
         await page.goto(f"{server}/#/compare-runs?runs={ids}&experiments="
                         f"{json.dumps([experiment_id])}&{TRAINING}")
         await page.wait_until(text_shown("best_val_accuracy", *STRATEGIES),
                               timeout, "the compare table")
-        # The tables, not the parallel-coordinates plot of the first few params; of the
-        # params and tags, only those that differ (the strategy's), so the metrics show.
+        await page.evaluate(click(label="Close"))  # the MLflow Assistant side panel
+        await page.wait_until(text_shown("Parallel Coordinates Plot", "Metrics:"), timeout,
+                              "the parallel-coordinates plot")
+        await page.evaluate(remove_tags([*PLOT_PARAMS_DROPPED, "step_time_ms"]))
+        for metric in PLOT_METRICS:
+            await page.click_at(METRICS_BOX)
+            await page.type(metric)
+            await asyncio.sleep(0.5)  # the options filter as the name is typed
+            await page.press("Enter", 13)
+            await page.press("Escape", 27)
+        chosen = json.dumps(",".join(["strategy", *PLOT_METRICS]))
+        await page.wait_until(
+            "[...document.querySelectorAll('.du-bois-light-select-selection-item-content')]"
+            f".map(e => e.textContent.trim()).join() === {chosen}",
+            timeout, "the plot's chosen param and metrics")
+        await page.screenshot(out / "compare_parallel.png")
+
+        # 5. The compare view's tables, the plot folded away; of the params and tags, only
+        # those that differ (the strategy's), so the metrics show.
         await page.evaluate(click(label="Parameters - Show diff only"))
         await page.evaluate(click(label="Tags - Show diff only"))
         await page.evaluate(collapse("Visualizations"))
         await page.evaluate(collapse("Artifacts"))
-        await page.wait_until(text_shown("speedup_vs_sequential_estimate"), timeout,
-                              "the compared metrics")
+        await page.wait_until(text_shown("median_step_time_ms"), timeout, "the compared metrics")
         if not await page.evaluate(UNSCROLL_METRICS):
             raise RuntimeError("found no metrics table on the compare page")
-        # Tall enough for the run names and the metrics the table renders (it is virtual:
-        # the rows past step_time_ms, the search's totals among them, need scrolling).
+        # Tall enough for the run names and the metrics the table renders (it is virtual, 300
+        # px high: the rows past packed_train_s, the search's totals among them, need
+        # scrolling).
         await page.send("Emulation.setDeviceMetricsOverride", width=WINDOW[0],
                         height=COMPARE_HEIGHT, deviceScaleFactor=1, mobile=False)
         await page.screenshot(out / "compare.png")

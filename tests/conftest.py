@@ -13,6 +13,9 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# packexp.tune's home (~/packexp by default: runs, the MLflow store, calibrations) is the
+# test run's own, so no test writes in the user's.
+os.environ.setdefault("PACKEXP_HOME", tempfile.mkdtemp(prefix="packexp-home-"))
 
 import numpy as np
 import pytest

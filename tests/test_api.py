@@ -238,6 +238,30 @@ def test_the_api_gives_the_command_line_s_trials_and_scores(tmp_path):
 
 
 @pytest.mark.tf
+def test_a_call_prints_nothing_unless_verbose_and_writes_only_in_packexp_s_home(
+        tmp_path, monkeypatch, capfd):
+    """A library call: no table, no progress, no outputs/ in the working directory; its run,
+    and the cost strategy's calibration, under $PACKEXP_HOME."""
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("PACKEXP_HOME", str(tmp_path / "home"))
+    capfd.readouterr()
+    result = packexp.tune(experiment="quick", strategy="cost")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert list((tmp_path / "work").iterdir()) == []
+    assert result.run_dir.parent == tmp_path / "home" / "runs"
+    assert list((tmp_path / "home" / "calibration").glob("*.json"))
+    assert isinstance(result.best["epochs"], int)  # 3, not 3.0
+
+    packexp.tune(**QUICK, verbose=True, run_dir=tmp_path / "loud")
+    out, _ = capfd.readouterr()
+    assert "Best configurations (knn packing, mlp3 on digits, seed 0)" in out
+    [summary] = [line for line in out.splitlines() if line.startswith("wall time ")]
+    assert summary.endswith(" evaluation programs")  # one line, however long, in a file
+
+
+@pytest.mark.tf
 def test_too_few_examples_for_the_batch_sizes_stop_before_the_journal(tmp_path):
     x, y = digits_arrays()
     with pytest.raises(packexp.ConfigError, match=r"^search_space\.params\.batch_size: 70 "

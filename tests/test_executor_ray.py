@@ -199,7 +199,7 @@ def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
     assert line.startswith(f"packexp: error: executor.address=127.0.0.1:{port}: ")
 
 
-def test_a_bad_device_key_found_on_a_worker_is_one_line_naming_it(tmp_path, ray_env):
+def test_a_bad_device_key_under_ray_is_one_line_naming_it(tmp_path, ray_env):
     run_dir = tmp_path / "run"
     code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=1",
                                "device.memory_budget_mb=-5"), 180)

@@ -34,8 +34,9 @@ def code_cell(nb, starts_with: str):
 
 @pytest.mark.slow
 @pytest.mark.tf
-def test_the_example_notebook_runs_and_shows_its_tables_and_plot(tmp_path):
+def test_the_example_notebook_runs_and_shows_its_tables_and_plot(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
+    monkeypatch.setenv("PACKEXP_HOME", str(tmp_path / "home"))  # the kernel's environment
     from nbclient import NotebookClient
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -54,7 +55,8 @@ def test_the_example_notebook_runs_and_shows_its_tables_and_plot(tmp_path):
     last = outputs(code_cell(nb, "again = packexp.load"))
     assert last["result"] == "True"
     run_dir = Path(last["stdout"].splitlines()[0])
-    assert run_dir.parent == tmp_path / "outputs" / "runs"
+    assert run_dir.parent == tmp_path / "home" / "runs"  # not the working directory's
+    assert not (tmp_path / "outputs").exists()
     assert (run_dir / "results.json").is_file()
     assert len(last["stdout"].splitlines()[1].split(": ")[1]) == 32  # an MLflow run id
     assert all(o.output_type != "error" for c in nb.cells if c.cell_type == "code"

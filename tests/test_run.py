@@ -46,6 +46,14 @@ def quick_tracked(tmp_path_factory) -> tuple[float, dict, object]:
     return tune(tmp_path_factory.mktemp("quick"), tracking="mlflow")
 
 
+def test_the_first_pack_reuses_no_member_of_another_pack(none_r9):
+    """The member built to learn the model's structure is the first pack's own build, not a
+    member of another pack (the summary said "1 members of other packs" for every search)."""
+    packs = none_r9["packs"]
+    assert packs[0]["reused_members"] == 0
+    assert none_r9["reused_members"] == sum(p["reused_members"] for p in packs)
+
+
 def plan(results: dict) -> tuple[list, list]:
     """The trials drawn, in order, and each pack's members."""
     return ([(t["trial_id"], t["hparams"]) for t in results["trials"]],

@@ -68,9 +68,12 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
     assert parent.info.status == "FINISHED"
     assert {parent.data.tags[k] for k in ("strategy", "model", "dataset", "task")} == {
         "knn", "mlp3", "digits", "tune"}
+    assert parent.info.run_name == "knn-mlp3-digits-hyperband-R9-seed0"
     params = parent.data.params
     assert (params["model.width"], params["strategy.threshold"], params["scheduler.R"]) == (
         "64", str(compose_config(QUICK9).strategy.threshold), "9")
+    assert (params["strategy"], params["scheduler"]) == ("knn", "hyperband")
+    assert not [k for k in params if k.endswith("_target_")]
 
     packs = {p["pack_id"]: p for p in results["packs"]}
     by_name = {c.info.run_name: c for c in children}
@@ -96,14 +99,15 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
                 (s, pytest.approx(r[key])) for s, r in zip(steps, rungs, strict=True)]
         assert history(client, child.info.run_id, "members") == [
             (s, len(packs[r["pack_id"]]["members"])) for s, r in zip(steps, rungs, strict=True)]
-        assert [v for _, v in history(client, child.info.run_id, "peak_memory_mb")] == [
-            pytest.approx(packs[r["pack_id"]]["peak_memory_mb"]) for r in rungs]
+        assert [v for _, v in history(client, child.info.run_id, "peak_rss_mb")] == [
+            pytest.approx(packs[r["pack_id"]]["peak_rss_mb"]) for r in rungs]
+        assert all(v > 0 for _, v in history(client, child.info.run_id, "member_memory_mb"))
     assert {c.info.status for c in children} >= {"FINISHED", "KILLED"}
 
     n = len(results["packs"])
     assert history(client, pid, "members") == [
         (i, len(p["members"])) for i, p in enumerate(results["packs"])]
-    for key in ("step_time_ms", "peak_memory_mb", "switch_overhead_s"):
+    for key in ("step_time_ms", "peak_rss_mb", "pack_memory_mb", "switch_overhead_s"):
         assert [s for s, _ in history(client, pid, key)] == list(range(n))
     running = [v for _, v in history(client, pid, "best_so_far_val_accuracy")]
     assert running == sorted(running) and running[-1] == pytest.approx(best)
@@ -116,6 +120,7 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
         sum(p["epochs_spent"] for p in results["packs"]))
     metrics = parent.data.metrics
     assert metrics["best_val_accuracy"] == pytest.approx(best)
+    assert metrics["median_step_time_ms"] > 0 and metrics["max_peak_rss_mb"] > 1
     assert metrics["wall_time_s"] == pytest.approx(results["wall_time_s"], abs=0.01)
     expected = speedup_metrics(results)
     assert expected, "R=9 under knn has singleton packs to estimate from"

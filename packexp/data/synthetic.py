@@ -29,8 +29,9 @@ def load(
     shape = tuple(int(d) for d in shape)
     if len(shape) not in (1, 3) or min(shape) < 1:
         raise ValueError(f"shape={list(shape)}: must be [features] or [height, width, channels]")
-    for key, value in (("num_classes", num_classes), ("train_size", train_size),
-                       ("val_size", val_size)):
+    positive_int("num_classes", num_classes, minimum=2,
+                 why=" (with one class every model scores 1.0: nothing to tune)")
+    for key, value in (("train_size", train_size), ("val_size", val_size)):
         positive_int(key, value)
     rng = np.random.default_rng(seed)
     n = train_size + val_size

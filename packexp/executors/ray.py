@@ -91,6 +91,7 @@ class PackWorker:
                           if f.name != "group"},
                 "evaluation": {i: asdict(e) for i, e in run.evaluation.items()},
                 "peak_memory_bytes": run.peak_memory_bytes, "splits": run.splits,
+                "peak_rss_bytes": run.peak_rss_bytes, "gpu_peak_bytes": run.gpu_peak_bytes,
                 "reused": run.reused, "reused_members": run.reused_members,
                 "build_s": run.build_s, "eval_s": run.eval_s,
                 "started_ago_s": time.perf_counter() - run.started,
@@ -392,7 +393,8 @@ def unpack(run: dict, job: PackJob, received: float) -> Any:
                    {i: Evaluation(**e) for i, e in run["evaluation"].items()},
                    run["peak_memory_bytes"], run["splits"], run["reused"],
                    reused_members=run["reused_members"], build_s=run["build_s"],
-                   eval_s=run["eval_s"], started=received - run["started_ago_s"])
+                   eval_s=run["eval_s"], started=received - run["started_ago_s"],
+                   peak_rss_bytes=run["peak_rss_bytes"], gpu_peak_bytes=run["gpu_peak_bytes"])
 
 
 def _cause(error: Any) -> BaseException:

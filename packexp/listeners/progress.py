@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from packexp.events import Listener, PackFinished, PackStarted, RungPlanned
+from packexp.report import shown
 
 
 class SearchProgress(Listener):
@@ -33,6 +34,8 @@ class SearchProgress(Listener):
 
     @property
     def enabled(self) -> bool:
+        if not shown.get():
+            return False
         if self.console.is_terminal:
             return True
         return self.console.is_jupyter and importlib.util.find_spec("ipywidgets") is not None

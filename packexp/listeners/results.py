@@ -61,7 +61,8 @@ class ResultsCollector(Listener):
             return None
         acc, epochs, trial = max(scored, key=lambda s: (s[0], s[1]))
         best = {"trial_id": trial.trial_id, "hparams": trial.hparams_at(epochs),
-                "val_accuracy": acc, "epochs": epochs}
+                "val_accuracy": acc,  # whole epochs as an int: 3, not 3.0 (R=10 has 10/9)
+                "epochs": int(epochs) if float(epochs).is_integer() else epochs}
         if any(t.lineage for t in self.trials.values()):
             best["schedule"] = schedule(trial.trial_id, epochs,
                                         {t.trial_id: t.lineage for t in self.trials.values()},

@@ -67,6 +67,7 @@ class PackCache:
         self.members_reused = 0  # members of new packs taken from kept ones, not built
         # Members of kept packs broken up for their members, by member structure.
         self._loose: dict[tuple, list[Member]] = {}
+        self._unpacked: list[Member] = []  # loose members built to learn the structure
         # Per member structure: its initial weights' replayer (None: build them), whether
         # a fresh build has confirmed it, and a fresh optimizer's state.
         self._replay: dict[tuple, InitialWeights | None] = {}
@@ -100,6 +101,7 @@ class PackCache:
             member = self._note(self.make_member(template))
             self._learn_structure(template, member)
             self._loose.setdefault(self.member_key(template), []).append(member)
+            self._unpacked.append(member)  # built here, not taken from a pack: no reuse
         return jit is True or self._convolutional is False
 
     def _note(self, member: Member) -> Member:
@@ -181,7 +183,10 @@ class PackCache:
             if member is not None:
                 state = states.get(trial.trial_id) or self.initial_state(trial)
                 members.append(member.load(trial, state, member.preprocessing))
-                self.members_reused += 1
+                if any(member is m for m in self._unpacked):
+                    self._unpacked.remove(member)
+                else:
+                    self.members_reused += 1
                 continue
             member = built.get(trial.trial_id) or self._note(self.make_member(trial))
             self._learn_structure(trial, member)
@@ -251,7 +256,8 @@ class PackCache:
         member = self._loose[key].pop()
         # Loose members hold device memory too: at most ``keep``, the oldest go first.
         while sum(map(len, self._loose.values())) > self.keep:
-            next(ms for ms in self._loose.values() if ms).pop(0)
+            dropped = next(ms for ms in self._loose.values() if ms).pop(0)
+            self._unpacked = [m for m in self._unpacked if m is not dropped]
         return member
 
     def initial_state(self, trial: Trial) -> MemberState:
@@ -318,8 +324,8 @@ class PackCache:
     def clear(self) -> None:
         """Forgets every kept pack, member and replay confirmation, and the counts: the cache
         as built, so what was trained before (a calibration) steers no plan."""
-        for kept in (self._idle, self._loose, self._templates, self._fresh, self._replay,
-                     self._confirmed, self._fresh_slots, self._loops):
+        for kept in (self._idle, self._loose, self._unpacked, self._templates, self._fresh,
+                     self._replay, self._confirmed, self._fresh_slots, self._loops):
             kept.clear()
         self.hits = self.misses = self.members_reused = 0
 

@@ -44,7 +44,10 @@ class MemberResult:
 
 @dataclass
 class PackRun:
-    """One pack as it actually ran, with its time by phase (seconds)."""
+    """One pack as it actually ran, with its time by phase (seconds) and memory (bytes):
+    ``peak_memory_bytes`` how far the peak rose over the pack (``PeakMemory.growth_bytes``),
+    ``peak_rss_bytes`` its process's peak resident set, ``gpu_peak_bytes`` the peak's rise
+    on a GPU (None on a CPU)."""
 
     members: list[MemberResult]
     stats: PackStats
@@ -56,6 +59,8 @@ class PackRun:
     build_s: float = 0.0  # members built or their states loaded
     eval_s: float = 0.0  # evaluation, its tracing left out (counted in stats.trace_s)
     started: float = 0.0  # time.perf_counter() when the pack began
+    peak_rss_bytes: int = 0
+    gpu_peak_bytes: int | None = None
 
 
 def train_group(
@@ -110,7 +115,9 @@ def train_group(
         cache.checkin(pack)
         return [PackRun(results, stats, evaluation, peak.growth_bytes, splits, reused,
                         reused_members=cache.members_reused - taken,
-                        build_s=built - started, eval_s=eval_s, started=started)]
+                        build_s=built - started, eval_s=eval_s, started=started,
+                        peak_rss_bytes=peak.rss_bytes,
+                        gpu_peak_bytes=peak.growth_bytes if peak.on_gpu else None)]
     except tf.errors.ResourceExhaustedError:
         if len(group) == 1:
             raise

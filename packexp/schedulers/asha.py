@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packexp.checks import is_number, positive_int
+from packexp.errors import ConfigError
 from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
 from packexp.schedulers.hyperband import Hyperband
 
@@ -72,6 +73,33 @@ class Asha(Scheduler):
             rungs.append(r)
             r *= self.eta
         return [*rungs, float(self.R)]
+
+    def halves(self) -> bool:
+        """Whether a promotion can happen: two rungs or more, and at least ``eta``
+        configurations expected in the first (the top ``1/eta`` of fewer is none)."""
+        return len(self.rungs) > 1 and self.bracket().rungs[0].n >= self.eta
+
+    def check_schedule(self) -> None:
+        """Refuses an ASHA that never promotes, naming the smallest ``R`` that would."""
+        if self.halves():
+            return
+        settings = {"eta": self.eta, "min_r": self.min_r, "num_configs": self.num_configs,
+                    "continue_on_promotion": self.continue_on_promotion}
+        if self.max_epochs != hyperband_epochs(Hyperband(self.R, self.eta,
+                                                         self.continue_on_promotion)):
+            settings["max_epochs"] = self.max_epochs
+        smallest = next((r for r in range(max(1, math.floor(self.min_r)), 10_001)
+                         if Asha(r, **settings).halves()), None)
+        given = ", ".join(f"{k}={v}" for k, v in settings.items()
+                          if v is not None and k != "continue_on_promotion")
+        if smallest is None:
+            raise ConfigError(f"scheduler.num_configs={self.num_configs}: ASHA with {given} "
+                              f"never promotes (fewer than eta={self.eta} configurations)")
+        raise ConfigError(f"scheduler.R={self.R}: ASHA with {given} never promotes (rungs of "
+                          f"{', '.join(f'{r:g}' for r in self.rungs)} epochs, "
+                          f"{self.bracket().rungs[0].n} configurations expected in the "
+                          f"first); the smallest R that works is "
+                          f"{smallest}")
 
     def bracket(self) -> Bracket:
         """The one bracket every trial belongs to; its rungs' ``n`` are expected counts: the

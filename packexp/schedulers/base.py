@@ -188,6 +188,11 @@ class Scheduler(abc.ABC):
     def check_space(self, space: SearchSpace) -> None:  # noqa: B027 (most take any space)
         """Refuses a search space this scheduler cannot search (a ``ConfigError``)."""
 
+    def check_schedule(self) -> None:  # noqa: B027 (a schedule may be any shape)
+        """Refuses settings under which the schedule never stops a configuration early (a
+        ``ConfigError`` naming the key and the nearest value that works): a search a user
+        asked for would silently be plain training of one or a few configurations."""
+
 
 def bracket_epochs(bracket: Bracket, continued: bool) -> float:
     """Epochs ``bracket``'s rungs train in all: each promoted configuration only the epochs

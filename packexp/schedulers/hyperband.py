@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from packexp.errors import ConfigError
 from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
 from packexp.search_space import Trial
 
@@ -35,6 +36,13 @@ class Hyperband(Scheduler):
     def brackets(self) -> list[Bracket]:
         """Brackets from the most exploratory (s = s_max) to plain training (s = 0)."""
         return [self.bracket(s) for s in range(self.s_max, -1, -1)]
+
+    def check_schedule(self) -> None:
+        """Below ``R = eta`` Hyperband has one bracket of one configuration: nothing halves."""
+        if self.eta > self.R:
+            raise ConfigError(f"scheduler.R={self.R}: Hyperband with eta={self.eta} needs R >= "
+                              f"{self.eta} to halve (below that it trains one configuration "
+                              f"for R epochs); the smallest R that works is {self.eta}")
 
     def drive(self, search: Search) -> None:
         """Runs the search: its brackets one after another."""

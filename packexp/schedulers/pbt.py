@@ -82,6 +82,17 @@ class Pbt(Scheduler):
         """Members replaced (and donors drawn from) at each interval's end."""
         return replaced_count(self.population, self.quantile)
 
+    def check_schedule(self) -> None:
+        """A population whose only interval ends at its last epoch never exploits."""
+        if len(self.marks) > 1:
+            return
+        if self.R == 1:
+            raise ConfigError("scheduler.epochs=1: a population exploits between intervals, "
+                              "so it needs at least 2 epochs")
+        raise ConfigError(f"scheduler.interval={self.interval}: with epochs={self.R} no "
+                          f"interval ends before the last epoch, so no member is ever "
+                          f"exploited; the largest interval that works is {self.R - 1}")
+
     def check_space(self, space: SearchSpace) -> None:
         """A population finds its learning rate's schedule itself; an ``lr_schedule``, whose
         progress counts its member's updates, would be moved by an exploit that changes the

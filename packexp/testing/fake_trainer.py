@@ -96,7 +96,8 @@ class FakeTrainer:
                                 trace_s=0.0, programs=0, eval_programs=0,
                                 train_s=0.0, switches=0, switch_overhead_s=0.0, step_time_ms=1.0)
         return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
-                                peak_memory_bytes=0, splits=splits, reused=False,
+                                peak_memory_bytes=0, peak_rss_bytes=0,
+                                gpu_peak_bytes=None, splits=splits, reused=False,
                                 reused_members=0, build_s=0.0, eval_s=0.0, started=0.0)]
 
     def write_state(self, state: State, path: Path) -> str:

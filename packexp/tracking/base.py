@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from packexp.events import Listener
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from packexp.data import Dataset
 
 
@@ -19,6 +21,11 @@ class TrackingError(RuntimeError):
 
 # What a trial's status in the search is called in a tracking store.
 STATUS = {"killed": "KILLED", "failed": "FAILED", "finished": "FINISHED"}
+# Keys Hydra reads to instantiate a node: how it is built, not a setting to compare runs by.
+INSTANTIATION_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+# Groups whose implementations are modules named as their YAML files: outside a Hydra app
+# (no record of the choices), the module names the choice.
+MODULE_NAMED_GROUPS = ("strategy", "model", "dataset", "sampler", "scheduler", "profile")
 
 
 class Tracker(Listener, abc.ABC):
@@ -80,3 +87,33 @@ def hydra_tags() -> dict[str, str]:
     if str(hydra.mode) == "RunMode.MULTIRUN":
         tags.update(sweep_dir=str(Path(hydra.sweep.dir).resolve()), job_num=str(hydra.job.num))
     return tags
+
+
+def run_params(cfg: DictConfig) -> dict[str, Any]:
+    """A run's params: each config group's choice as on the command line (``strategy=knn``,
+    ``scheduler=hyperband``) and each value of the composed config by its dotted key
+    (``scheduler.R``), without Hydra's instantiation keys (``strategy._target_``). Only a
+    profile run has the ``profile`` group's."""
+    from omegaconf import OmegaConf
+
+    from packexp.config import flatten
+
+    params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), **group_choices(cfg)}
+    return {k: v for k, v in params.items()
+            if k.rsplit(".", 1)[-1] not in INSTANTIATION_KEYS
+            and (cfg.get("task") == "profile" or k.split(".", 1)[0] != "profile")}
+
+
+def group_choices(cfg: DictConfig) -> dict[str, str]:
+    """The file chosen in each config group of the job (Hydra's own groups and empty slots
+    left out); outside a Hydra app, the module each of ``MODULE_NAMED_GROUPS`` names."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from packexp.config import component_name
+
+    try:
+        choices = HydraConfig.get().runtime.choices
+    except ValueError:
+        return {g: component_name(cfg, g) for g in MODULE_NAMED_GROUPS if g in cfg}
+    return {str(g): str(c) for g, c in choices.items()
+            if c is not None and not str(g).startswith("hydra/")}

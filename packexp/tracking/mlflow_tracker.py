@@ -110,7 +110,8 @@ class MlflowTracker(Tracker):
             result.epochs,
             {"val_accuracy": result.val_accuracy, "val_loss": result.val_loss,
              "train_loss": result.train_loss, "steps": result.steps,
-             "step_time_ms": pack.step_time_ms, "peak_memory_mb": pack.peak_memory_mb,
+             "step_time_ms": pack.step_time_ms, "member_memory_mb": event.memory_mb,
+             "peak_rss_mb": pack.peak_rss_mb, "gpu_peak_memory_mb": pack.gpu_peak_memory_mb,
              "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
 
     def on_pack_finished(self, event: PackFinished) -> None:
@@ -248,8 +249,10 @@ class MlflowTracker(Tracker):
         """
         now = _now_ms()
         values = {k: pack.get(k) for k in (
-            "step_time_ms", "peak_memory_mb", "switch_overhead_s", "build_s", "trace_s",
-            "train_s", "eval_s", "checkpoint_s", "probe_s", "duration_s", "predicted_s")}
+            "step_time_ms", "peak_rss_mb", "gpu_peak_memory_mb", "switch_overhead_s",
+            "build_s", "trace_s", "train_s", "eval_s", "checkpoint_s", "probe_s",
+            "duration_s", "predicted_s")}
+        values["pack_memory_mb"] = pack.get("planned_cost_mb") or None
         values["members"] = len(pack.get("members", ()))
         values["fused"] = float(bool(pack.get("fused")))
         values["reused"] = float(bool(pack.get("reused")))

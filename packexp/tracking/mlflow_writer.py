@@ -384,6 +384,9 @@ def main(fd: int, main_file: str) -> None:
     sys.argv = [main_file]
     # No progress bar per artifact where tqdm is installed: the tracker's stderr is the user's.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # Nor MLflow's INFO lines ("Creating initial MLflow database tables..."): its warnings
+    # and errors still show, and MLFLOW_LOGGING_LEVEL set by the user holds.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     connection = Connection(fd)
     lock = threading.Lock()
 

@@ -1,0 +1,91 @@
+"""python -m packexp --help, and --help GROUP, in a subprocess as a user runs them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from packexp.help import WIDTH, help_argv
+from tests.helpers import ROOT, packexp
+
+pytestmark = [pytest.mark.process]
+
+STRATEGIES = sorted(p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def default_help(tmp_path_factory) -> subprocess.CompletedProcess:
+    return packexp("--help", cwd=tmp_path_factory.mktemp("help"))
+
+
+def line_of(text: str, key: str) -> str:
+    """The first line of the help's config section that starts with ``key:``, indented or
+    not."""
+    config = text.partition("== Config ==")[2]
+    found = re.search(rf"^ *{re.escape(key)}:.*$", config, re.MULTILINE)
+    assert found, f"no line for {key} in:\n{text}"
+    return found.group(0)
+
+
+def test_help_shows_resolved_values_each_with_its_comment(default_help):
+    out = default_help
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "${default:" not in out.stdout
+    assert "packexp: packed Hyperband" in out.stdout  # conf/config.yaml's header and footer
+    assert "Outputs: results.json and plan.json" in out.stdout
+    assert "# Most members in one pack" in line_of(out.stdout, "max_members")
+    assert line_of(out.stdout, "eta").startswith("  eta: 3 ")
+    assert "# Each rung keeps the best 1/eta" in line_of(out.stdout, "eta")
+    # A ${default:} key without a comment: its argument's entry in the builder's docstring.
+    assert re.fullmatch(r" +width: 64 +# Units per hidden layer\.", line_of(out.stdout, "width"))
+    assert "# cost: Measured packing" in line_of(out.stdout, "strategy")
+    assert max(map(len, out.stdout.splitlines())) <= WIDTH
+
+
+def test_help_after_overrides_shows_the_chosen_options_keys(tmp_path):
+    out = packexp("strategy=knn", "scheduler.R=27", "--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "# knn: The paper's kNN packing" in line_of(out.stdout, "strategy")
+    assert re.match(r" +threshold: null +# Largest L1 distance", line_of(out.stdout, "threshold"))
+    assert line_of(out.stdout, "R").startswith("  R: 27 ")
+
+
+def test_help_of_a_group_describes_each_option(tmp_path):
+    out = packexp("--help", "strategy", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    options = re.findall(r"^  (\w+) +(\*?) +(\S.*)$", out.stdout, re.MULTILINE)
+    assert [name for name, _, _ in options] == STRATEGIES
+    assert {"none", "batch_size", "random", "knn", "cost"} <= set(STRATEGIES)
+    assert [name for name, chosen, _ in options if chosen] == ["cost"]
+    notes = {name: note for name, _, note in options}
+    assert notes["none"] == "No packing: every trial trains alone (the original Hyperband)."
+    assert notes["knn"].startswith("The paper's kNN packing")
+
+
+def test_help_of_a_group_after_overrides_marks_their_choice(tmp_path):
+    out = packexp("scheduler=asha", "--help", "scheduler", "tracking", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"^  asha +\* Asynchronous successive halving", out.stdout, re.MULTILINE)
+    assert re.search(r"^  mlflow +\* MLflow", out.stdout, re.MULTILINE)
+
+
+def test_help_of_an_unknown_group_is_one_line_and_exit_2(tmp_path):
+    out = packexp("--help", "nosuch", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.strip() == ("packexp: error: --help nosuch: no config group 'nosuch' "
+                                  "(python -m packexp --help lists them)")
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--help"], ["--help"]),
+    (["strategy=knn", "--help"], ["strategy=knn", "--help"]),
+    (["strategy"], ["strategy"]),  # no --help: Hydra's own error
+    (["--help", "strategy"], ["--help", "hydra.help.template=${help.options:'strategy'}"]),
+    (["scheduler=asha", "-h", "scheduler", "model"],
+     ["hydra.help.template=${help.options:'scheduler','model'}", "scheduler=asha", "-h"]),
+])
+def test_help_argv_turns_group_names_into_one_override(argv, expected):
+    assert help_argv(argv) == expected
