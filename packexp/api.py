@@ -56,10 +56,11 @@ def tune(model: str | Callable[..., Any] | None = None,
             form: ``{"params": {...}, "categorical": [...]}``, or the ``params`` alone.
         overrides: Hydra overrides as on the command line (``["scheduler.R=27"]``).
         run_dir: The run directory (``hydra.run.dir``); by default a new one under
-            ``runs/`` in packexp's home (``home()``: ``$PACKEXP_HOME``, else ``~/packexp``),
-            which also holds the MLflow store and the cost strategy's calibrations unless
-            ``tracking.store_dir`` or ``strategy.calibration_dir`` say otherwise. A call
-            writes nothing in the working directory unless told to.
+            ``runs/`` in packexp's home (``$PACKEXP_HOME``, else ``~/packexp``), which also
+            holds the MLflow store, the cost strategy's calibrations and mnist1d's download
+            unless ``tracking.store_dir``, ``strategy.calibration_dir`` or
+            ``dataset.cache_dir`` say otherwise. A call writes nothing in the working
+            directory unless told to.
         verbose: Show the progress bar and the summary the command line prints; by default
             the call prints nothing but warnings (the result holds the same).
         **settings: Any other override by its top-level key: a config group's option
@@ -99,7 +100,7 @@ def tune(model: str | Callable[..., Any] | None = None,
                              "search_space takes no search_space keys; put them in the dict")
             use_search_space(cfg, search_space)
         out = Path(str(cfg.hydra.run.dir))  # read once: ${now:...} changes at each read
-        if run_dir is None:
+        if not set_in(args, "hydra.run.dir"):
             out = home() / "runs" / out.name
         with open_dict(cfg):
             cfg.hydra.run.dir = str(out)
@@ -118,7 +119,7 @@ def tune(model: str | Callable[..., Any] | None = None,
         if cfg.get("resume"):  # a resume that cannot be is refused before Hydra writes
             refuse_run_dir(cfg)  # there, as on the command line (write_arrays refuses the rest)
 
-        make_dir("run_dir", out)
+        make_dir("run_dir" if set_in(args, "hydra.run.dir") else "PACKEXP_HOME", out)
         returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called,
                                                                 verbose),
                            config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
@@ -132,19 +133,34 @@ def tune(model: str | Callable[..., Any] | None = None,
 
 def home() -> Path:
     """Where ``tune`` keeps what no argument places: ``$PACKEXP_HOME``, else ``~/packexp``."""
-    return Path(os.environ.get("PACKEXP_HOME") or Path.home() / "packexp").expanduser()
+    if os.environ.get("PACKEXP_HOME"):
+        return Path(os.environ["PACKEXP_HOME"]).expanduser()
+    try:
+        return Path.home() / "packexp"
+    except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary user)
+        raise ConfigError("PACKEXP_HOME: not set, and this user has no home directory; set "
+                          "PACKEXP_HOME=<a directory>, or give run_dir=") from None
+
+
+# Keys whose default is a path under the working directory's outputs/, as the command line
+# writes: a call keeps them under home() instead.
+HOME_KEYS = ("tracking.store_dir", "strategy.calibration_dir", "dataset.cache_dir")
 
 
 def keep_in_home(cfg: DictConfig, args: Sequence[str]) -> None:
-    """The MLflow store and the calibrations under ``home()``, where the overrides ``args``
-    leave them in the working directory's ``outputs/``, as on the command line."""
-    placed = {"tracking": ("store_dir", home()),
-              "strategy": ("calibration_dir", home() / "calibration")}
-    for group, (key, where) in placed.items():
-        node = cfg.get(group)
-        if (node is not None and key in node
-                and not any(a.lstrip("+~").startswith(f"{group}.{key}=") for a in args)):
-            node[key] = str(where)
+    """Each of ``HOME_KEYS`` whose value is under ``outputs/`` (the MLflow store, the
+    calibrations, mnist1d's download cache) moved under ``home()``, unless ``args`` set it:
+    a library call writes nothing where it is called from."""
+    for key in HOME_KEYS:
+        value = OmegaConf.select(cfg, key)
+        parts = Path(value).parts if isinstance(value, str) else ()
+        if parts and parts[0] == "outputs" and not set_in(args, key):
+            OmegaConf.update(cfg, key, str(home().joinpath(*parts[1:])))
+
+
+def set_in(args: Sequence[str], key: str) -> bool:
+    """Whether the overrides ``args`` set ``key``."""
+    return any(a.lstrip("+~").split("=", 1)[0] == key for a in args)
 
 
 def overrides_for(key: str, value: Any) -> list[str]:
@@ -275,7 +291,7 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float,
     """``python -m packexp``'s job, with the arrays checked and written where the config
     reads them, the job's log in the run directory's ``packexp.log``, its ``startup_s``
     counted from the ``tune`` call, and its progress and summary shown if ``verbose``."""
-    from packexp.report import shown
+    from packexp.report import verbose as showing
     from packexp.run import check, job, trains_here
     from packexp.session import count_next_job_from
 
@@ -289,12 +305,12 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float,
     count_next_job_from(called)
     # The search seeds Python's and NumPy's global generators; the caller's are put back.
     python_state, numpy_state = random.getstate(), np.random.get_state()
-    showing = shown.set(bool(verbose))
+    token = showing.set(bool(verbose))
     try:
         with _logged():
             return job(cfg)
     finally:
-        shown.reset(showing)
+        showing.reset(token)
         count_next_job_from(None)
         random.setstate(python_state)
         np.random.set_state(numpy_state)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from packexp import conf_dir
 from packexp.config import register_resolvers
-from packexp.errors import ConfigError, ExecutorError
+from packexp.errors import ConfigError, ExecutorError, refuse
 from packexp.help import register_help_resolvers
 from packexp.interrupts import exit_interrupted, job_resume_command, job_task, sigterm_interrupts
 from packexp.tracking import TrackingError
@@ -41,10 +41,10 @@ def main(cfg: DictConfig) -> float:
         with sigterm_interrupts():
             return job(cfg)
     except (ConfigError, ExecutorError, TrackingError) as e:
-        print(f"packexp: error: {e}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
+            print(f"packexp: error: {e}", file=sys.stderr)
             raise  # the launcher records the failed job and runs the rest of the sweep
-        sys.exit(2)
+        refuse(str(e))
     except KeyboardInterrupt as interrupt:
         # SystemExit passes Hydra's launchers, which record only Exceptions: a sweep stops.
         exit_interrupted(interrupt, str(cfg.get("task")))

@@ -86,10 +86,13 @@ class Components:
 
     @property
     def run_name(self) -> str:
-        """``<strategy>-<model>-<dataset>-<scheduler>-R<R>-seed<seed>``."""
-        n = self.names
+        """``<strategy>-<model>-<dataset>-<scheduler>-<budget>-seed<seed>``: the budget is
+        ``R<R>``, or a population's ``P<population>E<epochs>``."""
+        n, scheduler = self.names, self.scheduler
+        population = getattr(scheduler, "population", None)
+        budget = f"P{population}E{scheduler.R}" if population else f"R{scheduler.R}"
         return (f"{n['strategy']}-{n['model']}-{n['dataset']}-"
-                f"{component_name(self.cfg, 'scheduler')}-R{self.scheduler.R}-seed{self.cfg.seed}")
+                f"{component_name(self.cfg, 'scheduler')}-{budget}-seed{self.cfg.seed}")
 
     def cache(self) -> Any:
         """A ``PackCache`` on this process's device: the dataset there, members built from

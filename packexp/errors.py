@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 
 class ConfigError(ValueError):
     """A config key or value that cannot be used; the message names it."""
@@ -9,3 +12,10 @@ class ConfigError(ValueError):
 
 class ExecutorError(RuntimeError):
     """Packs that could not be trained where they were sent; the message says why."""
+
+
+def refuse(message: str) -> NoReturn:
+    """Ends the command with ``message`` as its one line on stderr and exit code 2, as every
+    configuration error (where Hydra would otherwise print a traceback)."""
+    print(f"packexp: error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra._internal.utils import _locate, get_args_parser  # instantiate's and Hydra's own
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from packexp.errors import refuse
 
 WIDTH = 100  # columns of a line of help
 NOTE_COLUMN = 32  # where the keys' notes start, where the key and value leave room
@@ -30,8 +34,6 @@ def help_argv(argv: list[str]) -> list[str]:
     """``--help GROUP ...`` as Hydra takes it: Hydra reads only overrides after ``--help``,
     so each bare group name becomes one override of the help template, which then lists the
     group's options (``${help.options:GROUP}``); other arguments are left as they are."""
-    from hydra._internal.utils import get_args_parser
-
     args, _ = get_args_parser().parse_known_intermixed_args(argv)
     groups = [o for o in args.overrides if re.fullmatch(r"\w[\w/]*", o)]
     if not args.help or not groups:
@@ -48,8 +50,6 @@ def help_argv(argv: list[str]) -> list[str]:
 
 def groups_help() -> str:
     """Each config group with its options, as Hydra lists them, wrapped to ``WIDTH``."""
-    from hydra.core.global_hydra import GlobalHydra
-
     lines = []
     for group in sorted(g for g in GlobalHydra.instance().hydra.list_all_config_groups()
                         if not is_hydra_group(g)):
@@ -63,14 +63,11 @@ def options_help(*groups: str, _root_: DictConfig) -> str:
     """Each option of each of ``groups``, the chosen one marked ``*``, with the first sentence
     of its file's opening comment. An unknown group ends the process with one line (exit 2):
     Hydra would print a resolver's exception as a traceback."""
-    from hydra.core.global_hydra import GlobalHydra
-
     known = GlobalHydra.instance().hydra.list_all_config_groups()
     for group in groups:
         if group not in known:
-            print(f"packexp: error: --help {group}: no config group {group!r} "
-                  "(python -m packexp --help lists them)", file=sys.stderr)
-            sys.exit(2)
+            refuse(f"--help {group}: no config group {group!r} (python -m packexp --help "
+                   "lists them)")
     sources = config_dirs(_root_)
     blocks = []
     for group in groups:
@@ -213,8 +210,6 @@ def first_sentence(comment: list[str]) -> str:
 def docstring_note(target: Any, argument: str) -> str:
     """The first sentence of ``argument``'s entry in the Args section of ``target``'s
     docstring (or of its class's ``__init__``); "" without one."""
-    from hydra._internal.utils import _locate
-
     try:
         found = _locate(str(target))
     except Exception:
@@ -288,8 +283,6 @@ def find_file(dirs: list[Path], name: str) -> Path | None:
 
 def group_options(group: str) -> list[str]:
     """The options of a config group, sorted, from Hydra's config search path."""
-    from hydra.core.global_hydra import GlobalHydra
-
     return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
 
 

@@ -6,14 +6,14 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-# Whether a search shows its progress and summary: ``packexp.tune(verbose=False)``, a
+# Whether a search shows its progress bar and summary: ``packexp.tune(verbose=False)``, a
 # library call, turns both off for its job (results.json and the store hold the same).
-shown: ContextVar[bool] = ContextVar("packexp_shown", default=True)
+verbose: ContextVar[bool] = ContextVar("packexp_verbose", default=True)
 
 
 def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                   lost: str | None = None) -> None:
-    if not shown.get():
+    if not verbose.get():
         return
     from rich.table import Table
 
@@ -149,13 +149,13 @@ def print_profile(profile: Any, rows: list[dict], names: dict[str, str], table: 
     from packexp.profile.tables import cell
 
     console = _console(200)
-    shown = Table(title=f"profile {profile.name}: {names['model']} on {names['dataset']}")
+    measured = Table(title=f"profile {profile.name}: {names['model']} on {names['dataset']}")
     columns = profile.shown_columns or profile.columns
     for column in columns:
-        shown.add_column(column, justify="right")
+        measured.add_column(column, justify="right")
     for row in rows:
-        shown.add_row(*(str(cell(row.get(c))) for c in columns))
-    console.print(shown)
+        measured.add_row(*(str(cell(row.get(c))) for c in columns))
+    console.print(measured)
     console.print(f"table: {table.resolve()}")
     console.print(f"figure: {picture.resolve()}")
     if store:

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from packexp.checks import is_number, positive_int
+from packexp.checks import flag, is_number, positive_int
 from packexp.config import check_search, config_errors, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.muted import muted_stderr
@@ -49,15 +49,19 @@ def check(cfg: DictConfig) -> None:
 
 
 def check_run_settings(cfg: DictConfig) -> None:
-    """Top-level and device settings a library would otherwise meet late (after the search,
-    for the summary) or only on some machines (a GPU's memory share on a CPU)."""
-    positive_int("summary_top_k", cfg.get("summary_top_k", 5), minimum=0, error=ConfigError)
-    device = cfg.get("device") or {}
-    fraction = device.get("gpu_memory_fraction", 0.9)
-    if not (is_number(fraction) and 0 < fraction <= 1):
+    """Top-level, preprocessing and device settings a library would otherwise meet late
+    (after the search, for the summary; once TensorFlow has started) or only on some machines
+    (a GPU's memory share on a CPU: ``packing.memory`` checks the share of the device at hand
+    again). A key the config leaves out or null is not checked."""
+    positive_int("summary_top_k", cfg.get("summary_top_k"), minimum=0, optional=True,
+                 error=ConfigError)
+    if (flip := OmegaConf.select(cfg, "preprocess.flip")) is not None:
+        flag("preprocess.flip", flip, error=ConfigError)
+    if ((fraction := OmegaConf.select(cfg, "device.gpu_memory_fraction")) is not None
+            and not (is_number(fraction) and 0 < fraction <= 1)):
         raise ConfigError(f"device.gpu_memory_fraction={fraction!r}: must be a number in (0, 1]")
-    budget = device.get("memory_budget_mb", 1)
-    if budget is not None and not (is_number(budget) and budget > 0):  # null: a GPU's only
+    if ((budget := OmegaConf.select(cfg, "device.memory_budget_mb")) is not None
+            and not (is_number(budget) and budget > 0)):  # null: a GPU's share only
         raise ConfigError(f"device.memory_budget_mb={budget!r}: must be a positive number of MB")
 
 
@@ -109,8 +113,8 @@ class RunDirCheck(Callback):
                 check(config)
             if config.get("resume", False) and not run_dir_given(config):
                 raise ConfigError(resume_needs_a_run_dir(Path(str(config.hydra.run.dir)).parent))
-            make_dir("hydra.run.dir", config.hydra.run.dir)
             refuse_run_dir(config)
+            make_dir("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refused():
@@ -128,6 +132,7 @@ def start_tensorflow(use_gpu: bool = True) -> None:
     from packexp import telemetry
 
     telemetry.note_free_gpu_memory()
+    shared = False
     with muted_stderr():
         import tensorflow as tf
 
@@ -135,14 +140,17 @@ def start_tensorflow(use_gpu: bool = True) -> None:
             try:
                 telemetry.leave_gpu()
             except RuntimeError:
-                log.warning("an earlier job of this multirun started TensorFlow on the "
-                            "GPU, so this driver keeps a share of it; give Ray jobs "
-                            "processes of their own (hydra/launcher=joblib)")
-        elif telemetry.gpu_left():
-            log.warning("an earlier job of this multirun left the GPU to Ray workers; "
-                        "this job trains on the CPU (hydra/launcher=joblib runs each job "
-                        "in a process of its own)")
+                shared = True
+        left = use_gpu and telemetry.gpu_left()
         tf.config.list_logical_devices()  # probes CUDA, which logs when there is none
+    if shared:
+        log.warning("an earlier job of this multirun started TensorFlow on the GPU, so this "
+                    "driver keeps a share of it; give Ray jobs processes of their own "
+                    "(hydra/launcher=joblib)")
+    if left:
+        log.warning("an earlier job of this multirun left the GPU to Ray workers; this job "
+                    "trains on the CPU (hydra/launcher=joblib runs each job in a process of "
+                    "its own)")
 
 
 def trains_here(cfg: DictConfig) -> bool:

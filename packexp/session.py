@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from packexp.config import config_errors, dataset_source, flatten, instantiate, task_overrides
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, refuse
 from packexp.events import Summary
 from packexp.journal import Journal, JournalError, first_difference
 from packexp.tracking import hydra_tags, run_params
@@ -59,8 +58,11 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
 
 
 # Keys that may differ between a run and its resume: they change no result (where packs
-# train included: the same plan gives the same numbers in any process).
-RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.", "listeners")
+# train included: the same plan gives the same numbers in any process; where calibrations
+# and downloads are kept, which packexp.tune moves to its home: a resume reads its
+# calibration from the run directory).
+RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.", "listeners",
+               "strategy.calibration_dir", "dataset.cache_dir")
 
 
 
@@ -114,8 +116,7 @@ def refused() -> Iterator[None]:
     try:
         yield
     except ConfigError as e:
-        print(f"packexp: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        refuse(str(e))
 
 
 def make_dir(key: str, path: Any) -> None:
@@ -130,9 +131,12 @@ def make_dir(key: str, path: Any) -> None:
 
 
 def run_dir_given(config: DictConfig) -> bool:
-    """Whether the command line (or ``packexp.tune``'s ``run_dir``) set ``hydra.run.dir``."""
+    """Whether ``hydra.run.dir`` names a run: set on the command line (or by ``packexp.tune``'s
+    ``run_dir``), or in a config file, rather than Hydra's new ``${now:...}`` directory."""
     hydra_overrides = OmegaConf.select(config, "hydra.overrides.hydra") or []
-    return any(str(o).lstrip("+~").startswith("hydra.run.dir=") for o in hydra_overrides)
+    if any(str(o).lstrip("+~").startswith("hydra.run.dir=") for o in hydra_overrides):
+        return True
+    return "${now:" not in str(OmegaConf.to_container(config.hydra.run, resolve=False)["dir"])
 
 
 def resume_needs_a_run_dir(runs: Path, shown: int = 3) -> str:

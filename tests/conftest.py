@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import random
@@ -13,9 +14,6 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# packexp.tune's home (~/packexp by default: runs, the MLflow store, calibrations) is the
-# test run's own, so no test writes in the user's.
-os.environ.setdefault("PACKEXP_HOME", tempfile.mkdtemp(prefix="packexp-home-"))
 
 import numpy as np
 import pytest
@@ -24,6 +22,12 @@ from omegaconf import DictConfig, open_dict
 from tests.helpers import ROOT, compose_config, ray_processes, wait_until
 
 pytest_plugins = ["packexp.testing.fixtures"]
+
+# packexp.tune's home (~/packexp by default: runs, the MLflow store, calibrations) is the
+# test run's own, so no test writes in the user's, whatever the shell exports.
+HOME = tempfile.mkdtemp(prefix="packexp-home-")
+os.environ["PACKEXP_HOME"] = HOME
+atexit.register(shutil.rmtree, HOME, True)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf, open_dict
 from rich.console import Console
 from sklearn.datasets import load_digits
 
@@ -22,6 +23,7 @@ from packexp.api import literal, overrides_for
 from packexp.events import Listener
 from packexp.listeners import SearchProgress
 from packexp.schedulers import Hyperband
+from tests.helpers import compose_config
 from tests.helpers import packexp as run_cli
 
 QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking
@@ -238,6 +240,7 @@ def test_the_api_gives_the_command_line_s_trials_and_scores(tmp_path):
 
 
 @pytest.mark.tf
+@pytest.mark.slow
 def test_a_call_prints_nothing_unless_verbose_and_writes_only_in_packexp_s_home(
         tmp_path, monkeypatch, capfd):
     """A library call: no table, no progress, no outputs/ in the working directory; its run,
@@ -259,6 +262,43 @@ def test_a_call_prints_nothing_unless_verbose_and_writes_only_in_packexp_s_home(
     assert "Best configurations (knn packing, mlp3 on digits, seed 0)" in out
     [summary] = [line for line in out.splitlines() if line.startswith("wall time ")]
     assert summary.endswith(" evaluation programs")  # one line, however long, in a file
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ([], {"tracking.store_dir": "HOME", "strategy.calibration_dir": "HOME/calibration"}),
+    (["tracking.store_dir=mine", "strategy.calibration_dir=cal"],
+     {"tracking.store_dir": "mine", "strategy.calibration_dir": "cal"}),
+    (["dataset=mnist1d"], {"dataset.cache_dir": "HOME/data"}),
+])
+def test_a_call_keeps_what_the_command_line_writes_in_outputs_in_its_home(
+        tmp_path, monkeypatch, args, expected):
+    from packexp.api import compose, keep_in_home
+
+    monkeypatch.setenv("PACKEXP_HOME", str(tmp_path))
+    with packexp.api._hydra():
+        cfg = compose(["tracking=mlflow", "strategy=cost", *args])
+    with open_dict(cfg):
+        keep_in_home(cfg, args)
+    for key, value in expected.items():
+        assert OmegaConf.select(cfg, key) == value.replace("HOME", str(tmp_path))
+
+
+def test_a_run_directory_in_the_overrides_is_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKEXP_HOME", str(tmp_path / "home"))
+    with pytest.raises(packexp.ConfigError, match=r"^scheduler\.R=0"):  # refused once placed
+        packexp.tune(scheduler={"R": 0}, overrides=[f"hydra.run.dir={tmp_path / 'mine'}"])
+    assert not (tmp_path / "home" / "runs").exists()
+
+
+@pytest.mark.tf  # resolving the model's ${default:} imports Keras
+def test_where_a_call_keeps_its_files_is_no_part_of_what_a_resume_compares():
+    from packexp.session import comparable
+
+    a = compose_config(["strategy=cost", "dataset=mnist1d"], strategy=None)
+    b = a.copy()
+    with open_dict(b):
+        b.strategy.calibration_dir, b.dataset.cache_dir = "/home/u/packexp/calibration", "x"
+    assert comparable(a) == comparable(b)
 
 
 @pytest.mark.tf

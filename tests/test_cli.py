@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from packexp.journal import Journal
 from tests.helpers import ROOT, packexp
 
 
@@ -166,3 +168,97 @@ def test_a_search_over_ranges_end_to_end(tmp_path):
     assert len(set(rates)) == len(rates)  # drawn from a continuum, not a list
     assert all(h["batch_size"] in range(20, 71, 5) for h in trials)
     assert results["best"]["val_accuracy"] is not None
+
+
+def refused(cwd: Path, *args: str) -> str:
+    """The one line ``python -m packexp *args`` prints, run in ``cwd``: exit code 2, nothing
+    else on stderr, no traceback, and nothing written (not even an empty run directory)."""
+    before = sorted(cwd.rglob("*"))
+    done = packexp(*args, cwd=cwd, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("packexp: error: "), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr + done.stdout
+    assert sorted(cwd.rglob("*")) == before, "a refused run left files"
+    return lines[0].removeprefix("packexp: error: ")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("args", "starts"), [
+    (["seed=-1"], "seed=-1: must be an integer from 0 to 4294967295"),
+    (["seed=4294967296"], "seed=4294967296: must be an integer from 0 to 4294967295"),
+    (["scheduler=asha", "scheduler.R=1"], "scheduler.R=1: ASHA with eta=3, min_r=1 never "
+                                          "promotes"),
+    (["scheduler.R=2"], "scheduler.R=2: Hyperband with eta=3 needs R >= 3"),
+    (["scheduler=pbt", "scheduler.epochs=4", "scheduler.interval=4"],
+     "scheduler.interval=4: with epochs=4 no interval ends before the last epoch"),
+    (["scheduler=asha", "scheduler.min_r=1.5", "scheduler.R=2"],
+     "scheduler.R=2: ASHA with eta=3, min_r=1.5 never promotes"),
+    (["scheduler=asha", "scheduler.max_epochs=2"],
+     "scheduler.max_epochs=2: affords 1 configurations"),
+    (["resume=true", "hydra.run.dir=outputs/runs/typo"],
+     "resume=true: outputs/runs/typo/journal.jsonl: no journal here"),
+    (["preprocess.flip=maybe"], "preprocess.flip='maybe': must be true or false"),
+    (["summary_top_k=abc"], "summary_top_k='abc': must be an integer >= 0"),
+    (["device.gpu_memory_fraction=2"], "device.gpu_memory_fraction=2: must be a number in "
+                                       "(0, 1]"),
+], ids=["negative-seed", "seed-past-32-bits", "asha-R1", "hyperband-R2", "pbt-one-interval",
+        "asha-min-r", "asha-max-epochs", "resume-typo", "flip", "summary-top-k",
+        "gpu-fraction"])
+def test_a_value_no_library_should_see_is_one_line_naming_its_key(tmp_path, args, starts):
+    assert refused(tmp_path, *args, "tracking=none").startswith(starts)
+
+
+@pytest.mark.process
+def test_the_smallest_R_that_halves_is_named_and_works(tmp_path):
+    line = refused(tmp_path, "scheduler=asha", "scheduler.R=2", "tracking=none")
+    assert line.endswith("the smallest R that works is 3"), line
+    plan = packexp("task=plan", "scheduler=asha", "scheduler.R=3", "tracking=none",
+                   f"hydra.run.dir={tmp_path / 'plan'}", cwd=tmp_path, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path, where):
+    (tmp_path / "a_file").write_text("")
+    run_dir = tmp_path / "a_file" / "run" if where == "file" else Path("/proc/packexp-run")
+    line = refused(tmp_path, f"hydra.run.dir={run_dir}", "tracking=none")
+    assert line.startswith(f"hydra.run.dir={run_dir}: cannot make this directory ("), line
+
+
+@pytest.mark.process
+def test_a_sweep_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    line = refused(tmp_path, "-m", f"hydra.sweep.dir={tmp_path / 'a_file' / 'sweep'}",
+                   "seed=1,2", "tracking=none")
+    assert line.startswith("hydra.sweep.dir="), line
+
+
+@pytest.mark.process
+def test_resume_without_a_run_directory_names_the_latest_unfinished_runs(tmp_path):
+    runs = tmp_path / "outputs" / "runs"
+    for name, finished in [("2026-01-01_10-00-00-000000", False),
+                           ("2026-01-02_10-00-00-000000", True),
+                           ("2026-01-03_10-00-00-000000", False)]:
+        journal = Journal(runs / name)
+        journal.path.parent.mkdir(parents=True)
+        journal.append("start", config={}, overrides=[])
+        if finished:
+            journal.append("finished")
+    (runs / "2026-01-04_10-00-00-000000").mkdir()  # no journal: a refused start's
+    line = refused(tmp_path, "resume=true", "tracking=none")
+    assert line == ("resume=true: give hydra.run.dir=<the run to continue>; the latest "
+                    "unfinished runs under outputs/runs: "
+                    "outputs/runs/2026-01-03_10-00-00-000000, "
+                    "outputs/runs/2026-01-01_10-00-00-000000"), line
+    assert sorted(p.name for p in runs.iterdir()) == [  # nothing made
+        "2026-01-01_10-00-00-000000", "2026-01-02_10-00-00-000000",
+        "2026-01-03_10-00-00-000000", "2026-01-04_10-00-00-000000"]
+
+
+@pytest.mark.process
+def test_resume_with_no_run_to_continue_says_so(tmp_path):
+    line = refused(tmp_path, "resume=true", "tracking=none")
+    assert line == ("resume=true: give hydra.run.dir=<the run to continue>; there is no "
+                    "unfinished run under outputs/runs")

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from packexp.events import Listener, PackFinished, PackStarted, RungPlanned
-from packexp.report import shown
+from packexp.report import verbose
 
 
 class SearchProgress(Listener):
@@ -34,7 +34,7 @@ class SearchProgress(Listener):
 
     @property
     def enabled(self) -> bool:
-        if not shown.get():
+        if not verbose.get():
             return False
         if self.console.is_terminal:
             return True

@@ -176,17 +176,13 @@ class PackCache:
             return Pack(members, self.data, **self._options(key)), False
         for trial in order:
             if trial.trial_id.startswith(IDLE):
-                member = self._idle_member(trial) or self.make_member(trial)
+                member = self._idle_member(trial, reuse=False) or self.make_member(trial)
                 members.append(member.idle_as(trial))
                 continue
             member = None if trial.trial_id in built else self._idle_member(trial)
             if member is not None:
                 state = states.get(trial.trial_id) or self.initial_state(trial)
                 members.append(member.load(trial, state, member.preprocessing))
-                if any(member is m for m in self._unpacked):
-                    self._unpacked.remove(member)
-                else:
-                    self.members_reused += 1
                 continue
             member = built.get(trial.trial_id) or self._note(self.make_member(trial))
             self._learn_structure(trial, member)
@@ -233,8 +229,10 @@ class PackCache:
     def replayed(self) -> frozenset[tuple]:
         return frozenset(self._confirmed)
 
-    def _idle_member(self, trial: Trial) -> Member | None:
+    def _idle_member(self, trial: Trial, reuse: bool = True) -> Member | None:
         """A kept member of ``trial``'s structure, taken out of its pack; None if none is.
+        With ``reuse``, one that trained in another pack counts in ``members_reused`` (one
+        built to learn the structure does not).
 
         With no kept pack of the whole pack's structure, the members still need not be built:
         a kept pack that holds one of the same member structure gives it up (the least
@@ -254,6 +252,10 @@ class PackCache:
             for m in self._idle.pop(broken).members:
                 self._loose.setdefault(self.member_key(m.trial, sliced), []).append(m)
         member = self._loose[key].pop()
+        if any(member is m for m in self._unpacked):
+            self._unpacked = [m for m in self._unpacked if m is not member]
+        elif reuse:
+            self.members_reused += 1
         # Loose members hold device memory too: at most ``keep``, the oldest go first.
         while sum(map(len, self._loose.values())) > self.keep:
             dropped = next(ms for ms in self._loose.values() if ms).pop(0)

@@ -8,8 +8,9 @@ afterwards: a plan must not depend on whether the calibration was measured in th
 or read back (a looped program, kept by the process, still serves the search).
 
 It is kept per device and structure: in the run directory (a resumed run reads it back, so
-it plans as the first session did) and under ``outputs/calibration/``, where later runs on
-the same device, model, data shape and pack settings find it.
+it plans as the first session did) and under ``strategy.calibration_dir`` (the command's
+``outputs/calibration/``, ``packexp.tune``'s ``$PACKEXP_HOME/calibration``), where later
+runs on the same device, model, data shape and pack settings find it.
 """
 
 from __future__ import annotations

@@ -80,26 +80,33 @@ class Asha(Scheduler):
         return len(self.rungs) > 1 and self.bracket().rungs[0].n >= self.eta
 
     def check_schedule(self) -> None:
-        """Refuses an ASHA that never promotes, naming the smallest ``R`` that would."""
+        """Refuses an ASHA that never promotes, naming the key to change and the nearest
+        value that works."""
         if self.halves():
             return
+        if self.num_configs is not None and self.num_configs < self.eta:
+            raise ConfigError(f"scheduler.num_configs={self.num_configs}: ASHA with eta="
+                              f"{self.eta} promotes the top 1/eta of a rung, so it needs at "
+                              f"least {self.eta} configurations")
+        first = self.bracket().rungs[0].n
+        if len(self.rungs) > 1 and self.max_epochs != self._hyperband_budget(self.R):
+            per_config = sum(self.cost(k) / self.eta**k for k in range(len(self.rungs)))
+            raise ConfigError(f"scheduler.max_epochs={self.max_epochs:g}: affords {first} "
+                              f"configurations, fewer than eta={self.eta}, so ASHA never "
+                              f"promotes; the smallest max_epochs that works is "
+                              f"{math.ceil(self.eta * per_config * 1000) / 1000:g}")
         settings = {"eta": self.eta, "min_r": self.min_r, "num_configs": self.num_configs,
                     "continue_on_promotion": self.continue_on_promotion}
-        if self.max_epochs != hyperband_epochs(Hyperband(self.R, self.eta,
-                                                         self.continue_on_promotion)):
-            settings["max_epochs"] = self.max_epochs
-        smallest = next((r for r in range(max(1, math.floor(self.min_r)), 10_001)
+        smallest = next((r for r in range(math.ceil(self.min_r), 10_001)
                          if Asha(r, **settings).halves()), None)
-        given = ", ".join(f"{k}={v}" for k, v in settings.items()
-                          if v is not None and k != "continue_on_promotion")
-        if smallest is None:
-            raise ConfigError(f"scheduler.num_configs={self.num_configs}: ASHA with {given} "
-                              f"never promotes (fewer than eta={self.eta} configurations)")
-        raise ConfigError(f"scheduler.R={self.R}: ASHA with {given} never promotes (rungs of "
-                          f"{', '.join(f'{r:g}' for r in self.rungs)} epochs, "
-                          f"{self.bracket().rungs[0].n} configurations expected in the "
-                          f"first); the smallest R that works is "
-                          f"{smallest}")
+        rungs = ", ".join(f"{r:g}" for r in self.rungs)
+        raise ConfigError(f"scheduler.R={self.R}: ASHA with eta={self.eta}, min_r={self.min_r} "
+                          f"never promotes (rungs of {rungs} epochs, {first} configurations "
+                          f"expected in the first)"
+                          + (f"; the smallest R that works is {smallest}" if smallest else ""))
+
+    def _hyperband_budget(self, R: int) -> float:
+        return hyperband_epochs(Hyperband(R, self.eta, self.continue_on_promotion))
 
     def bracket(self) -> Bracket:
         """The one bracket every trial belongs to; its rungs' ``n`` are expected counts: the

@@ -257,7 +257,8 @@ class CostStrategy(Strategy):
         seed: Unused (the plan is deterministic in the trials and the calibration); kept
             for the strategy interface.
         calibration_dir: Where calibrations are kept across runs, one file per device and
-            structure; relative to the directory the command runs in.
+            structure; relative to the directory the command runs in (``packexp.tune``
+            keeps it in packexp's home, ``$PACKEXP_HOME/calibration``).
         recalibrate: Measure afresh even where a kept calibration matches.
         calibration: A calibration file to plan with, whatever device measured it (a copy
             of a run's ``calibration.json``, to pin a plan); null: the above.
