@@ -199,7 +199,7 @@ def refused(cwd: Path, *args: str) -> str:
     (["resume=true", "hydra.run.dir=outputs/runs/typo"],
      "resume=true: outputs/runs/typo/journal.jsonl: no journal here"),
     (["preprocess.flip=maybe"], "preprocess.flip='maybe': must be true or false"),
-    (["summary_top_k=abc"], "summary_top_k='abc': must be an integer >= 0"),
+    (["summary_top_k=abc"], "summary_top_k='abc': must be null or an integer >= 0"),
     (["device.gpu_memory_fraction=2"], "device.gpu_memory_fraction=2: must be a number in "
                                        "(0, 1]"),
 ], ids=["negative-seed", "seed-past-32-bits", "asha-R1", "hyperband-R2", "pbt-one-interval",

@@ -188,7 +188,7 @@ def test_readme_example_overrides_compose():
                      r"^preprocess\.flip='maybe': must be true or false$", marks=pytest.mark.tf),
         (["dataset=synthetic", "dataset.num_classes=1"],
          r"^dataset\.num_classes=1: must be an integer >= 2 \(with one class"),
-        (["summary_top_k=-1"], r"^summary_top_k=-1: must be an integer >= 0$"),
+        (["summary_top_k=-1"], r"^summary_top_k=-1: must be null or an integer >= 0$"),
         (["device.gpu_memory_fraction=1.5"], r"^device\.gpu_memory_fraction=1\.5: must be"),
         (["device.memory_budget_mb=0"], r"^device\.memory_budget_mb=0: must be a positive"),
         (["model=mobilenet", "dataset.images=false"],
