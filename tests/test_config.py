@@ -149,7 +149,8 @@ def test_readme_example_overrides_compose():
         (["scheduler=asha", "scheduler.R=1"], r"^scheduler\.R=1: ASHA with eta=3, min_r=1 never "
          r"promotes .*the smallest R that works is 3$"),
         (["scheduler=asha", "scheduler.num_configs=2"],
-         r"^scheduler\.num_configs=2: ASHA .* never promotes"),
+         r"^scheduler\.num_configs=2: ASHA with eta=3 promotes the top 1/eta of a rung, so it "
+         r"needs at least 3 configurations$"),
         (["scheduler=pbt", "scheduler.epochs=6", "scheduler.interval=6"],
          r"^scheduler\.interval=6: with epochs=6 .*the largest interval that works is 5$"),
         (["task=train"], r"^task='train'"),
