@@ -32,9 +32,11 @@ test-pure: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not tf and not process and not slow and not gpu" \
 		$(PYTEST_ARGS)
 
-# MobileNetV2, ResNet-50 and DenseNet-121 in one pack against each alone (minutes on a CPU).
+# The isolation checks on the paper's CNNs: MobileNetV2 packed, looped and fused against each
+# member alone, and MobileNetV2, ResNet-50 and DenseNet-121 in one pack (minutes on a CPU).
 test-paper-cnns: $(STAMP)
-	$(PY) -m pytest -p no:xdist -m paper_cnns --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		-m paper_cnns --durations=10 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,4 +1,7 @@
-"""The isolation invariant for CNNs: BatchNorm and resizing included, packed equals alone."""
+"""The isolation invariant for CNNs: BatchNorm and resizing included, packed equals alone.
+
+make test checks it on a small CNN with BatchNorm; MobileNetV2 (resizing on the device too)
+and the paper's three CNNs in one pack run in make test-paper-cnns, minutes on a CPU."""
 
 from __future__ import annotations
 
@@ -11,11 +14,11 @@ from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Evaluation, Member, Pack
 from packexp.search_space import Trial, derive_seed
-from tests.helpers import PLAIN
+from tests.helpers import PLAIN, small_cnn
 
 pytestmark = pytest.mark.tf
 
-BUILD = functools.partial(mobilenet.build, alpha=0.35)
+MOBILENET = functools.partial(mobilenet.build, alpha=0.35)
 TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 images
     Trial("t0", {"batch_size": 8, "optimizer": "adam", "learning_rate": 1e-3,
                  "activation": "relu"}, (), seed=derive_seed(3, 0)),
@@ -24,15 +27,23 @@ TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 images
 ]
 
 
+@pytest.fixture(scope="module", params=[
+    pytest.param(small_cnn, id="small_cnn"),
+    pytest.param(MOBILENET, id="mobilenet", marks=pytest.mark.paper_cnns)])
+def build(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def data() -> DeviceData:
     return DeviceData(synthetic.load(shape=[16, 16, 3], num_classes=3, train_size=64,
                                      val_size=16))
 
 
-def train(data: DeviceData, trials: list[Trial]) -> tuple[list[Member], dict[str, Evaluation]]:
+def train(data: DeviceData, build, trials: list[Trial]
+          ) -> tuple[list[Member], dict[str, Evaluation]]:
     ds = data.dataset
-    members = [Member.create(t, BUILD, ds.input_shape, ds.num_classes, data.train_size)
+    members = [Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size)
                for t in trials]
     pack = Pack(members, data, **PLAIN)
     pack.train({m.trial_id: m.steps_for(1) for m in members})
@@ -40,15 +51,15 @@ def train(data: DeviceData, trials: list[Trial]) -> tuple[list[Member], dict[str
 
 
 @pytest.fixture(scope="module")
-def packed(data) -> tuple[list[Member], dict[str, Evaluation]]:
-    return train(data, TRIALS)
+def packed(data, build) -> tuple[list[Member], dict[str, Evaluation]]:
+    return train(data, build, TRIALS)
 
 
 @pytest.mark.parametrize("index", range(len(TRIALS)))
-def test_packed_cnn_ends_bit_identical_to_alone(data, packed, index):
+def test_packed_cnn_ends_bit_identical_to_alone(data, build, packed, index):
     members, evaluation = packed
     assert [m.step for m in members] == [8, 5]
-    [alone], alone_evaluation = train(data, [TRIALS[index]])
+    [alone], alone_evaluation = train(data, build, [TRIALS[index]])
     member = members[index]
     assert alone.step == member.step
     # get_weights holds BatchNorm's moving statistics too.
@@ -60,12 +71,12 @@ def test_packed_cnn_ends_bit_identical_to_alone(data, packed, index):
     assert evaluation[member.trial_id].val_loss is not None
 
 
-def test_packed_cnn_training_moves_every_weight_and_batchnorm_statistic(data, packed):
+def test_packed_cnn_training_moves_every_weight_and_batchnorm_statistic(data, build, packed):
     """Keeps the equality above from holding merely because nothing trained."""
     members, _ = packed
     ds = data.dataset
     for m in members:
-        fresh = Member.create(m.trial, BUILD, ds.input_shape, ds.num_classes, data.train_size)
+        fresh = Member.create(m.trial, build, ds.input_shape, ds.num_classes, data.train_size)
         unmoved = [w.path for w, f in zip(m.model.weights, fresh.model.weights, strict=True)
                    if np.array_equal(w.numpy(), f.numpy())]
         assert unmoved == []
@@ -80,7 +91,7 @@ def test_a_pack_of_all_three_paper_cnns_matches_each_alone():
 
     tiny = DeviceData(synthetic.load(shape=[8, 8, 3], num_classes=3, train_size=24,
                                      val_size=8))
-    builds = [BUILD] + [functools.partial(keras_apps.build, application=a)
+    builds = [MOBILENET] + [functools.partial(keras_apps.build, application=a)
                         for a in ("ResNet50", "DenseNet121")]
     trials = [Trial(f"c{i}", {"batch_size": b, "optimizer": o, "learning_rate": 1e-3,
                               "activation": a}, (), seed=derive_seed(4, i))

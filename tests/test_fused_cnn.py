@@ -201,6 +201,7 @@ def mobilenets_alone(images) -> list:
     return train_alone(images, MOBILENET_CONFIGS, 1, MOBILENET)
 
 
+@pytest.mark.paper_cnns
 def test_mobilenet_fuses_whole(images, conv, mobilenets_alone):
     """The real MobileNetV2: nested model, on-device resizing, ReLU6 layers in one member
     where the other has leaky-ReLU Activation layers, depthwise convolutions, residual adds.

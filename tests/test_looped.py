@@ -21,6 +21,10 @@ pytestmark = pytest.mark.tf
 
 
 MOBILENET = functools.partial(mobilenet.build, alpha=0.35, bn_momentum=0.7)
+# The isolation checks run on a small CNN with BatchNorm in make test, and on MobileNetV2
+# (minutes on a CPU) in make test-paper-cnns.
+BUILDS = [pytest.param(small_cnn, id="small_cnn"),
+          pytest.param(MOBILENET, id="mobilenet", marks=pytest.mark.paper_cnns)]
 TRIALS = [  # misaligned batch sizes and budgets, every update rule, activation and a schedule
     Trial(f"t{i}", {"batch_size": b, "optimizer": o, "learning_rate": lr, "activation": a,
                     **extra}, (), seed=derive_seed(5, i))
@@ -56,7 +60,7 @@ def assert_same_state(a: Member, b: Member) -> None:
         np.testing.assert_array_equal(x.numpy(), y.numpy())
 
 
-@pytest.mark.parametrize("build", [small_cnn, MOBILENET], ids=["small_cnn", "mobilenet"])
+@pytest.mark.parametrize("build", BUILDS)
 def test_a_looped_pack_ends_bit_for_bit_as_each_member_alone(images_data, build):
     packed, evaluation, stats = train(images_data, build, TRIALS, chunk_steps=7)
     assert stats.looped
@@ -80,7 +84,7 @@ def test_one_program_serves_packs_of_every_size_activation_optimizer_and_batch_s
     assert len(looped.PROGRAMS) == 1
 
 
-@pytest.mark.parametrize("build", [small_cnn, MOBILENET], ids=["small_cnn", "mobilenet"])
+@pytest.mark.parametrize("build", BUILDS)
 def test_a_reused_program_ends_where_a_fresh_one_does(images_data, build):
     looped.PROGRAMS.clear()
     fresh, fresh_evaluation, stats = train(images_data, build, TRIALS[:3])
@@ -140,6 +144,7 @@ def test_members_without_an_update_rule_train_unrolled_and_the_log_says_why(imag
 
 
 @pytest.mark.slow
+@pytest.mark.paper_cnns
 def test_a_mobilenet_search_traces_one_step_program_for_all_its_packs(tmp_path):
     """A real search: packs of different sizes, activations, optimizers and batch sizes
     (and the memory probe, which traces the program first) share one program, counted once."""
