@@ -26,8 +26,13 @@ def run() -> None:
     code: int | str | None = 0
     try:
         try:
+            from packexp.startup import mark
+
+            mark("python")
             from packexp.cli import main
             from packexp.help import help_argv
+
+            mark("imports")
 
             sys.argv[1:] = help_argv(sys.argv[1:])  # --help GROUP, which Hydra cannot parse
             main()

@@ -33,6 +33,7 @@ from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
 from packexp.search_space import SearchSpace, Trial
+from packexp.startup import mark
 from packexp.strategies import Capacity, Device, Strategy
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Components:
         space, scheduler, strategy = check_search(cfg)
         sampler = instantiate(cfg.sampler, "sampler")
         dataset = instantiate(cfg.dataset, "dataset")
+        mark("data")
         build_model = instantiate(cfg.model, "model")
         check_pairing(cfg, build_model, dataset)
         check_batch_sizes(space, dataset)
@@ -71,6 +73,7 @@ class Components:
         if probe:
             probe_model(build_model, dataset, space)
         check_preprocessing(cfg.preprocess, space, dataset.input_shape)
+        mark("model")
         return cls(cfg, space, scheduler, strategy, sampler, dataset, build_model,
                    member_cap(cfg.pack.max_members),
                    {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")})

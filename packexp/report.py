@@ -6,6 +6,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from packexp.startup import describe
+
 # Whether a search shows its progress bar and summary: ``packexp.tune(verbose=False)``, a
 # library call, turns both off for its job (results.json and the store hold the same).
 verbose: ContextVar[bool] = ContextVar("packexp_verbose", default=True)
@@ -47,7 +49,8 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
         console.print(f"training {results['train_share']:.0%} of the search; "
                       + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
                       + (f"; {results['startup_s']:.1f} s from the command to the first pack"
-                         if results.get("startup_s") is not None else ""))
+                         if results.get("startup_s") is not None else "")
+                      + (f" ({describe(results['startup'])})" if results.get("startup") else ""))
     if results.get("prediction_error") is not None:
         predicted = [p for p in results["packs"] if p.get("predicted_s") is not None]
         expected = sum(p["predicted_s"] for p in predicted)

@@ -88,6 +88,7 @@ def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
     best = results["best"]["val_accuracy"] if results["best"] else math.nan
     return {"wall_time_s": results["wall_time_s"], "best_val_accuracy": best,
             "startup_s": results.get("startup_s"), "train_share": results["train_share"],
+            **{f"startup_{k}_s": v for k, v in (results.get("startup") or {}).items()},
             "calibration_s": results.get("calibration_s"),
             "prediction_error_median": results["prediction_error"],
             **{f"total_{k}": v for k, v in results["phases"].items()},

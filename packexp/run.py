@@ -20,6 +20,7 @@ from packexp.session import (
     resume_needs_a_run_dir,
     run_dir_given,
 )
+from packexp.startup import mark
 from packexp.tasks import TASKS
 
 __all__ = ["TASKS", "RunDirCheck", "check", "job", "run"]
@@ -35,7 +36,9 @@ def job(cfg: DictConfig) -> float:
     run directory."""
     with config_errors():
         check(cfg)
+    mark("composition")
     start_tensorflow(use_gpu=trains_here(cfg))
+    mark("tensorflow")
     return run(cfg)
 
 

@@ -351,6 +351,10 @@ def test_the_result_holds_the_search_s_tables_and_reads_back(tmp_path):
     assert result.mlflow_run_id is None  # experiment=quick tracks nothing
     # Start-up counts from the call, not from this (long-lived) process's start.
     assert 0 < result.results["startup_s"] < called
+    # ... and none of the process's own start-up is in its phases.
+    startup = result.results["startup"]
+    assert {"python", "imports"}.isdisjoint(startup) and "composition" in startup
+    assert sum(startup.values()) == pytest.approx(result.results["startup_s"], abs=0.02)
 
     again = packexp.load(tmp_path / "run")
     assert again.best == result.best and again.results == result.results

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from packexp.journal import Journal
+from packexp.startup import describe
 from tests.helpers import ROOT, packexp
 
 
@@ -101,6 +102,14 @@ def test_default_run_end_to_end(tmp_path):
         sum(p["train_s"] for p in results["packs"]), abs=1e-3)
     assert 0 < results["train_share"] < 1 and results["startup_s"] > 0
     assert "training " in out.stdout and "% of the search" in out.stdout
+    # Start-up split by phase: the command's own phases, adding up to the whole.
+    startup = results["startup"]
+    assert {"python", "imports", "composition", "tensorflow", "data", "model", "tracker",
+            "calibration", "planning"} <= set(startup)
+    assert all(s >= 0 for s in startup.values())
+    assert sum(startup.values()) == pytest.approx(results["startup_s"], abs=0.02)
+    assert startup["calibration"] >= results["calibration_s"] > 0  # measured: a fresh store
+    assert f"to the first pack ({describe(startup)})" in " ".join(out.stdout.split())
     log = (tmp_path / "run" / "packexp.log").read_text()
     assert "Sharding callback duration" not in log + out.stderr  # TF's checkpoint chatter
 
@@ -123,6 +132,10 @@ def test_multirun_sweeps_strategies(tmp_path):
     first_job = runs[0]["startup_s"]
     assert first_job > runs[1]["startup_s"] >= 0
     assert runs[1]["startup_s"] < runs[0]["wall_time_s"]
+    assert {"python", "imports", "tensorflow"} <= set(runs[0]["startup"])
+    assert {"python", "imports"}.isdisjoint(runs[1]["startup"])  # the process's, not the job's
+    for run in runs:
+        assert sum(run["startup"].values()) == pytest.approx(run["startup_s"], abs=0.02)
 
 
 @pytest.mark.slow

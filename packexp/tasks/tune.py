@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from packexp import startup
 from packexp.components import Components
 from packexp.device import device_capacity, facts_here
 from packexp.driver import PackedSearch
@@ -29,6 +30,7 @@ from packexp.session import (
     sessions,
     tracked,
 )
+from packexp.startup import mark
 from packexp.strategies import Capacity
 from packexp.tasks.plan import plan_dict
 
@@ -44,13 +46,17 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     own = parts.listeners(run_dir)  # the config's, built before anything is written
     journal, records = open_journal(cfg, run_dir)
     write_json(run_dir / "plan.json", plan_dict(scheduler))
+    mark("tracker")
     cache = parts.cache()  # this process's: the members the memory estimate measures
+    mark("data")
     with closing(executor.start(cache)):
         facts = executor.on_device(facts_here)  # the device packs train on
         log.info("device: %s", facts)
+        mark("executor")
         with tracked(cfg, run_dir, dataset=parts.dataset, journal=journal, records=records,
                      run_name=parts.run_name,
                      tags={**parts.names, "task": "tune", **facts.tags()}) as tracker:
+            mark("tracker")
             capacity, source, probe_seconds, calibration_s = prepare(
                 parts, cache, executor, facts, run_dir)
             started = time.perf_counter() - calibration_s  # the search's clock
@@ -83,6 +89,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 resumed=bool(records),
                 startup_s=None if search.first_pack_at is None
                 else round(search.first_pack_at - job_started, 3),
+                startup=None if search.first_pack_at is None
+                else startup.phases(job_started, search.first_pack_at),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
                 workers=executor.usage())
             finish(results, run_dir, listeners)
@@ -100,9 +108,11 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
     capacity, source, probe_seconds = device_capacity(
         parts.cfg.device, parts.max_members, cache.make_member, executor.on_device,
         run_dir / "memory_probes.json")
+    mark("capacity")
     started = time.perf_counter()
     parts.strategy.prepare(parts.device(run_dir, facts, executor.on_device, capacity,
                                         cache.data.train_size))
+    mark("calibration")
     return capacity, source, probe_seconds, time.perf_counter() - started
 
 
