@@ -144,13 +144,14 @@ def home() -> Path:
 
 # Keys whose default is a path under the working directory's outputs/, as the command line
 # writes: a call keeps them under home() instead.
-HOME_KEYS = ("tracking.store_dir", "strategy.calibration_dir", "dataset.cache_dir")
+HOME_KEYS = ("tracking.store_dir", "strategy.calibration_dir", "dataset.cache_dir",
+             "device.probe_dir")
 
 
 def keep_in_home(cfg: DictConfig, args: Sequence[str]) -> None:
     """Each of ``HOME_KEYS`` whose value is under ``outputs/`` (the MLflow store, the
-    calibrations, mnist1d's download cache) moved under ``home()``, unless ``args`` set it:
-    a library call writes nothing where it is called from."""
+    calibrations, mnist1d's download cache, the memory probes) moved under ``home()``,
+    unless ``args`` set it: a library call writes nothing where it is called from."""
     for key in HOME_KEYS:
         value = OmegaConf.select(cfg, key)
         parts = Path(value).parts if isinstance(value, str) else ()

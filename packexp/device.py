@@ -3,10 +3,12 @@ strategies plan against (member costs estimated, and probed where it matters).""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,94 @@ from packexp.search_space import Trial
 from packexp.strategies import Capacity
 
 PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models
+PROBE_VERSION = 1  # of what a kept probe depends on and holds: a change probes again
+RUN_PROBES = "memory_probes.json"  # the run directory's copy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProbeFiles:
+    """Where a run's memory probes are kept: the run directory's copy (a resumed run reads it
+    and probes nothing again) and, with ``kept_dir`` (``device.probe_dir``), a copy kept
+    across runs for the same facts (device, model, data shape, pack settings, library
+    versions), so the next search of the architecture on the device probes nothing either.
+
+    A file that cannot be read, or that holds probes of other facts, is passed over with one
+    warning: the architecture is probed again, and the new probe replaces it.
+
+    Attributes:
+        source: Where the probes a run planned with came from, once read or measured:
+            ``run``, ``kept`` or ``measured``; None while it has none.
+        path: That file (for ``measured``, the run directory's copy).
+    """
+
+    run_dir: Path
+    kept_dir: Path | None = None
+    facts: Mapping[str, Any] | None = None
+    source: str | None = None
+    path: Path | None = None
+    seconds: Callable[[], float] = lambda: 0.0  # the probes' clock (``device_capacity``'s)
+
+    @property
+    def key(self) -> str:
+        text = json.dumps({"probe": PROBE_VERSION, **dict(self.facts or {})}, sort_keys=True,
+                          default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def kept_file(self) -> Path | None:
+        return None if self.kept_dir is None else self.kept_dir / f"{self.key}.json"
+
+    def read(self, kept: bool = True) -> dict[int, tuple[int, int]] | None:
+        """The probes of the run's own copy, else (with ``kept``) of the kept one; None
+        where none can be used."""
+        run_file = self.run_dir / RUN_PROBES
+        for path, source in ((run_file, "run"), (self.kept_file if kept else None, "kept")):
+            if path is None or not path.exists():
+                continue
+            try:
+                probes = _read_probes(path, None if source == "run" else self.key)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+                log.warning("memory probes %s: %s; probing again", path, e)
+                continue
+            self.source, self.path = source, path
+            if source == "kept":
+                log.info("memory probes: %s", path)
+                write_json(run_file, _probes_json(probes))
+            return probes
+        return None
+
+    def keep(self, probes: Mapping[int, tuple[int, int]]) -> None:
+        """A probe measured now: in the run directory, and kept for the next run."""
+        run_file = self.run_dir / RUN_PROBES
+        write_json(run_file, _probes_json(probes))
+        self.source, self.path = "measured", run_file
+        if self.kept_file is not None:
+            write_json(self.kept_file, {"key": self.key, "facts": dict(self.facts or {}),
+                                        "probes": _probes_json(probes)})
+
+    def summary(self) -> dict[str, str] | None:
+        """What ``results.json`` records: where the probes came from; None for none."""
+        return None if self.source is None else {"source": self.source, "path": str(self.path)}
+
+
+def _probes_json(probes: Mapping[int, tuple[int, int]]) -> dict[str, list[int]]:
+    return {str(b): list(v) for b, v in probes.items()}
+
+
+def _read_probes(path: Path, key: str | None) -> dict[int, tuple[int, int]]:
+    """``{batch: (estimate, measured)}`` from ``path``; with ``key``, a kept file's, which
+    must have been kept for that key."""
+    data = json.loads(path.read_text())
+    if key is not None:
+        if data.get("key") != key:
+            raise ValueError(f"kept for other facts (key {data.get('key')!r}, not {key!r})")
+        data = data["probes"]
+    probes = {int(b): (int(e), int(m)) for b, (e, m) in data.items()}
+    if not probes or any(b < 1 or e < 1 or m < 0 for b, (e, m) in probes.items()):
+        raise ValueError("no usable probe in it")
+    return probes
 
 
 def apply_threads(device: Any) -> None:
@@ -53,14 +143,15 @@ def architecture(trial: Trial) -> str:
 
 
 def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
-                    on_device: Callable[..., Any], probes_file: Path | None = None
+                    on_device: Callable[..., Any], probes: ProbeFiles | None = None
                     ) -> tuple[Capacity, str, Callable[[], float]]:
     """Memory capacity of one pack, with member costs from the estimate and its probes.
 
     The estimate is built here; the limit and the probes come from where packs train:
     ``on_device(fn, *args)`` runs ``fn(cache, *args)`` with that place's ``PackCache``
-    (``Executor.on_device``). With ``probes_file``, the probes are kept there (per batch
-    size) and a resumed run reads them back instead of probing again.
+    (``Executor.on_device``). With ``probes``, the probes are kept in its files (per batch
+    size) and read back instead of probing again: by a resumed run, and, from the copy
+    kept across runs, by the next run for the same facts (``device.probe`` true or auto).
 
     Returns:
         The capacity, the setting it comes from, and a clock of the probes' time so far.
@@ -84,17 +175,11 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
         # PROBE_MARGIN of the capacity; far below it, no probe result changes a plan.
         return device.probe is True or estimate * max_members * PROBE_MARGIN >= limit
 
-    known = None
-    if probes_file is not None and probes_file.exists():
-        known = {int(b): (int(e), int(m))
-                 for b, (e, m) in json.loads(probes_file.read_text()).items()}
-
-    def keep(probes: dict[int, tuple[int, int]]) -> None:
-        if probes_file is not None:
-            write_json(probes_file, {str(b): list(v) for b, v in probes.items()})
-
+    # probe=false trusts the estimate; a resumed run still plans with its own probes.
+    known = None if probes is None else probes.read(kept=bool(device.probe))
     memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
-                         worth_probing, known, keep, architecture=architecture)
+                         worth_probing, known, None if probes is None else probes.keep,
+                         architecture=architecture)
     return (Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source,
             lambda: spent[0])
 

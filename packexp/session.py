@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -62,7 +63,7 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
 # and downloads are kept, which packexp.tune moves to its home: a resume reads its
 # calibration from the run directory).
 RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.", "listeners",
-               "strategy.calibration_dir", "dataset.cache_dir")
+               "strategy.calibration_dir", "dataset.cache_dir", "device.probe_dir")
 
 
 
@@ -205,14 +206,30 @@ def command_started() -> float:
     a later job of a multirun sweep starts afresh in the same process, at this call; a job
     of ``packexp.tune``, at the call (``count_next_job_from``).
     """
-    import psutil
-
     global _jobs_started, _next_job_started
     _jobs_started += 1
     if _next_job_started is not None:
         started, _next_job_started = _next_job_started, None
         return started
-    return psutil.Process().create_time() if _jobs_started == 1 else time.time()
+    return process_started() if _jobs_started == 1 else time.time()
+
+
+def process_started() -> float:
+    """When this process started (time.time() seconds), to a clock tick (10 ms) on Linux.
+
+    psutil's ``create_time`` adds the process's start to the boot time the kernel gives in
+    whole seconds, so it may be a second early; the process's age since boot is exact.
+    """
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return psutil.Process().create_time()
 
 
 def count_next_job_from(started: float | None) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from omegaconf import DictConfig
 
 from packexp import startup
 from packexp.components import Components
-from packexp.device import device_capacity, facts_here
+from packexp.device import ProbeFiles, device_capacity, facts_here
 from packexp.driver import PackedSearch
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
@@ -32,6 +31,7 @@ from packexp.session import (
 )
 from packexp.startup import mark
 from packexp.strategies import Capacity
+from packexp.strategies.calibration import kept_directory
 from packexp.tasks.plan import plan_dict
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                      run_name=parts.run_name,
                      tags={**parts.names, "task": "tune", **facts.tags()}) as tracker:
             mark("tracker")
-            capacity, source, probe_seconds, calibration_s = prepare(
+            capacity, source, probes, calibration_s = prepare(
                 parts, cache, executor, facts, run_dir)
             started = time.perf_counter() - calibration_s  # the search's clock
             calibration = parts.strategy.calibration_used()
@@ -72,7 +72,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     listeners=listeners, book=book, checkpoints=run_dir / "checkpoints",
                     seed=cfg.seed, tags=parts.names, capacity_source=source,
                     continue_on_promotion=scheduler.continue_on_promotion,
-                    lr_horizon=scheduler.horizon_epochs, probe_seconds=probe_seconds,
+                    lr_horizon=scheduler.horizon_epochs, probe_seconds=probes.seconds,
                     train_size=cache.data.train_size, brackets=scheduler.brackets(),
                     executor=executor, sampler=parts.sampler, session=sessions(records),
                     started=started)
@@ -92,6 +92,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 startup=None if search.first_pack_at is None
                 else startup.phases(job_started, search.first_pack_at),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
+                memory_probes=probes.summary(),
                 workers=executor.usage())
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
@@ -100,20 +101,21 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
 
 
 def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
-            run_dir: Path) -> tuple[Capacity, str, Callable[[], float], float]:
-    """The device's capacity for one pack (estimated; probed where it matters) and the
-    strategy readied for the device (``Strategy.prepare``: a calibration, for one that weighs
-    costs); also the setting the capacity comes from, the probes' clock and the seconds the
-    strategy took."""
-    capacity, source, probe_seconds = device_capacity(
-        parts.cfg.device, parts.max_members, cache.make_member, executor.on_device,
-        run_dir / "memory_probes.json")
+            run_dir: Path) -> tuple[Capacity, str, ProbeFiles, float]:
+    """The device's capacity for one pack (estimated; probed where it matters, or read from
+    probes kept before) and the strategy readied for the device (``Strategy.prepare``: a
+    calibration, for one that weighs costs); also the setting the capacity comes from, the
+    probes' files and clock, and the seconds the strategy took."""
+    probes = ProbeFiles(run_dir, kept_directory(parts.cfg.device.get("probe_dir")),
+                        parts.calibration_facts(facts))
+    capacity, source, probes.seconds = device_capacity(
+        parts.cfg.device, parts.max_members, cache.make_member, executor.on_device, probes)
     mark("capacity")
     started = time.perf_counter()
     parts.strategy.prepare(parts.device(run_dir, facts, executor.on_device, capacity,
                                         cache.data.train_size))
     mark("calibration")
-    return capacity, source, probe_seconds, time.perf_counter() - started
+    return capacity, source, probes, time.perf_counter() - started
 
 
 def finish(results: dict, run_dir: Path, listeners: Listeners) -> None:
