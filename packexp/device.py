@@ -30,18 +30,23 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ProbeFiles:
-    """Where a run's memory probes are kept: the run directory's copy (a resumed run reads it
-    and probes nothing again) and, with ``kept_dir`` (``device.probe_dir``), a copy kept
-    across runs for the same facts (device, model, data shape, pack settings, library
-    versions), so the next search of the architecture on the device probes nothing either.
+    """Where a run's memory probes are kept: the run directory's copy (a resumed run plans
+    with it and probes nothing again) and, with ``kept_dir`` (``device.probe_dir``), a copy
+    kept across runs for the same facts (device, model, data shape, pack settings, library
+    versions).
 
-    A file that cannot be read, or that holds probes of other facts, is passed over with one
-    warning: the architecture is probed again, and the new probe replaces it.
+    A kept probe stands in for a probe only where the run would have measured one (the
+    memory model asks for it): its measured-to-estimate factor is taken instead of training
+    a probe member, so a search that would not probe plans on the estimate whatever ran
+    before, and one that would plans with the first run's measurement, not a new one's
+    noise. A file that cannot be read, or that holds probes of other facts, is passed over
+    with one warning, and the probe measured instead replaces it.
 
     Attributes:
-        source: Where the probes a run planned with came from, once read or measured:
-            ``run``, ``kept`` or ``measured``; None while it has none.
+        source: Where the probes a run planned with came from: ``run``, ``kept`` or
+            ``measured``; None while it has none.
         path: That file (for ``measured``, the run directory's copy).
+        seconds: The probes' clock (``device_capacity``'s).
     """
 
     run_dir: Path
@@ -49,7 +54,7 @@ class ProbeFiles:
     facts: Mapping[str, Any] | None = None
     source: str | None = None
     path: Path | None = None
-    seconds: Callable[[], float] = lambda: 0.0  # the probes' clock (``device_capacity``'s)
+    seconds: Callable[[], float] = lambda: 0.0
 
     @property
     def key(self) -> str:
@@ -58,33 +63,38 @@ class ProbeFiles:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
+    def run_file(self) -> Path:
+        return self.run_dir / RUN_PROBES
+
+    @property
     def kept_file(self) -> Path | None:
         return None if self.kept_dir is None else self.kept_dir / f"{self.key}.json"
 
-    def read(self, kept: bool = True) -> dict[int, tuple[int, int]] | None:
-        """The probes of the run's own copy, else (with ``kept``) of the kept one; None
-        where none can be used."""
-        run_file = self.run_dir / RUN_PROBES
-        for path, source in ((run_file, "run"), (self.kept_file if kept else None, "kept")):
-            if path is None or not path.exists():
-                continue
-            try:
-                probes = _read_probes(path, None if source == "run" else self.key)
-            except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-                log.warning("memory probes %s: %s; probing again", path, e)
-                continue
-            self.source, self.path = source, path
-            if source == "kept":
-                log.info("memory probes: %s", path)
-                write_json(run_file, _probes_json(probes))
-            return probes
-        return None
+    def read_run(self) -> dict[int, tuple[int, int]] | None:
+        """The run's own probes (a resume plans with them); None where it has none."""
+        probes = self._read(self.run_file, None)
+        if probes is not None:
+            self.source, self.path = "run", self.run_file
+        return probes
+
+    def kept_factor(self) -> float | None:
+        """The measured-to-estimate factor of the probe kept for these facts; None where
+        none can be used."""
+        if self.kept_file is None:
+            return None
+        probes = self._read(self.kept_file, self.key)
+        if probes is None:
+            return None
+        estimate, measured = next(iter(probes.values()))
+        return measured / estimate
 
     def keep(self, probes: Mapping[int, tuple[int, int]]) -> None:
-        """A probe measured now: in the run directory, and kept for the next run."""
-        run_file = self.run_dir / RUN_PROBES
-        write_json(run_file, _probes_json(probes))
-        self.source, self.path = "measured", run_file
+        """A probe taken now: in the run directory; measured (not read from the kept file),
+        also kept for the next run."""
+        write_json(self.run_file, _probes_json(probes))
+        if self.source == "kept":
+            return
+        self.source, self.path = "measured", self.run_file
         if self.kept_file is not None:
             write_json(self.kept_file, {"key": self.key, "facts": dict(self.facts or {}),
                                         "probes": _probes_json(probes)})
@@ -92,6 +102,16 @@ class ProbeFiles:
     def summary(self) -> dict[str, str] | None:
         """What ``results.json`` records: where the probes came from; None for none."""
         return None if self.source is None else {"source": self.source, "path": str(self.path)}
+
+    @staticmethod
+    def _read(path: Path, key: str | None) -> dict[int, tuple[int, int]] | None:
+        if not path.exists():
+            return None
+        try:
+            return _read_probes(path, key)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+            log.warning("memory probes %s: %s; probing again", path, e)
+            return None
 
 
 def _probes_json(probes: Mapping[int, tuple[int, int]]) -> dict[str, list[int]]:
@@ -164,6 +184,12 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
     spent = [0.0]
 
     def probe(trial: Trial) -> int:
+        factor = None if probes is None else probes.kept_factor()
+        if factor is not None:  # the first run's measurement, not a new one
+            probes.source, probes.path = "kept", probes.kept_file
+            log.info("memory probe, batch %s: the factor kept in %s", trial.hparams["batch_size"],
+                     probes.kept_file)
+            return round(memory.estimate(trial) * factor)
         t0 = time.perf_counter()
         try:
             return on_device(probe_here, trial)
@@ -175,8 +201,9 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
         # PROBE_MARGIN of the capacity; far below it, no probe result changes a plan.
         return device.probe is True or estimate * max_members * PROBE_MARGIN >= limit
 
-    # probe=false trusts the estimate; a resumed run still plans with its own probes.
-    known = None if probes is None else probes.read(kept=bool(device.probe))
+    # A resumed run plans with its own probes (even under probe=false, which trusts the
+    # estimate and takes no kept probe either).
+    known = None if probes is None else probes.read_run()
     memory = MemoryModel(lambda t: make_member(t).model, probe if device.probe else None,
                          worth_probing, known, None if probes is None else probes.keep,
                          architecture=architecture)

@@ -50,7 +50,8 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                       + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
                       + (f"; {results['startup_s']:.1f} s from the command to the first pack"
                          if results.get("startup_s") is not None else "")
-                      + (f" ({describe(results['startup'])})" if results.get("startup") else ""))
+                      + (f" ({split})" if (split := describe(results.get("startup") or {}))
+                         else ""))
     if results.get("prediction_error") is not None:
         predicted = [p for p in results["packs"] if p.get("predicted_s") is not None]
         expected = sum(p["predicted_s"] for p in predicted)

@@ -50,7 +50,8 @@ def run_whole(run_dir: Path, *args: str) -> Path:
 
 def compose_config(overrides: list[str] | None = None, *,
                    strategy: str | None = "knn") -> DictConfig:
-    """The composed config under ``overrides``: a test's own copy, free to change.
+    """The composed config under ``overrides``: a test's own copy, free to change. Memory
+    probes are kept in the run directory only, unless ``overrides`` set ``device.probe_dir``.
 
     Unless ``overrides`` choose a strategy, tests run ``strategy`` (knn): it packs on every
     device, so the pack engine is exercised wherever the suite runs, where the default
@@ -59,6 +60,8 @@ def compose_config(overrides: list[str] | None = None, *,
     overrides = list(overrides or ())
     if strategy and not any(o.startswith("strategy=") for o in overrides):
         overrides.append(f"strategy={strategy}")
+    if not any(o.startswith("device.probe_dir=") for o in overrides):
+        overrides.append("device.probe_dir=null")  # no test reads a probe another kept
     return copy.deepcopy(_composed(tuple(overrides)))
 
 

@@ -21,15 +21,13 @@ def kept_once(tmp_path, facts=FACTS) -> ProbeFiles:
     return first
 
 
-def test_a_probe_kept_by_one_run_is_read_by_the_next_for_the_same_facts(tmp_path):
+def test_a_probe_kept_by_one_run_gives_its_factor_to_the_next_for_the_same_facts(tmp_path):
     first = kept_once(tmp_path)
     assert first.summary() == {"source": "measured", "path": str(tmp_path / "run0" / RUN_PROBES)}
     second = ProbeFiles(tmp_path / "run1", tmp_path / "probes", dict(FACTS))
-    second.run_dir.mkdir()
-    assert second.read() == PROBES
-    assert second.summary() == {"source": "kept", "path": str(first.kept_file)}
-    # The run's own copy, so a resume of it plans with the same probe wherever it runs.
-    assert json.loads((second.run_dir / RUN_PROBES).read_text()) == {"20": list(PROBES[20])}
+    assert second.read_run() is None  # not a resume: nothing of its own
+    assert second.kept_factor() == 16_000_000 / 400_000
+    assert json.loads(first.kept_file.read_text())["facts"] == FACTS
 
 
 @pytest.mark.parametrize("change", [{"tensorflow": "2.22.0"}, {"model": {"width": 128}},
@@ -37,8 +35,7 @@ def test_a_probe_kept_by_one_run_is_read_by_the_next_for_the_same_facts(tmp_path
 def test_other_facts_read_no_kept_probe(tmp_path, change):
     kept_once(tmp_path)
     other = ProbeFiles(tmp_path / "run1", tmp_path / "probes", {**FACTS, **change})
-    other.run_dir.mkdir()
-    assert other.read() is None and other.summary() is None
+    assert other.kept_factor() is None and other.summary() is None
 
 
 @pytest.mark.parametrize("damage", ["{not json", '{"key": "KEY", "probes": {}}',
@@ -49,45 +46,53 @@ def test_a_damaged_or_foreign_kept_file_is_passed_over_with_a_warning(tmp_path, 
     first.kept_file.write_text(damage.replace("KEY", first.key))
     again = ProbeFiles(tmp_path / "run1", tmp_path / "probes", FACTS)
     with caplog.at_level(logging.WARNING, "packexp.device"):
-        assert again.read() is None
+        assert again.kept_factor() is None
     assert f"memory probes {first.kept_file}: " in caplog.text and "probing again" in caplog.text
     again.run_dir.mkdir()
-    again.keep(PROBES)  # the probe measured again replaces the damaged file
+    again.keep(PROBES)  # the probe measured instead replaces the damaged file
     assert json.loads(first.kept_file.read_text())["probes"] == {"20": list(PROBES[20])}
 
 
-def test_a_resume_reads_its_own_probes_first_and_probe_false_no_kept_ones(tmp_path):
+def test_a_resume_plans_with_its_own_probes(tmp_path):
     first = kept_once(tmp_path)
-    own = {45: (1, 2)}
     (first.run_dir / RUN_PROBES).write_text(json.dumps({"45": [1, 2]}))
     resumed = ProbeFiles(first.run_dir, tmp_path / "probes", FACTS)
-    assert resumed.read(kept=False) == own and resumed.summary()["source"] == "run"
-    fresh = ProbeFiles(tmp_path / "run1", tmp_path / "probes", FACTS)
-    assert fresh.read(kept=False) is None  # device.probe=false: the estimate alone
+    assert resumed.read_run() == {45: (1, 2)}
+    assert resumed.summary() == {"source": "run", "path": str(first.run_dir / RUN_PROBES)}
+
+
+def test_a_probe_taken_from_the_kept_file_is_not_kept_again(tmp_path):
+    first = kept_once(tmp_path)
+    kept = first.kept_file.read_bytes()
+    second = ProbeFiles(tmp_path / "run1", tmp_path / "probes", FACTS, source="kept",
+                        path=first.kept_file)
+    second.run_dir.mkdir()
+    second.keep({30: (1_000, 40_000)})
+    assert json.loads(second.run_file.read_text()) == {"30": [1_000, 40_000]}  # for a resume
+    assert first.kept_file.read_bytes() == kept and second.summary()["source"] == "kept"
 
 
 def test_without_a_probe_dir_only_the_run_keeps_its_probe(tmp_path):
     files = ProbeFiles(tmp_path, None, FACTS)
     files.keep(PROBES)
     assert [p.name for p in tmp_path.iterdir()] == [RUN_PROBES]
+    assert files.kept_factor() is None
 
 
 @pytest.mark.tf
-def test_a_later_search_reads_the_kept_probe_and_plans_and_scores_as_the_first(tmp_path):
+def test_a_later_search_takes_the_kept_probe_only_where_it_would_probe(tmp_path):
+    """device.probe=true: the second search plans with the first one's probe, probing
+    nothing, and ends alike; device.probe=auto far below the budget: no probe, so the kept
+    one is not read and the plan is the estimate's, as with no probe ever kept."""
     from packexp.run import run
     from tests.helpers import compose_config
 
-    results = []
-    for name in ("run0", "run1"):
-        cfg = compose_config(["experiment=quick", "strategy=knn", "device.probe=true",
-                              f"device.probe_dir={tmp_path / 'probes'}"])
+    def search(name, *overrides):
+        cfg = compose_config(["experiment=quick", "strategy=knn",
+                              f"device.probe_dir={tmp_path / 'probes'}", *overrides])
         run(cfg, run_dir=tmp_path / name)
-        results.append(json.loads((tmp_path / name / "results.json").read_text()))
-    first, second = results
-    assert first["memory_probes"]["source"] == "measured"
-    assert second["memory_probes"]["source"] == "kept"
-    assert sum(p["probe_s"] for p in first["packs"]) > 0
-    assert sum(p["probe_s"] for p in second["packs"]) == 0
+        return json.loads((tmp_path / name / "results.json").read_text())
+
     def scores(results):  # all but where each run keeps its checkpoints
         return ([(t["trial_id"], t["hparams"], t["status"],
                   [{k: v for k, v in r.items() if k != "checkpoint"} for r in t["rungs"]])
@@ -95,4 +100,11 @@ def test_a_later_search_reads_the_kept_probe_and_plans_and_scores_as_the_first(t
                 [(p["pack_id"], p["members"], p["fused"]) for p in results["packs"]],
                 results["best"])
 
+    first, second = search("run0", "device.probe=true"), search("run1", "device.probe=true")
+    assert first["memory_probes"]["source"] == "measured"
+    assert second["memory_probes"]["source"] == "kept"
+    assert sum(p["probe_s"] for p in first["packs"]) > 0
+    assert sum(p["probe_s"] for p in second["packs"]) == 0
     assert scores(second) == scores(first)
+    auto = search("run2")
+    assert auto["memory_probes"] is None and not (tmp_path / "run2" / RUN_PROBES).exists()

@@ -278,6 +278,7 @@ class CostStrategy(Strategy):
         self._memo: dict[tuple, tuple] = {}
 
     def use_costs(self, costs: CostModel | Mapping[str, Any]) -> None:
+        self._memo.clear()  # what it holds came from the model before
         self.costs = costs if isinstance(costs, CostModel) else CostModel.fit(costs)
 
     def prepare(self, device: Device) -> None:
