@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
-import keras
 import numpy as np
 import pytest
 from hydra.errors import InstantiationException
@@ -24,6 +24,9 @@ from packexp.testing.data import (
     fake_table,
 )
 from tests.helpers import CONF_DIR, activation_counts, bn_momenta, compose_config
+
+if TYPE_CHECKING:  # the model contract (marked tf) imports Keras; the dataset one needs none
+    import keras
 
 MODELS = sorted(p.stem for p in Path(CONF_DIR, "model").glob("*.yaml"))
 DATASETS = sorted(p.stem for p in Path(CONF_DIR, "dataset").glob("*.yaml"))
@@ -50,6 +53,8 @@ def example_batch(shape: list[int]) -> np.ndarray:
 def logits(model: keras.Model, shape: list[int]) -> np.ndarray:
     # As the runner evaluates: a call that leaves out training moves the BatchNorm statistics
     # of a keras.applications model nested in its resizing one.
+    import keras
+
     return keras.ops.convert_to_numpy(model(example_batch(shape), training=False))
 
 
@@ -63,6 +68,8 @@ class ModelConfig:
         self._built: dict[str, keras.Model] = {}
 
     def fresh(self, activation: str) -> keras.Model:
+        import keras
+
         keras.utils.set_random_seed(SEED)
         return self.build(self.input_shape, NUM_CLASSES, {"activation": activation})
 
