@@ -40,7 +40,12 @@ def packexp(run_dir: Path, env: dict, *overrides: str) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen, timeout_s: float = 240) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=timeout_s)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:  # its reaper then ends its cluster: the timeout alone
+        proc.kill()                    # fails the test, not ray_env's check of what is left
+        proc.communicate()
+        raise
     return proc.returncode, err
 
 
