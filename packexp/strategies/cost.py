@@ -306,8 +306,7 @@ class CostStrategy(Strategy):
         rung = RungContext(steps={t.trial_id: DEFAULT_STEPS for t in trials})
         return [group for group, _ in self.plan(trials, capacity, rung)]
 
-    def plan(self, trials: Sequence[Trial], capacity: Capacity,
-             rung: RungContext) -> list[Planned]:
+    def plan(self, trials: Sequence[Trial], capacity: Capacity, rung: RungContext) -> list[Planned]:
         if self.costs is None:
             raise RuntimeError("strategy=cost has no cost model: call use_costs first")
         if not trials:
@@ -338,22 +337,18 @@ class CostStrategy(Strategy):
         kept, built = set(rung.kept), dict(rung.members)
         total, modes = 0.0, []
         for group in groups:
-            ids = tuple(t.trial_id for t in group)
-            cost, mode = min((self._cost(group, m, rung, kept, built, ids=ids), m)
-                             for m in self._modes(group, ids))
+            cost, mode = min((self._cost(group, m, rung, kept, built), m)
+                             for m in self._modes(group))
             total += cost
             modes.append(mode)
-            key, _, _, structures = self._parts(group, mode, rung, ids)
-            kept.add(key)
-            for structure, count in structures.items():
-                built[structure] = max(built.get(structure, 0), count)
+            kept.add(self._parts(group, mode, rung)[0])
+            for key, count in self._parts(group, mode, rung)[3].items():
+                built[key] = max(built.get(key, 0), count)
         return total, modes
 
-    def _parts(self, group: Sequence[Trial], fusion: str, rung: RungContext,
-               ids: tuple[str, ...] | None = None) -> tuple:
-        """A pack's key, its cost once set up, its tracing cost and its member structures
-        (``ids``: the group's trial ids, where the caller has them)."""
-        memo_key = (id(rung), fusion, *(ids or (t.trial_id for t in group)))
+    def _parts(self, group: Sequence[Trial], fusion: str, rung: RungContext) -> tuple:
+        """A pack's key, its cost once set up, its tracing cost and its member structures."""
+        memo_key = (id(rung), fusion, *(t.trial_id for t in group))
         parts = self._memo.get(memo_key)
         if parts is None:
             structures: dict[tuple, int] = {}
@@ -375,8 +370,7 @@ class CostStrategy(Strategy):
 
     def _cost(self, group: Sequence[Trial], fusion: str, rung: RungContext,
               kept: set[tuple] | frozenset[tuple] | Mapping[tuple, int],
-              built: Mapping[tuple, int], amortize: bool = True,
-              ids: tuple[str, ...] | None = None) -> float:
+              built: Mapping[tuple, int], amortize: bool = True) -> float:
         """A pack's predicted duration after the packs that set up ``kept`` and ``built``.
 
         With ``amortize``, a single's set-up counts shared with the later singles of its
@@ -384,7 +378,7 @@ class CostStrategy(Strategy):
         space's member structures): the kept single serves them all. A space of endless
         structures amortises nothing.
         """
-        key, ready, setup, structures = self._parts(group, fusion, rung, ids)
+        key, ready, setup, structures = self._parts(group, fusion, rung)
         confirm = sum(k not in rung.replayed for k in structures) * self.costs.build_s
         if key in kept and (not isinstance(kept, Mapping) or kept[key] > 0):
             return ready + confirm
@@ -399,18 +393,11 @@ class CostStrategy(Strategy):
 
     def _best(self, group: Sequence[Trial], rung: RungContext,
               kept: set[tuple] | frozenset[tuple] | Mapping[tuple, int]) -> float:
-        return min(self._cost(group, m, rung, kept, rung.members)
-                   for m in self._modes(group))
+        return min(self._cost(group, m, rung, kept, rung.members) for m in self._modes(group))
 
-    def _modes(self, group: Sequence[Trial],
-               ids: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        """``CostModel.modes``, asked once per group of a plan (the swap search asks again
-        for the same groups hundreds of thousands of times)."""
-        memo_key = ("modes", *(ids or (t.trial_id for t in group)))
-        modes = self._memo.get(memo_key)
-        if modes is None:
-            modes = self._memo[memo_key] = self.costs.modes(group)
-        return modes
+    def _modes(self, group: Sequence[Trial]) -> tuple[str, ...]:
+        key = ("modes", *(t.trial_id for t in group))  # once per group: _swap asks again
+        return self._memo.get(key) or self._memo.setdefault(key, self.costs.modes(group))
 
     def _sorted_runs(self, trials: Sequence[Trial], capacity: Capacity,
                      rung: RungContext) -> list[list[Trial]]:
