@@ -146,6 +146,7 @@ def test_resume_of_a_directory_without_a_journal_exits_2(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.paper_cnns  # a minute of MobileNetV2 on a CPU: make test-paper-cnns runs it
 def test_a_cnn_search_on_the_embedded_default_learns(tmp_path):
     """MobileNetV2 on digits with no dataset key: images by default, and it learns.
 
