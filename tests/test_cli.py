@@ -146,22 +146,25 @@ def test_resume_of_a_directory_without_a_journal_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.paper_cnns  # a minute of MobileNetV2 on a CPU: make test-paper-cnns runs it
-def test_a_cnn_search_on_the_embedded_default_learns(tmp_path):
-    """MobileNetV2 on digits with no dataset key: images by default, and it learns.
+@pytest.mark.parametrize(("model", "rates"), [
+    ("cnn", "[0.01,0.1]"),  # a minute of MobileNetV2 on a CPU: make test-paper-cnns runs it
+    pytest.param("mobilenet", "[0.001,0.01]", marks=pytest.mark.paper_cnns)])
+def test_a_cnn_search_on_the_embedded_default_learns(tmp_path, model, rates):
+    """A CNN on digits with no dataset key: images by default, and it learns.
 
-    The space is cut to learning rates and optimizers that train in a few epochs, so the
-    best is far above chance (0.10) unless BatchNorm's evaluation statistics lag behind
-    training (Keras's momentum 0.999 scored 0.10 in every trial). The estimate alone plans
-    the packs (device.probe=false): a probe would only confirm that they fit, in 10 s.
+    The space is cut to learning rates (each model's) and optimizers that train in a few
+    epochs, so the best is far above chance (0.10) unless BatchNorm's evaluation statistics
+    lag behind training (Keras's momentum 0.999 scored 0.10 in every MobileNetV2 trial).
+    The estimate alone plans the packs (device.probe=false): a probe would only confirm that
+    they fit.
     """
-    out = packexp("model=mobilenet", "strategy=knn", "experiment=quick", "scheduler.R=3",
-                  "search_space.params.learning_rate=[0.001,0.01]",
+    out = packexp(f"model={model}", "strategy=knn", "experiment=quick", "scheduler.R=3",
+                  f"search_space.params.learning_rate={rates}",
                   "search_space.params.optimizer=[momentum,adam]", "device.probe=false",
                   f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["model"] == "mobilenet"
+    assert results["model"] == model
     scores = [r["val_accuracy"] for t in results["trials"] for r in t["rungs"]]
     assert len(scores) == 3 + 1 + 2
     assert results["best"]["val_accuracy"] >= 0.6

@@ -154,11 +154,11 @@ def test_concurrency_records_out_of_memory_as_a_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_profile_with_mobilenet_logs_to_mlflow(tmp_path):
-    """python -m packexp task=profile, as a user runs it, with a small MobileNet: one point,
+def test_cli_profile_of_a_cnn_logs_to_mlflow(tmp_path):
+    """python -m packexp task=profile, as a user runs it, with a small CNN: one point,
     a pack of two against each alone (the sweep over points is test_each_profile_runs_tiny's)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    args = ["task=profile", "profile=num_models", "model=mobilenet", "model.alpha=0.2",
+    args = ["task=profile", "profile=num_models", "model=cnn", "model.width=4",
             "dataset=synthetic", "dataset.train_size=64", "dataset.val_size=16",
             "profile.num_models=[2]", "profile.batch_size=8", *TINY,
             f"hydra.run.dir={tmp_path / 'run'}", f"tracking.store_dir={tmp_path}"]

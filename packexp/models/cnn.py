@@ -1,0 +1,60 @@
+"""A small CNN for a CPU: ``blocks`` of Conv2D, BatchNorm and the activation, max pooling
+between blocks, then global average pooling and the logits. The model a user picks for their
+own photos where MobileNetV2 is too slow to search."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import keras
+
+from packexp.checks import positive_int
+from packexp.models.activation import SelectActivation
+
+ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
+# Convolutions need [height, width, channels]; a dataset with images: auto gives them.
+NEEDS_IMAGES = True
+# The activation is a SelectActivation's choice: runtime data, not structure, so trials that
+# differ only in it share one built model and one traced step.
+RUNTIME_HPARAMS = ("activation",)
+
+
+def build(
+    input_shape: Sequence[int],
+    num_classes: int,
+    hparams: Mapping[str, Any],
+    width: int = 16,
+    blocks: int = 2,
+    bn_momentum: float = 0.7,
+) -> keras.Model:
+    """Builds the CNN returning logits.
+
+    Args:
+        input_shape: Shape of one image, ``[height, width, channels]``.
+        num_classes: Width of the logits.
+        hparams: Uses ``activation``, one of ``ACTIVATIONS``; ``width`` and ``blocks``, where
+            the search space lists them, override the arguments of the same names.
+        width: Filters of the first block; each later block doubles them.
+        blocks: Conv-BatchNorm-activation blocks; pooling halves the image between them.
+        bn_momentum: Momentum of the BatchNorm moving statistics (see conf/model/cnn.yaml).
+    """
+    activation = hparams.get("activation", "relu")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r}: cnn knows {list(ACTIVATIONS)}")
+    width, blocks = hparams.get("width", width), hparams.get("blocks", blocks)
+    for key, value in (("width", width), ("blocks", blocks)):
+        positive_int(key, value)
+    if len(input_shape) != 3:
+        raise ValueError(f"input_shape={list(input_shape)}: cnn needs images [height, width, "
+                         "channels]; use a dataset with images (e.g. dataset.images=auto for "
+                         "digits)")
+    x = inputs = keras.Input(tuple(input_shape))
+    for block in range(blocks):
+        if block:
+            x = keras.layers.MaxPooling2D(padding="same")(x)
+        x = keras.layers.Conv2D(width * 2**block, 3, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization(momentum=bn_momentum)(x)
+        x = SelectActivation(ACTIVATIONS, activation)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x), name="cnn")
