@@ -11,13 +11,11 @@ import keras
 
 from packexp.checks import positive_int
 from packexp.models.activation import SelectActivation
+from packexp.models.keras_apps import ACTIVATIONS, NEEDS_IMAGES, RUNTIME_HPARAMS
 
-ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
-# Convolutions need [height, width, channels]; a dataset with images: auto gives them.
-NEEDS_IMAGES = True
-# The activation is a SelectActivation's choice: runtime data, not structure, so trials that
-# differ only in it share one built model and one traced step.
-RUNTIME_HPARAMS = ("activation",)
+# The keras.applications models' activations, image inputs and runtime hyper-parameter (the
+# activation, a SelectActivation's choice: trials that differ only in it share one model).
+__all__ = ["ACTIVATIONS", "NEEDS_IMAGES", "RUNTIME_HPARAMS", "build"]
 
 
 def build(
