@@ -1,6 +1,6 @@
 """What a search tells the world: typed events, the records they carry, and their listeners.
 
-The driver (``packexp/driver.py``) emits one event per step of the search, in order, to a
+The search (``packexp/runner/search.py``) emits one event per step of the search, in order, to a
 list of listeners: the journal, the tracker, the progress display and the results
 collector are listeners (``packexp/listeners/``), and so is any a user adds under
 ``listeners:`` in the config. A listener overrides the handlers it needs; the others do

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from packexp.events import Exploit, PackRecord, PlanRecord, RungResult
 from packexp.files import naming
 
 log = logging.getLogger(__name__)
@@ -90,73 +88,3 @@ def first_difference(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> 
             return (f"{key}={actual.get(key, '<unset>')!r} here, but the journal has "
                     f"{key}={expected.get(key, '<unset>')!r}")
     return None
-
-
-def finished(records: list[dict]) -> list[dict]:
-    """The journal's records less the results of packs whose ``pack`` record is missing."""
-    packs = {r["pack"]["pack_id"] for r in records if r["event"] == "pack"}
-    return [r for r in records if r["event"] != "result" or r["pack_id"] in packs]
-
-
-def journaled_checkpoints(records: list[dict]) -> set[str]:
-    """The checkpoints a resumed search may continue from: each trial's last one whose pack
-    was journaled whole."""
-    last = {r["trial_id"]: r["checkpoint"] for r in finished(records)
-            if r["event"] == "result"}
-    return {path for path in last.values() if path}
-
-
-@dataclass
-class Replayed:
-    """A killed run's finished work as a resume reads it from the journal, typed.
-
-    Attributes:
-        done: Per (bracket, rung), each trial's journaled result, in journal order. Results
-            of a pack without its ``pack`` record (the run was killed while the pack was
-            committed) are left out: the whole pack trains again, as an unbroken run trained
-            it.
-        packs: The packs journaled whole.
-        plans: Per (bracket, rung), a synchronous scheduler's first plan of the rung.
-        keyed: An asynchronous scheduler's plans, each named by its key, in journal order.
-        exploits: A population's exploits (``scheduler=pbt``), by the interval they end.
-    """
-
-    done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
-    packs: list[PackRecord] = field(default_factory=list)
-    plans: dict[tuple[int, int], PlanRecord] = field(default_factory=dict)
-    keyed: list[PlanRecord] = field(default_factory=list)
-    exploits: dict[int, list[Exploit]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, records: list[dict]) -> Replayed:
-        replayed = cls()
-        for r in finished(records):
-            if r["event"] == "result":
-                result = RungResult.from_dict(r)
-                replayed.done.setdefault((result.bracket, result.rung), {})[
-                    result.trial_id] = result
-            elif r["event"] == "pack":
-                replayed.packs.append(PackRecord.from_dict(r["pack"]))
-            elif r["event"] == "exploit":
-                replayed.exploits[r["rung"]] = [Exploit.from_dict(e) for e in r["exploits"]]
-            elif r["event"] == "plan":
-                plan = PlanRecord.from_dict(r)
-                if plan.key is not None:
-                    replayed.keyed.append(plan)
-                else:
-                    replayed.plans.setdefault((plan.bracket, plan.rung), plan)
-        return replayed
-
-    @property
-    def members(self) -> int:
-        """The member results found."""
-        return sum(len(v) for v in self.done.values())
-
-    def left(self, plan: PlanRecord,
-             todo: Iterable[str]) -> list[tuple[int, list[str], str | None]]:
-        """``plan``'s packs that still have members in ``todo``, each with its number in the
-        plan (so its ``pack_id`` is the one an unbroken run gives it) and only those members."""
-        todo = set(todo)
-        groups = [(j, [i for i in pack if i in todo], f)
-                  for j, (pack, f) in enumerate(zip(plan.packs, plan.fusion, strict=True))]
-        return [(j, g, f) for j, g, f in groups if g]

@@ -421,19 +421,3 @@ def _unused_first(rng: np.random.Generator, size: int, used: list[int], n: int) 
 def _plain(value: Any) -> Any:
     """Turns NumPy scalars into Python ones so results serialise to JSON."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-# Names that moved to ``pack_options`` (packing ideas, not the space's); they keep working here.
-_MOVED = frozenset({"member_key", "pack_key", "member_bucket", "runtime_hparams"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import warnings
-
-        from packexp import pack_options
-
-        warnings.warn(f"packexp.search_space.{name} moved to packexp.pack_options.{name}",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(pack_options, name)
-    raise AttributeError(f"module 'packexp.search_space' has no attribute {name!r}")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from packexp.driver import PackedSearch
 from packexp.errors import ConfigError
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
+from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
 from packexp.schedulers import Asha, AshaState, Hyperband, promotable

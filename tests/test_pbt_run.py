@@ -98,8 +98,8 @@ def kill_at(monkeypatch, where: str):
     """Makes the search die (as if killed) ``mid-interval``, once a pack of the interval
     after the first exploit has finished, or ``before effect``, once the first exploit is
     journaled but before the member's copy of its donor's state is written."""
-    import packexp.driver as driver
     import packexp.packing.member as member
+    import packexp.runner.search as driver
 
     if where == "mid-interval":
         original = driver.PackedSearch.commit
@@ -215,7 +215,7 @@ def test_a_diverged_member_copies_a_live_one_and_a_resume_after_its_donor_moved_
         assert all(r["val_accuracy"] is not None for r in t["rungs"][1:])
     assert {t["trial_id"] for t in whole["trials"] if t.get("lineage")} >= diverged
     assert whole["epochs_spent"] == 4 * 6  # a replaced member trains from its copy on
-    import packexp.driver as driver
+    import packexp.runner.search as driver
 
     original = driver.PackedSearch.commit
 

@@ -60,7 +60,7 @@ def test_checkpoints_of_retired_trials_are_removed(tmp_path):
 
 def kill_after(monkeypatch, packs: int):
     """Makes the search die (as if killed) once ``packs`` packs have finished."""
-    import packexp.driver as tuner
+    import packexp.runner.search as tuner
 
     original = tuner.PackedSearch.commit
     done = []
@@ -96,7 +96,7 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
     assert not (tmp_path / "killed" / "results.json").exists()
     finished = [r for r in Journal(tmp_path / "killed").read() if r["event"] == "result"]
     assert finished
-    import packexp.driver as tuner
+    import packexp.runner.search as tuner
 
     trained = []
 
@@ -124,7 +124,7 @@ def test_resume_reattaches_mlflow_runs(tmp_path, monkeypatch):
     original = kill_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path / "run", tracking="mlflow", store=tmp_path / "store")
-    import packexp.driver as tuner
+    import packexp.runner.search as tuner
 
     monkeypatch.setattr(tuner.PackedSearch, "commit", original)
     resumed = tune(tmp_path / "run", "resume=true", tracking="mlflow", store=tmp_path / "store")
@@ -150,7 +150,7 @@ def test_resume_with_another_config_names_the_key(tmp_path, monkeypatch):
     original = kill_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path, "seed=1")
-    import packexp.driver as tuner
+    import packexp.runner.search as tuner
 
     monkeypatch.setattr(tuner.PackedSearch, "commit", original)
     with pytest.raises(ConfigError, match=r"resume=true: seed=0 here, but the journal has "

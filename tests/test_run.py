@@ -190,7 +190,7 @@ def test_unreachable_tracking_server_fails_before_training(tmp_path):
 def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import packexp.driver as tuner
+    import packexp.runner.search as tuner
 
     def explode(*args, **kwargs):
         raise RuntimeError("boom")

@@ -365,7 +365,7 @@ def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeyp
 
 @pytest.mark.tf
 def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
-    import packexp.driver as tuner
+    import packexp.runner.search as tuner
 
     original = tuner.PackedSearch.commit
     done = []

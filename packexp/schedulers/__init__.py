@@ -1,5 +1,5 @@
 """The schedulers (``conf/scheduler/``): policies that decide which configurations train, to
-how many epochs and when. Pure Python; the search they drive is ``driver.PackedSearch``."""
+how many epochs and when. Pure Python; the search they drive is ``runner.PackedSearch``."""
 
 from packexp.schedulers.asha import Asha, AshaState, promotable
 from packexp.schedulers.base import (

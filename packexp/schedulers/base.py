@@ -1,5 +1,5 @@
 """What every scheduler is: a policy that decides which configurations train, to how many
-epochs and when, and drives the search (``driver.PackedSearch``) through its public methods.
+epochs and when, and drives the search (``runner.PackedSearch``) through its public methods.
 
 Pure Python. The search packs, trains, journals and scores; a scheduler only decides. Ray
 Tune's ``TrialScheduler`` has the same shape: a policy over a runner it does not own.
@@ -56,7 +56,7 @@ class KeyedPlan:
 
 
 class Search(Protocol):
-    """The search as a scheduler drives it (``driver.PackedSearch`` implements it).
+    """The search as a scheduler drives it (``runner.PackedSearch`` implements it).
 
     A synchronous scheduler samples a bracket and trains it rung by rung; an asynchronous one
     draws, plans, dispatches and collects packs itself as workers free up; a population's

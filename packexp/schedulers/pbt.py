@@ -9,6 +9,7 @@ from its donor's (``PackedSearch.exploit``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from packexp.checks import is_number, positive_int
 from packexp.errors import ConfigError
 from packexp.events import Exploit
 from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
-from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, derive_seed
+from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
 
 # (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
 # the donor's state: the same member structure (``PackedSearch.fits``).
@@ -136,6 +137,18 @@ class Pbt(Scheduler):
                 "replaced_per_interval": self.replaced(), "budget_epochs": self.budget,
                 "explore": {"perturbation_factors": list(self.perturbation_factors),
                             "resample_probability": self.resample_probability}}
+
+
+def after_exploits(members: Sequence[Trial], exploits: Sequence[Exploit],
+                   space: SearchSpace) -> list[Trial]:
+    """The members as the next interval trains them: each exploited one with its exploit's
+    values and its donor's data order (seed), so with the donor's values it would train
+    exactly as the donor."""
+    new, by_id = {e.member: e for e in exploits}, {t.trial_id: t for t in members}
+    return [dataclasses.replace(t, hparams=dict(new[t.trial_id].hparams),
+                                features=space.features(new[t.trial_id].hparams),
+                                seed=by_id[new[t.trial_id].donor].seed)
+            if t.trial_id in new else t for t in members]
 
 
 def interval_ends(epochs: int, interval: int) -> list[float]:

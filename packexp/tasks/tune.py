@@ -13,15 +13,15 @@ from omegaconf import DictConfig
 from packexp import startup
 from packexp.components import Components
 from packexp.device import ProbeFiles, device_capacity, facts_here
-from packexp.driver import PackedSearch
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
 from packexp.interrupts import held
-from packexp.journal import journaled_checkpoints
 from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
 from packexp.plots import write_plots
 from packexp.report import print_summary
 from packexp.results import search_metrics, search_results
+from packexp.runner import PackedSearch
+from packexp.runner.resume import journaled_checkpoints
 from packexp.session import (
     command_started,
     earlier_sessions_s,

@@ -15,11 +15,11 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from packexp.driver import PackedSearch
 from packexp.events import Listener, Listeners, TrialEnded
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
 from packexp.pack_options import steps_for
+from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband
 from packexp.schedulers.base import Bracket

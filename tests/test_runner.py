@@ -1,4 +1,5 @@
-"""The driver on a fake pack trainer: plans journaled first, replay, states, checks, best."""
+"""The search a scheduler drives (``packexp/runner/``) on a fake pack trainer: plans journaled
+first, replay, states, checks, best."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from packexp.driver import PackedSearch, check_fits, check_partition
 from packexp.errors import ConfigError
 from packexp.events import RungResult, TrialRecord
 from packexp.journal import Journal
 from packexp.pack_options import steps_for
+from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
 from packexp.search_space import Trial
-from packexp.strategies import Capacity, Strategy
+from packexp.strategies import Capacity, Strategy, check_fits, check_partition
 from packexp.strategies.none import NoneStrategy
 from packexp.testing.fake_trainer import (
     HYPERBAND,

@@ -1,8 +1,10 @@
-"""The search's driver: Hyperband's rungs packed, trained and scored, told as events.
+"""The search a scheduler drives: configurations drawn, packed, trained and scored.
 
-The driver decides and trains; it records nothing itself. What it does reaches the journal,
-the tracker, the progress display and the results collector as events
-(``packexp/events.py``), in the order ``PackedSearch.commit`` states.
+The scheduler decides (``packexp/schedulers/``); the search draws (``draws.py``), packs and
+trains, keeps checkpoints (``checkpoints.py``) and resumes (``resume.py``). It records
+nothing itself: what it does reaches the journal, the tracker, the progress display and the
+results collector as events (``packexp/events.py``), in the order ``PackedSearch.commit``
+states.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,12 +34,14 @@ from packexp.events import (
 )
 from packexp.executors import Executor, LocalExecutor, PackJob
 from packexp.interrupts import raise_if_interrupted
-from packexp.journal import Replayed
 from packexp.listeners.results import ResultsCollector
 from packexp.pack_options import steps_for
-from packexp.population import after_exploits, donor_copy, exploit_copy
-from packexp.samplers import Observation, Sampler
+from packexp.runner.checkpoints import CheckpointStore
+from packexp.runner.draws import Draws
+from packexp.runner.resume import Replayed
+from packexp.samplers import Sampler
 from packexp.schedulers import Bracket, KeyedPlan, Queued
+from packexp.schedulers.pbt import after_exploits
 from packexp.search_space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext, Strategy, check_fits, check_partition
 
@@ -87,7 +90,6 @@ class PackedSearch:
     replayed: Replayed = field(default_factory=Replayed)  # the journal a resume read
     _last: dict[int, list[str]] = field(default_factory=dict)
     _states: dict[str, Any] = field(default_factory=dict)  # trial_id -> MemberState
-    _drawn: dict[str, Trial] = field(default_factory=dict)  # configurations ``draw`` drew
     _sent: dict[str, tuple[int, float | None]] = field(default_factory=dict)  # in flight
     # An exploited member's next start (its donor's state) and its step counter there.
     _starts: dict[str, tuple[Any, int]] = field(default_factory=dict)
@@ -96,6 +98,8 @@ class PackedSearch:
     def __post_init__(self) -> None:
         if self.executor is None:
             self.executor = LocalExecutor().start(self.cache)
+        self.store = CheckpointStore(self.checkpoints)
+        self.draws = Draws(self.space, self.sampler, self.seed, self.book, self.brackets)
 
     def _emit(self, event: Event) -> None:
         getattr(self.book, event.handler)(event)  # the book first: the driver reads it
@@ -110,38 +114,15 @@ class PackedSearch:
         return self.book.packs
 
     def replay(self, records: list[dict]) -> int:
-        """Loads a killed run's finished work from its journal (``journal.Replayed``);
+        """Loads a killed run's finished work from its journal (``runner.resume.Replayed``);
         returns the members found."""
         self.replayed = Replayed.of(records)
         self.book.packs.extend(self.replayed.packs)
         return self.replayed.members
 
     def sample(self, bracket: Bracket) -> list[Trial]:
-        trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
-                                     self.history(bracket), self.drawn_before(bracket))
-        if len(trials) < bracket.rungs[0].n:
-            log.warning("bracket %d wants %d configurations; the space has only %d",
-                        bracket.s, bracket.rungs[0].n, len(trials))
-        self.book.add_trials(bracket.s, trials)
-        return trials
-
-    def drawn_before(self, bracket: Bracket) -> list[dict]:
-        """The configurations of the brackets sampled before ``bracket``, which a finite
-        space does not draw again while it has others."""
-        earlier = self._earlier(bracket)
-        return [dict(t.hparams) for t in self.trials.values() if t.bracket in earlier]
-
-    def _earlier(self, bracket: Bracket) -> set[int]:
-        order = [b.s for b in self.brackets] or [bracket.s]
-        return set(order[:order.index(bracket.s)]) if bracket.s in order else set()
-
-    def history(self, bracket: Bracket) -> list[Observation]:
-        """The scored rungs of the brackets sampled before ``bracket``: what a resumed run
-        knows at its start too, since it replays every bracket's results."""
-        earlier = self._earlier(bracket)
-        return [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
-                for t in self.trials.values() if t.bracket in earlier
-                for r in t.rungs if r.val_accuracy is not None]
+        """``bracket``'s configurations (``Draws.bracket``)."""
+        return self.draws.bracket(bracket)
 
     def train_rung(
         self, bracket: Bracket, rung: int, trials: list[Trial], epochs: float
@@ -171,21 +152,11 @@ class PackedSearch:
 
     def trial(self, trial_id: str) -> Trial:
         """A configuration ``draw`` drew (or a resume replayed)."""
-        return self._drawn[trial_id]
+        return self.draws.drawn[trial_id]
 
     def draw(self, n: int, salt: int, first: int) -> list[Trial]:
-        """``n`` new configurations from the sampler, given every result so far and none drawn
-        before while the space has others; numbered ``t<i>`` from ``first`` in the order
-        drawn, seeded by ``salt`` (the plan that draws them)."""
-        history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
-                   for t in self.trials.values() for r in t.rungs if r.val_accuracy is not None]
-        trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
-                  for i, t in enumerate(self.sampler.sample(
-                      self.space, n, self.seed, salt, history,
-                      [t.hparams for t in self._drawn.values()]))]
-        self.book.add_trials(0, trials)
-        self._drawn.update((t.trial_id, t) for t in trials)
-        return trials
+        """``n`` new configurations (``Draws.more``)."""
+        return self.draws.more(n, salt, first)
 
     def plan(self, bracket: Bracket, rung: int, trials: list[Trial], key: str,
              sampled: bool = False) -> list[Queued]:
@@ -254,34 +225,26 @@ class PackedSearch:
         configurations they drew are known again (``trial``)."""
         plans = []
         for plan in self.replayed.keyed:
-            drawn = [Trial(d["trial_id"], d["hparams"], self.space.features(d["hparams"]),
-                           d["seed"], 0) for d in plan.sampled or ()]
-            self.book.add_trials(0, drawn)
-            self._drawn.update((t.trial_id, t) for t in drawn)
+            drawn = self.draws.replayed(plan.sampled or ())
             plans.append(KeyedPlan(plan.rung, [i for p in plan.packs for i in p], len(drawn)))
         return plans
 
     def replayed_results(self) -> list[RungResult]:
         """The results a resume replayed, rung by rung in the order the journal has them."""
-        return [result for done in self.replayed.done.values() for result in done.values()]
+        return self.replayed.results
 
     def requeue(self, bracket: Bracket) -> list[Queued]:
         """The replayed plans' packs still to train, with their journaled numbers; each plan
         with some is told again (journaled, so not re-journaled)."""
         queue = []
-        for plan in self.replayed.keyed:
-            done = self.replayed.done.get((bracket.s, plan.rung), {})
-            left = [(j, [self._drawn[i] for i in g], f) for j, g, f in self.replayed.left(
-                plan, [i for p in plan.packs for i in p if i not in done])]
-            if not left:
-                continue
+        for plan, left, done in self.replayed.unfinished(bracket.s):
+            left = [(j, [self.trial(i) for i in g], f) for j, g, f in left]
             epochs = bracket.rungs[plan.rung].r
             context = self._context([t for _, g, _ in left for t in g], epochs, bracket,
                                     plan.rung)
             self._emit(RungPlanned(bracket.s, plan.rung, epochs, [g for _, g, _ in left],
-                                   [f for _, _, f in left],
-                                   sorted(i for p in plan.packs for i in p if i in done),
-                                   journaled=True, key=plan.key))
+                                   [f for _, _, f in left], done, journaled=True,
+                                   key=plan.key))
             queue += [Queued(plan.rung, j, self._job(f"{plan.key}-p{j:02d}", bracket, plan.rung,
                                                      g, f), context) for j, g, f in left]
         return queue
@@ -354,21 +317,12 @@ class PackedSearch:
 
     def _planned(self, bracket: int, rung: int,
                  todo: list[Trial]) -> list[tuple[int, list[Trial], str | None]] | None:
-        """The journaled packs of an interrupted rung still to train, each with its number in
-        the rung's plan (so its ``pack_id`` is the one an unbroken run gives it).
-
-        A pack's results are journaled together, so its members are all done or all to do;
-        rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
-        fused packs included.
-        """
-        plan = self.replayed.plans.get((bracket, rung))
-        if plan is None:
-            return None
+        """The journaled packs of an interrupted rung still to train, numbered as in its plan
+        (``Replayed.planned``); None: plan the rung afresh."""
         by_id = {t.trial_id: t for t in todo}
-        groups = [(j, [by_id[i] for i in g], f) for j, g, f in self.replayed.left(plan, by_id)]
-        if sorted(t.trial_id for _, g, _ in groups for t in g) != sorted(by_id):
-            return None
-        return groups
+        groups = self.replayed.planned(bracket, rung, by_id)
+        return None if groups is None else [(j, [by_id[i] for i in g], f)
+                                            for j, g, f in groups]
 
     def fits(self, donor: Mapping[str, Any], hparams: Mapping[str, Any]) -> bool:
         """Whether a member of ``hparams`` can take the state of one of ``donor``: both are
@@ -399,8 +353,8 @@ class PackedSearch:
         done = self.replayed.done.get((bracket.s, rung + 1), {})
         for e in (e for e in exploits if e.member not in done):
             step = steps_for(epochs, int(e.hparams["batch_size"]), self.train_size)
-            start = donor_copy(
-                exploit_copy(self.checkpoints, e.member, rung, e.donor),
+            start = self.store.donor_start(
+                e.member, rung, e.donor,
                 lambda d=e.donor: self._states.get(d) or read_state(self.trials[d].last.checkpoint),
                 step, before[e.donor].get("optimizer") != e.hparams.get("optimizer"))
             self._starts[e.member] = (start, step)  # in memory: a Ray worker may not see path
@@ -446,8 +400,6 @@ class PackedSearch:
 
         The rung's plan was journaled (``RungPlanned``) before its first pack trained.
         """
-        from packexp.packing.member import write_state
-
         members = pack_run.members
         t0 = time.perf_counter()
         checkpoints: dict[str, str | None] = {}
@@ -456,8 +408,7 @@ class PackedSearch:
             self._states.pop(m.trial_id, None)
             checkpoints[m.trial_id] = m.checkpoint  # a worker's, already durable
             if m.state is not None and not m.failed and self._checkpoints(bracket, rung):
-                checkpoints[m.trial_id] = write_state(
-                    m.state, self.checkpoints / m.trial_id / f"r{rung}")
+                checkpoints[m.trial_id] = self.store.write(m.state, m.trial_id, rung)
                 self._states[m.trial_id] = m.state  # the next rung reads the memory copy
         pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
                             time.perf_counter() - t0, self._spent(members, epochs, exploited))
@@ -473,18 +424,14 @@ class PackedSearch:
             self._emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,
                                     round(self.capacity.cost(m.trial) / 2**20, 2)))
-            copies = exploit_copy(self.checkpoints, m.trial_id, rung - 1, "*")
-            stale += [*(self.checkpoints / m.trial_id).glob(f"r{rung - 1}.*"),
-                      *copies.parent.glob(copies.name)]
-            if before and before.checkpoint not in (None, result.checkpoint):
-                stale.append(Path(before.checkpoint))
+            stale += self.store.superseded(m.trial_id, rung, before and before.checkpoint,
+                                           result.checkpoint)
             scores[m.trial_id] = ev.val_accuracy
         best = self.best()
         self._emit(PackFinished(pack, len(self.packs), best["val_accuracy"] if best else None,
                                 round(sum(p.epochs_spent for p in self.packs) + pack.epochs_spent,
                                       4)))
-        for old in stale:
-            old.unlink(missing_ok=True)
+        self.store.delete(stale)
         for m in members:
             if m.failed:
                 self.retire(m.trial_id, "failed")
@@ -528,10 +475,6 @@ class PackedSearch:
         if record.status != "running":
             return
         self._emit(TrialEnded(trial_id, status))
-        # Checkpoints exist only to continue from; a retired trial never continues.
-        shutil.rmtree(self.checkpoints / trial_id, ignore_errors=True)
-        for r in record.rungs:
-            if r.checkpoint:
-                Path(r.checkpoint).unlink(missing_ok=True)
+        self.store.retire(trial_id, [r.checkpoint for r in record.rungs])
         self._states.pop(trial_id, None)
 

@@ -1,0 +1,73 @@
+"""The checkpoint store: the end states a search's trials continue from, as files. No
+TensorFlow (``packexp.packing.member`` reads and writes a state, imported when one is).
+
+Each trial keeps the end state of the rung it last finished, ``<root>/<trial>/r<rung>``,
+written whole (``write_state`` renames a complete file into place) before any journal record
+names it. A population's replaced member keeps its copy of its donor's state apart, under
+``<root>/exploits/``, since retiring the member (a diverged one) deletes its own files.
+``PackedSearch.commit`` states when each file is written and deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CheckpointStore:
+    """A search's checkpoint files under ``root`` (the run directory's ``checkpoints/``)."""
+
+    root: Path
+
+    def write(self, state: Any, trial_id: str, rung: int) -> str:
+        """Writes ``trial_id``'s end state of ``rung``; returns the file's path."""
+        from packexp.packing.member import write_state
+
+        return write_state(state, self.root / trial_id / f"r{rung}")
+
+    def exploit_copy(self, member: str, rung: int, donor: str) -> Path:
+        """Where ``member``'s copy of ``donor``'s end state of interval ``rung`` is kept
+        (``donor`` may be ``*``, a pattern)."""
+        return self.root / "exploits" / f"{member}-r{rung}-from-{donor}.npz"
+
+    def donor_start(self, member: str, rung: int, donor: str, donor_state: Callable[[], Any],
+                    step: int, fresh_slots: bool) -> Any:
+        """An exploited member's starting state (a ``MemberState``): the copy a session
+        before a resume wrote, else ``donor_state()`` with the step counter at ``step``,
+        written to the copy's place first so that a resume starts the member there too."""
+        from packexp.packing.member import MemberState, read_state, write_state
+
+        path = self.exploit_copy(member, rung, donor)
+        if path.exists():
+            return read_state(path)
+        state = donor_state()
+        start = MemberState(state.weights, state.slots, step, fresh_slots=fresh_slots)
+        write_state(start, path)
+        return start
+
+    def superseded(self, trial_id: str, rung: int, before: str | None,
+                   now: str | None) -> list[Path]:
+        """The files a trial no longer needs once its result of ``rung`` is journaled with
+        checkpoint ``now``: its state of the rung before, its copies of donors' states, and
+        ``before`` (the checkpoint its last result named) when that is another file."""
+        copies = self.exploit_copy(trial_id, rung - 1, "*")
+        stale = [*(self.root / trial_id).glob(f"r{rung - 1}.*"),
+                 *copies.parent.glob(copies.name)]
+        if before not in (None, now):
+            stale.append(Path(before))
+        return stale
+
+    @staticmethod
+    def delete(paths: Iterable[Path]) -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    def retire(self, trial_id: str, checkpoints: Iterable[str | None]) -> None:
+        """Deletes a retired trial's files: its folder and every checkpoint its results
+        named (a worker's may lie elsewhere). A retired trial never continues."""
+        shutil.rmtree(self.root / trial_id, ignore_errors=True)
+        self.delete(Path(c) for c in checkpoints if c)

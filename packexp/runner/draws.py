@@ -1,0 +1,78 @@
+"""The configurations a search draws: from its sampler, told the results so far, and none
+drawn before while a finite space has others. Pure Python."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packexp.samplers import Observation, Sampler
+from packexp.schedulers import Bracket
+from packexp.search_space import SearchSpace, Trial
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Draws:
+    """Draws configurations and adds them to ``book`` (``ResultsCollector``), whose scored
+    rungs are what the sampler learns from.
+
+    A synchronous scheduler draws a bracket at a time (``bracket``), told the brackets before
+    it (``brackets``, in the order they run); an asynchronous one draws as it goes
+    (``more``), told every result so far, and names its draws itself.
+    """
+
+    space: SearchSpace
+    sampler: Sampler
+    seed: int
+    book: Any  # listeners.results.ResultsCollector
+    brackets: Sequence[Bracket] = ()
+    drawn: dict[str, Trial] = field(default_factory=dict)  # by ``more``, or replayed
+
+    def bracket(self, bracket: Bracket) -> list[Trial]:
+        """``bracket``'s configurations, told the brackets sampled before it: what a
+        resumed run knows at its start too, since it replays every bracket's results."""
+        earlier = self._earlier(bracket)
+        before = [t for t in self.book.trials.values() if t.bracket in earlier]
+        history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
+                   for t in before for r in t.rungs if r.val_accuracy is not None]
+        trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
+                                     history, [dict(t.hparams) for t in before])
+        if len(trials) < bracket.rungs[0].n:
+            log.warning("bracket %d wants %d configurations; the space has only %d",
+                        bracket.s, bracket.rungs[0].n, len(trials))
+        self.book.add_trials(bracket.s, trials)
+        return trials
+
+    def _earlier(self, bracket: Bracket) -> set[int]:
+        order = [b.s for b in self.brackets] or [bracket.s]
+        return set(order[:order.index(bracket.s)]) if bracket.s in order else set()
+
+    def more(self, n: int, salt: int, first: int) -> list[Trial]:
+        """``n`` new configurations, told every result so far; numbered ``t<i>`` from
+        ``first`` in the order drawn, seeded by ``salt`` (the plan that draws them)."""
+        history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
+                   for t in self.book.trials.values() for r in t.rungs
+                   if r.val_accuracy is not None]
+        trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
+                  for i, t in enumerate(self.sampler.sample(
+                      self.space, n, self.seed, salt, history,
+                      [t.hparams for t in self.drawn.values()]))]
+        self.adopt(trials)
+        return trials
+
+    def adopt(self, trials: list[Trial]) -> None:
+        """Known as drawn by ``more``: ``trials`` a resume read back from the journal."""
+        self.book.add_trials(0, trials)
+        self.drawn.update((t.trial_id, t) for t in trials)
+
+    def replayed(self, sampled: Sequence[dict]) -> list[Trial]:
+        """A journaled plan's drawn configurations (``PlanRecord.sampled``), known again."""
+        trials = [Trial(d["trial_id"], d["hparams"], self.space.features(d["hparams"]),
+                        d["seed"], 0) for d in sampled]
+        self.adopt(trials)
+        return trials
