@@ -31,8 +31,8 @@ class CheckpointStore:
 
     def exploit_copy(self, member: str, rung: int, donor: str) -> Path:
         """Where ``member``'s copy of ``donor``'s end state of interval ``rung`` is kept
-        (``donor`` may be ``*``, a pattern)."""
-        return self.root / "exploits" / f"{member}-r{rung}-from-{donor}.npz"
+        (``donor`` may be ``*``, a pattern), less the suffix the state's writer adds."""
+        return self.root / "exploits" / f"{member}-r{rung}-from-{donor}"
 
     def donor_start(self, member: str, rung: int, donor: str, donor_state: Callable[[], Any],
                     step: int, fresh_slots: bool) -> Any:
@@ -42,8 +42,8 @@ class CheckpointStore:
         from packexp.packing.member import MemberState, read_state, write_state
 
         path = self.exploit_copy(member, rung, donor)
-        if path.exists():
-            return read_state(path)
+        for written in path.parent.glob(f"{path.name}.*"):  # whole: renamed into place
+            return read_state(written)
         state = donor_state()
         start = MemberState(state.weights, state.slots, step, fresh_slots=fresh_slots)
         write_state(start, path)
@@ -56,7 +56,7 @@ class CheckpointStore:
         ``before`` (the checkpoint its last result named) when that is another file."""
         copies = self.exploit_copy(trial_id, rung - 1, "*")
         stale = [*(self.root / trial_id).glob(f"r{rung - 1}.*"),
-                 *copies.parent.glob(copies.name)]
+                 *copies.parent.glob(f"{copies.name}.*")]
         if before not in (None, now):
             stale.append(Path(before))
         return stale

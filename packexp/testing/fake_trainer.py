@@ -18,7 +18,7 @@ from typing import Any
 from packexp.events import Listener, Listeners, TrialEnded
 from packexp.journal import Journal
 from packexp.listeners import JournalListener
-from packexp.pack_options import steps_for
+from packexp.pack_options import member_key, steps_for
 from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband
@@ -40,8 +40,21 @@ class InOrder(Strategy):
 
 @dataclass(frozen=True)
 class State:
+    """A member's state: whose weights it holds (``trial_id``) and its step counter."""
+
     trial_id: str
     step: int
+
+    @property
+    def weights(self) -> str:
+        return self.trial_id
+
+    slots = None
+
+
+def member_state(weights: str, slots: None, step: int, fresh_slots: bool = False) -> State:
+    """``MemberState`` of the fake: a population's copy of its donor's weights."""
+    return State(weights, step)
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,7 @@ def install_fake_trainer(monkeypatch) -> FakeTrainer:
         for function in functions:
             setattr(module, function, getattr(fake, function))
         monkeypatch.setitem(sys.modules, module.__name__, module)
+    sys.modules["packexp.packing.member"].MemberState = member_state
     return fake
 
 
@@ -146,6 +160,10 @@ class FakeCache:
 
     def kept(self) -> tuple[frozenset[tuple], dict[tuple, int]]:
         return frozenset(), {}
+
+    def member_key(self, trial: Trial, sliced: bool = False) -> tuple:
+        """As ``PackCache.member_key``: which members may take each other's states."""
+        return member_key(trial, sliced, self.model_runtime)
 
 
 def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket] | None = None,
