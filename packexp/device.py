@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from packexp import telemetry
 from packexp.checks import positive_int
 from packexp.config import model_hparams
 from packexp.errors import ConfigError
@@ -238,15 +239,11 @@ def probe_here(cache: Any, trial: Trial) -> int:
 
 def facts_here(cache: Any) -> Any:
     """This process's ``telemetry.DeviceFacts``."""
-    from packexp.telemetry import device_facts
-
-    return device_facts()
+    return telemetry.device_facts()
 
 
 def device_limit(device: DictConfig) -> tuple[int, str]:
     """Bytes one pack may use on the device, and the setting they come from."""
-    from packexp.packing.memory import device_capacity_bytes
-
     try:
         return device_capacity_bytes(device.memory_budget_mb, device.gpu_memory_fraction)
     except ValueError as e:
@@ -263,3 +260,28 @@ def planning_capacity(device: DictConfig, build_model: Callable, dataset: Any,
     memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
                                                t.hparams), architecture=architecture)
     return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
+
+
+def device_capacity_bytes(memory_budget_mb: float | None,
+                          gpu_fraction: float = 0.9) -> tuple[int, str]:
+    """Memory one pack may use: a share of the GPU memory this process may hold (NVML's
+    free memory, or a Ray actor's share), else the budget.
+
+    Returns:
+        The bytes, and the setting they come from, for error messages.
+    """
+    gpu = telemetry.gpu_budget()
+    if gpu is not None:
+        if not _positive(gpu_fraction) or gpu_fraction > 1:
+            raise ValueError(f"gpu_memory_fraction={gpu_fraction!r}: must be in (0, 1]")
+        available, source = gpu
+        return int(available * gpu_fraction), (
+            f"device.gpu_memory_fraction={gpu_fraction} of {source}")
+    if not _positive(memory_budget_mb):
+        raise ValueError(f"memory_budget_mb={memory_budget_mb!r}: a CPU needs a positive "
+                         "number of MB")
+    return int(memory_budget_mb * 2**20), f"device.memory_budget_mb={memory_budget_mb}"
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

@@ -394,7 +394,7 @@ def noise(res: Results) -> str:
 
 
 def section_ablation(res: Results) -> list[str]:
-    from packexp.profile.ablation import COLUMN, FACTORS, LABELS
+    from packexp.profile.readings import COLUMN, FACTORS, LABELS
 
     out = ["## Figure 5 and Table 1: ablation of the five factors (two models)", "",
            "Paper (GPU): the best cases share the training data and the batch size; sharing "

@@ -21,10 +21,13 @@ def _targeted(path: Path) -> tuple[str, dict] | None:
 
 
 # The group files that name a class or function (experiment bundles and the like do not).
-FILES = [p for p in sorted(Path(CONF_DIR).glob("*/*.yaml")) if _targeted(p)]
+# A profile's module times TensorFlow packs: reading its signature imports TensorFlow.
+FILES = [pytest.param(p, id=f"{p.parent.name}/{p.name}",
+                      marks=[pytest.mark.tf] if p.parent.name == "profile" else [])
+         for p in sorted(Path(CONF_DIR).glob("*/*.yaml")) if _targeted(p)]
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", FILES)
 def test_no_config_file_writes_a_default_its_code_writes(path):
     """A literal equal to the constructor's default is a second source that can drift (as
     sampler=tpe's random_fraction did, 0.333 against 1/3). A null for a file path a user
@@ -44,7 +47,7 @@ def test_no_config_file_writes_a_default_its_code_writes(path):
     assert not repeated, f"{path.name}: write {repeated} as ${{default:}}"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", FILES)
 def test_every_default_key_resolves_to_its_constructors_default(path):
     target, node = _targeted(path)
     parameters = inspect.signature(hydra.utils.get_object(target)).parameters
@@ -60,6 +63,7 @@ def test_every_default_key_resolves_to_its_constructors_default(path):
             assert got == (list(default) if isinstance(default, tuple) else default)
 
 
+@pytest.mark.tf  # the profile's module, whose default it reads, imports TensorFlow
 def test_a_default_key_can_be_overridden_and_resolves_in_place():
     cfg = OmegaConf.create({"scheduler": {
         "_target_": "packexp.schedulers.hyperband.Hyperband", "R": 9, "eta": "${default:}",

@@ -183,7 +183,7 @@ def test_readme_example_overrides_compose():
          r"^search_space\.params\.batch_size: kind=float is not allowed; it must be "
          r"kind=choice or kind=int \(a plain list is kind=choice\)$"),
         (["strategy.threshold=-1"], r"^strategy\.threshold=-1"),
-        (["model.width=0"], r"^model: .*width=0"),
+        pytest.param(["model.width=0"], r"^model: .*width=0", marks=pytest.mark.tf),
         (["dataset.val_fraction=2"], r"^dataset\.val_fraction=2"),
         pytest.param(["preprocess.flip=maybe"],
                      r"^preprocess\.flip='maybe': must be true or false$", marks=pytest.mark.tf),

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from packexp.device import RUN_PROBES, ProbeFiles
+from packexp import telemetry
+from packexp.device import RUN_PROBES, ProbeFiles, device_capacity_bytes
 
 FACTS = {"device": {"cpu": "x", "gpu": None}, "model": {"width": 64}, "tensorflow": "2.21.0"}
 PROBES = {20: (400_000, 16_000_000)}
@@ -108,3 +109,46 @@ def test_a_later_search_takes_the_kept_probe_only_where_it_would_probe(tmp_path)
     assert scores(second) == scores(first)
     auto = search("run2")
     assert auto["memory_probes"] is None and not (tmp_path / "run2" / RUN_PROBES).exists()
+
+
+# A pack's byte capacity: a share of the GPU's free memory, or the budget on a CPU.
+
+MB = 2**20
+
+
+def test_on_a_gpu_the_capacity_is_a_share_of_free_memory(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 8 * 2**30))
+    assert device_capacity_bytes(None, gpu_fraction=0.5)[0] == 4 * 2**30
+    assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 4 * 2**30
+
+
+def test_the_free_memory_is_the_one_read_before_tensorflow_claimed_it(monkeypatch):
+    # TensorFlow maps nearly all free memory at its first GPU allocation.
+    readings = iter([(16 * 2**30, 12 * 2**30), (16 * 2**30, 2**20), (16 * 2**30, 2**20)])
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: next(readings))
+    monkeypatch.setattr(telemetry, "_free_at_start", None)
+    telemetry.note_free_gpu_memory()  # what ``python -m packexp`` does before TensorFlow
+    limit, source = device_capacity_bytes(None, gpu_fraction=0.5)
+    assert limit == 6 * 2**30
+    assert source == "device.gpu_memory_fraction=0.5 of 12288 MB free GPU memory"
+
+
+def test_a_worker_on_a_share_of_a_gpu_packs_within_its_share(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 2**20))
+    monkeypatch.setattr(telemetry, "_gpu_cap", None)
+    telemetry.cap_gpu_memory(8 * 2**30)  # what a Ray actor with gpus_per_pack=0.5 sets
+    limit, source = device_capacity_bytes(None, gpu_fraction=0.5)
+    assert limit == 4 * 2**30
+    assert "this worker's 8192 MB share" in source
+
+
+def test_on_a_cpu_the_capacity_is_the_budget(monkeypatch):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: None)
+    assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 100 * MB
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
+def test_an_impossible_gpu_fraction_is_rejected(monkeypatch, fraction):
+    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 8 * 2**30))
+    with pytest.raises(ValueError, match="gpu_memory_fraction"):
+        device_capacity_bytes(None, gpu_fraction=fraction)

@@ -138,7 +138,7 @@ def test_the_driver_leaves_the_gpu_to_ray_workers(monkeypatch, overrides, hidden
 
 def test_a_gpu_left_to_workers_is_not_planned_on(monkeypatch):
     from packexp import telemetry
-    from packexp.packing.memory import device_capacity_bytes
+    from packexp.device import device_capacity_bytes
 
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=None: (16 * 2**30, 8 * 2**30))
     monkeypatch.setattr(telemetry, "_gpu_left", True)

@@ -1,4 +1,5 @@
-"""Member memory costs, byte capacities, the out-of-memory split and memory telemetry."""
+"""Member memory costs, the out-of-memory split and memory telemetry (a pack's byte capacity
+without TensorFlow: test_device.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import tensorflow as tf
 from hydra.utils import instantiate
 
 from packexp import telemetry
+from packexp.device import device_capacity_bytes
 from packexp.errors import ConfigError
 from packexp.models import mlp3, mobilenet
 from packexp.packing import DeviceData, Member, Pack
@@ -22,7 +24,6 @@ from packexp.packing.cache import PackCache
 from packexp.packing.memory import (
     MemoryModel,
     activation_elements,
-    device_capacity_bytes,
     estimate_bytes,
 )
 from packexp.packing.trainer import train_group
@@ -30,6 +31,8 @@ from packexp.run import run
 from packexp.search_space import Trial, derive_seed
 from packexp.strategies import Capacity
 from tests.helpers import CONF_DIR, compose_config, device
+
+pytestmark = pytest.mark.tf
 
 STRATEGIES = sorted(p.stem for p in Path(CONF_DIR, "strategy").glob("*.yaml"))
 MB = 2**20
@@ -74,7 +77,6 @@ def oom_above_two(monkeypatch):
 # The analytic estimate.
 
 
-@pytest.mark.tf
 @pytest.mark.parametrize(("optimizer", "slots"),
                          [("sgd", 2), ("adam", 2), ("momentum", 2), ("adagrad", 2),
                           ("rmsprop", 1)])
@@ -86,7 +88,6 @@ def test_estimate_of_a_tiny_mlp_is_the_hand_count(optimizer, slots, batch_size):
     assert estimate_bytes(tiny_mlp(), optimizer, batch_size) == expected
 
 
-@pytest.mark.tf
 def test_estimate_grows_with_batch_size():
     model = tiny_mlp()
     sizes = [estimate_bytes(model, "adam", b) for b in (1, 20, 45, 70)]
@@ -99,7 +100,6 @@ def cnn():
     return mobilenet.build([32, 32, 3], 10, {"activation": "relu"}, alpha=0.35)
 
 
-@pytest.mark.tf
 def test_cnn_estimate_is_positive_and_grows_with_batch_size(cnn):
     small, large = estimate_bytes(cnn, "momentum", 16), estimate_bytes(cnn, "momentum", 64)
     assert 0 < small < large
@@ -107,7 +107,6 @@ def test_cnn_estimate_is_positive_and_grows_with_batch_size(cnn):
     assert large > 2 * small
 
 
-@pytest.mark.tf
 def test_cnn_estimate_counts_the_model_nested_behind_the_resize(cnn):
     small_images = mobilenet.build([16, 16, 3], 10, {"activation": "relu"}, alpha=0.35)
     assert activation_elements(small_images) >= activation_elements(cnn) + 32 * 32 * 3
@@ -130,7 +129,6 @@ class FakeProbe:
         return self.measured[batch]
 
 
-@pytest.mark.tf
 def test_probe_above_the_estimate_scales_costs_up():
     probe = FakeProbe({20: 10 * MB})
     memory = MemoryModel(tiny_mlp, probe)
@@ -143,7 +141,6 @@ def test_probe_above_the_estimate_scales_costs_up():
     assert memory.probes == {20: (memory.estimate(adam), 10 * MB)}
 
 
-@pytest.mark.tf
 def test_probes_kept_by_one_run_are_not_run_again_by_its_resume():
     kept = []
     first = MemoryModel(tiny_mlp, FakeProbe({20: 10 * MB}), on_probe=lambda p: kept.append(
@@ -158,14 +155,12 @@ def test_probes_kept_by_one_run_are_not_run_again_by_its_resume():
     assert probe.calls == Counter()
 
 
-@pytest.mark.tf
 def test_probe_below_the_estimate_never_scales_costs_down():
     memory = MemoryModel(tiny_mlp, FakeProbe({45: 1}))
     t = trial(0, 45, "adam")
     assert memory.cost(t) == memory.estimate(t)
 
 
-@pytest.mark.tf
 def test_without_a_probe_the_cost_is_the_estimate():
     memory = MemoryModel(tiny_mlp)
     t = trial(0, 45, "momentum")
@@ -173,7 +168,6 @@ def test_without_a_probe_the_cost_is_the_estimate():
     assert memory.probes == {}
 
 
-@pytest.mark.tf
 def test_the_architecture_is_probed_once_and_its_factor_applies_to_every_batch_size():
     probe = FakeProbe({20: 10 * MB, 45: 1})
     builds = Counter()
@@ -197,7 +191,6 @@ def test_the_architecture_is_probed_once_and_its_factor_applies_to_every_batch_s
 # Strategies under a byte capacity.
 
 
-@pytest.mark.tf
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_strategies_never_exceed_a_byte_capacity(name):
     trials = instantiate(compose_config().search_space).sample(40, seed=3, bracket=3)
@@ -222,7 +215,6 @@ def test_strategies_never_exceed_a_byte_capacity(name):
 # The runner's budget checks.
 
 
-@pytest.mark.tf
 def test_a_budget_below_one_member_is_a_config_error(tmp_path):
     cfg = compose_config(["experiment=quick", "device.memory_budget_mb=0.01"])
     with pytest.raises(ConfigError, match=r"device\.memory_budget_mb=") as info:
@@ -232,14 +224,12 @@ def test_a_budget_below_one_member_is_a_config_error(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.tf
 def test_a_budget_below_one_member_names_the_budget_given(tmp_path):
     cfg = compose_config(["experiment=quick", "device.memory_budget_mb=0.01"])
     with pytest.raises(ConfigError, match=r"device\.memory_budget_mb=0\.01\b"):
         run(cfg, run_dir=tmp_path)
 
 
-@pytest.mark.tf
 @pytest.mark.parametrize("budget", ["-1", "0", "null"])
 def test_a_missing_or_negative_budget_is_a_config_error(tmp_path, budget):
     cfg = compose_config(["experiment=quick", f"device.memory_budget_mb={budget}"])
@@ -248,52 +238,12 @@ def test_a_missing_or_negative_budget_is_a_config_error(tmp_path, budget):
     assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.tf
 def test_a_non_numeric_budget_is_a_config_error(tmp_path):
     cfg = compose_config(["experiment=quick", "device.memory_budget_mb=abc"])
     with pytest.raises(ConfigError, match=r"device\.memory_budget_mb"):
         run(cfg, run_dir=tmp_path)
 
 
-def test_on_a_gpu_the_capacity_is_a_share_of_free_memory(monkeypatch):
-    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 8 * 2**30))
-    assert device_capacity_bytes(None, gpu_fraction=0.5)[0] == 4 * 2**30
-    assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 4 * 2**30
-
-
-def test_the_free_memory_is_the_one_read_before_tensorflow_claimed_it(monkeypatch):
-    # TensorFlow maps nearly all free memory at its first GPU allocation.
-    readings = iter([(16 * 2**30, 12 * 2**30), (16 * 2**30, 2**20), (16 * 2**30, 2**20)])
-    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: next(readings))
-    monkeypatch.setattr(telemetry, "_free_at_start", None)
-    telemetry.note_free_gpu_memory()  # what ``python -m packexp`` does before TensorFlow
-    limit, source = device_capacity_bytes(None, gpu_fraction=0.5)
-    assert limit == 6 * 2**30
-    assert source == "device.gpu_memory_fraction=0.5 of 12288 MB free GPU memory"
-
-
-def test_a_worker_on_a_share_of_a_gpu_packs_within_its_share(monkeypatch):
-    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 2**20))
-    monkeypatch.setattr(telemetry, "_gpu_cap", None)
-    telemetry.cap_gpu_memory(8 * 2**30)  # what a Ray actor with gpus_per_pack=0.5 sets
-    limit, source = device_capacity_bytes(None, gpu_fraction=0.5)
-    assert limit == 4 * 2**30
-    assert "this worker's 8192 MB share" in source
-
-
-def test_on_a_cpu_the_capacity_is_the_budget(monkeypatch):
-    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: None)
-    assert device_capacity_bytes(100, gpu_fraction=0.5)[0] == 100 * MB
-
-
-@pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
-def test_an_impossible_gpu_fraction_is_rejected(monkeypatch, fraction):
-    monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (16 * 2**30, 8 * 2**30))
-    with pytest.raises(ValueError, match="gpu_memory_fraction"):
-        device_capacity_bytes(None, gpu_fraction=fraction)
-
-
-@pytest.mark.tf
 def test_on_a_gpu_a_member_too_large_is_blamed_on_gpu_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: (2**30, 2**10))
     cfg = compose_config(["experiment=quick", "device.probe=false"])
@@ -326,7 +276,6 @@ def run_group(features_data: DeviceData, trials: list[Trial], keep: int = 0):
     return train_group(trials, cache, epochs=1.5, states={})
 
 
-@pytest.mark.tf
 @pytest.mark.parametrize("keep", [0, 32])
 def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(features_data,
                                                                           oom_above_two, keep):
@@ -353,7 +302,6 @@ def test_a_pack_out_of_memory_is_split_without_losing_or_changing_members(featur
             assert r.evaluation[m.trial_id] == whole.evaluation[m.trial_id]
 
 
-@pytest.mark.tf
 @pytest.mark.parametrize("n", [1, 2])
 def test_a_single_member_out_of_memory_reraises(features_data, monkeypatch, n):
     def train(self: Pack, steps):
@@ -370,7 +318,6 @@ def scores(results: dict) -> dict:
             for t in results["trials"]}
 
 
-@pytest.mark.tf
 def test_splitting_in_a_run_changes_no_score(tmp_path, oom_above_two):
     def tune(out: Path) -> dict:
         # Plain packs: exact; fused packs would agree only to rounding. R=3's first rung packs

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = dataclasses.asdict(PACK_DEFAULTS)
 
 
-def test_the_configs_pack_section_is_the_pack_settings_defaults():
-    """conf/config.yaml states the defaults beside what they mean; it must not drift."""
-    pack = OmegaConf.to_container(compose_config(strategy=None).pack)
+def test_the_configs_pack_section_reads_the_pack_settings_defaults():
+    """conf/config.yaml reads each default from PackSettings (``${default:}``) beside what
+    it means: every setting is there, with the default's type and value."""
+    pack = OmegaConf.to_container(compose_config(strategy=None).pack, resolve=True)
     assert {k: (type(v), v) for k, v in pack.items()} == {
         k: (type(v), v) for k, v in DEFAULTS.items()}
     assert PackSettings.from_config(pack) == PACK_DEFAULTS

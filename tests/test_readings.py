@@ -7,8 +7,7 @@ import itertools
 import pytest
 
 from packexp.profile import readings
-from packexp.profile.ablation import COLUMN, FACTORS, LABELS
-from packexp.profile.readings import AGREES, DIFFERS, INCONCLUSIVE, PARTLY
+from packexp.profile.readings import AGREES, COLUMN, DIFFERS, FACTORS, INCONCLUSIVE, LABELS, PARTLY
 
 
 def sweep(x: str, points: dict[int, float], spread: float = 0.01, other: int = 32) -> list:

@@ -222,7 +222,7 @@ def test_table4_runs_real_searches(sandbox, monkeypatch):
 
 def fake_profile_runner(tmp_path):
     """Writes each profile's CSV as a run would, from synthetic rows."""
-    from packexp.profile.ablation import COLUMN, FACTORS
+    from packexp.profile.readings import COLUMN, FACTORS
     from packexp.profile.tables import write_csv
 
     def sweep_row(n, b, impv):

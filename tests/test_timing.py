@@ -12,6 +12,8 @@ from packexp.packing import Member
 from packexp.profile.timing import PackTimer, balanced, compare
 from packexp.search_space import Trial, derive_seed
 
+pytestmark = pytest.mark.tf  # packexp.profile.timing, balanced's module, times TensorFlow packs
+
 
 @pytest.mark.parametrize("repeats", [1, 2, 3, 6])
 def test_every_arm_runs_first_as_often_as_last(repeats):
@@ -54,7 +56,6 @@ def test_a_drifting_machine_favours_neither_arm():
     assert result.impv_low < 0 < result.impv_high
 
 
-@pytest.mark.tf
 def test_a_pack_of_one_against_itself_reads_zero_within_its_spread(digits_data):
     ds = digits_data.dataset
     hp = {"batch_size": 32, "optimizer": "adam", "learning_rate": 1e-3, "activation": "relu"}

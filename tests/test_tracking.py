@@ -186,6 +186,7 @@ def test_the_dataset_digest_is_its_content():
     assert np.array_equal(changed.x_train, a.x_train)
 
 
+@pytest.mark.tf  # MLflow's dataset inputs import TensorFlow where it is installed
 def test_a_file_dataset_names_its_path_as_the_source(tmp_path):
     from packexp.data import digits
     from packexp.tracking.mlflow_tracker import dataset_inputs

@@ -5,13 +5,13 @@ own photos where MobileNetV2 is too slow to search."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import keras
+from typing import TYPE_CHECKING, Any
 
 from packexp.checks import positive_int
-from packexp.models.activation import SelectActivation
 from packexp.models.keras_apps import ACTIVATIONS, NEEDS_IMAGES, RUNTIME_HPARAMS
+
+if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
+    import keras
 
 # The keras.applications models' activations, image inputs and runtime hyper-parameter (the
 # activation, a SelectActivation's choice: trials that differ only in it share one model).
@@ -37,6 +37,10 @@ def build(
         blocks: Conv-BatchNorm-activation blocks; pooling halves the image between them.
         bn_momentum: Momentum of the BatchNorm moving statistics (see conf/model/cnn.yaml).
     """
+    import keras
+
+    from packexp.models.activation import SelectActivation
+
     activation = hparams.get("activation", "relu")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: cnn knows {list(ACTIVATIONS)}")

@@ -4,11 +4,10 @@ chosen at run time (every ReLU becomes a ``SelectActivation``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
-
-from packexp.models.activation import SelectActivation
+if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
+    import keras
 
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
 # keras.applications rejects smaller inputs; build_application resizes up to it.
@@ -41,6 +40,8 @@ def build(
     Returns:
         The model.
     """
+    import keras
+
     app_fn = getattr(keras.applications, application, None)
     if not callable(app_fn):
         raise ValueError(f"application={application!r}: not a keras.applications model")
@@ -51,6 +52,8 @@ def build(
 
 def _relu_cap(layer: keras.layers.Layer) -> tuple[bool, float | None]:
     """Whether ``layer`` is a (possibly capped) ReLU, and its cap."""
+    import keras
+
     if isinstance(layer, keras.layers.ReLU):
         config = layer.get_config()
         plain = not config.get("negative_slope") and not config.get("threshold")
@@ -81,6 +84,9 @@ def replace_activation(model: keras.Model, activation: str) -> keras.Model:
         ValueError: a layer cannot be cloned from its config (a custom layer without a
             complete ``get_config``); the message names it.
     """
+    import keras
+
+    from packexp.models.activation import SelectActivation
 
     def swap(layer: keras.layers.Layer) -> keras.layers.Layer:
         relu, cap = _relu_cap(layer)
@@ -108,6 +114,8 @@ def set_bn_momentum(model: keras.Model, momentum: float | None) -> keras.Model:
     Returns:
         ``model``, changed in place.
     """
+    import keras
+
     if momentum is None:
         return model
     if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not 0 <= momentum < 1:
@@ -143,6 +151,8 @@ def build_application(
     Returns:
         The model, mapping ``input_shape`` images to ``num_classes`` logits.
     """
+    import keras
+
     name = app_fn.__name__.lower()
     shape = [int(d) for d in input_shape]
     if len(shape) != 3:

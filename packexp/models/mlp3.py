@@ -4,12 +4,12 @@ the paper's MLP-3, by default)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import keras
+from typing import TYPE_CHECKING, Any
 
 from packexp.checks import positive_int
-from packexp.models.activation import SelectActivation
+
+if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
+    import keras
 
 ACTIVATIONS = ("sigmoid", "leaky_relu", "tanh", "relu")
 # It flattens images, so it takes anything; a dataset with images: auto gives it features.
@@ -36,6 +36,10 @@ def build(
         width: Units per hidden layer.
         depth: Hidden layers; the paper's MLP-3 has three.
     """
+    import keras
+
+    from packexp.models.activation import SelectActivation
+
     activation = hparams.get("activation", "relu")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: mlp3 knows {list(ACTIVATIONS)}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import keras
+from typing import TYPE_CHECKING, Any
 
 from packexp.models import keras_apps
+
+if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
+    import keras
 
 # Convolutions need [height, width, channels]; a dataset with images: auto gives them.
 NEEDS_IMAGES = True

@@ -8,7 +8,6 @@ from collections.abc import Callable, Hashable, Mapping
 
 import keras
 
-from packexp import telemetry
 from packexp.pack_options import OPTIMIZERS
 from packexp.search_space import Trial
 
@@ -118,28 +117,3 @@ class MemoryModel:
             else:
                 self._not_worth.add(batch)
         return self.estimate(trial) * (self._scale or 1.0)
-
-
-def device_capacity_bytes(memory_budget_mb: float | None,
-                          gpu_fraction: float = 0.9) -> tuple[int, str]:
-    """Memory one pack may use: a share of the GPU memory this process may hold (NVML's
-    free memory, or a Ray actor's share), else the budget.
-
-    Returns:
-        The bytes, and the setting they come from, for error messages.
-    """
-    gpu = telemetry.gpu_budget()
-    if gpu is not None:
-        if not _positive(gpu_fraction) or gpu_fraction > 1:
-            raise ValueError(f"gpu_memory_fraction={gpu_fraction!r}: must be in (0, 1]")
-        available, source = gpu
-        return int(available * gpu_fraction), (
-            f"device.gpu_memory_fraction={gpu_fraction} of {source}")
-    if not _positive(memory_budget_mb):
-        raise ValueError(f"memory_budget_mb={memory_budget_mb!r}: a CPU needs a positive "
-                         "number of MB")
-    return int(memory_budget_mb * 2**20), f"device.memory_budget_mb={memory_budget_mb}"
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

@@ -30,21 +30,10 @@ from packexp.profile.base import OK, OUT_OF_MEMORY, Profile, ProfileContext
 from packexp.profile.checks import check_batch_sizes, int_list
 from packexp.profile.figures import figure, save, title
 from packexp.profile.peak import peak_note, shares
+from packexp.profile.readings import COLUMN, FACTORS, HELD, LABELS
 from packexp.profile.timing import PackTimer, compare
 
 log = logging.getLogger(__name__)
-
-FACTORS = ("model", "data", "preprocess", "optimizer", "batch_size")
-# Each factor's column: True where the two members are alike (or, for preprocess, where
-# decoding runs in the step).
-COLUMN = {"model": "same_model", "data": "same_data", "preprocess": "preprocess_in_step",
-          "optimizer": "same_optimizer", "batch_size": "same_batch_size"}
-# A factor left out of ``factors`` keeps this value.
-HELD = {"model": True, "data": True, "preprocess": False, "optimizer": True,
-        "batch_size": True}
-LABELS = {"model": ("same", "different"), "data": ("same", "different"),
-          "preprocess": ("in step", "pre-decoded"), "optimizer": ("same", "different"),
-          "batch_size": ("same", "different")}
 
 
 @dataclass(frozen=True)

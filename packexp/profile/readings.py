@@ -17,6 +17,20 @@ INCONCLUSIVE = "inconclusive"
 
 Row = Mapping[str, Any]
 
+# The ablation's factors (profile=ablation: two members alike or not in each), as its table
+# names them.
+FACTORS = ("model", "data", "preprocess", "optimizer", "batch_size")
+# Each factor's column: True where the two members are alike (or, for preprocess, where
+# decoding runs in the step).
+COLUMN = {"model": "same_model", "data": "same_data", "preprocess": "preprocess_in_step",
+          "optimizer": "same_optimizer", "batch_size": "same_batch_size"}
+# A factor left out of ``factors`` keeps this value.
+HELD = {"model": True, "data": True, "preprocess": False, "optimizer": True,
+        "batch_size": True}
+LABELS = {"model": ("same", "different"), "data": ("same", "different"),
+          "preprocess": ("in step", "pre-decoded"), "optimizer": ("same", "different"),
+          "batch_size": ("same", "different")}
+
 # The ablation's factors as the paper reads them (section 4.4 and the premise of its kNN
 # heuristic, "models that are similar pack well together"): +1 where the paper finds the
 # alike arm packs better, None where it states no direction. Data and batch size are the

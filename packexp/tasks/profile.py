@@ -23,7 +23,7 @@ def profile(cfg: DictConfig, run_dir: Path) -> float:
     Returns:
         The profile's objective (by default the best IMPV measured).
     """
-    from packexp.profile import Profile, ProfileContext
+    from packexp.profile.base import Profile, ProfileContext
     from packexp.profile.figures import FIGURE_NAME
     from packexp.profile.tables import CSV_NAME, write_csv
 
