@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +38,8 @@ class Draws:
         resumed run knows at its start too, since it replays every bracket's results."""
         earlier = self._earlier(bracket)
         before = [t for t in self.book.trials.values() if t.bracket in earlier]
-        history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
-                   for t in before for r in t.rungs if r.val_accuracy is not None]
         trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
-                                     history, [dict(t.hparams) for t in before])
+                                     observed(before), [dict(t.hparams) for t in before])
         if len(trials) < bracket.rungs[0].n:
             log.warning("bracket %d wants %d configurations; the space has only %d",
                         bracket.s, bracket.rungs[0].n, len(trials))
@@ -55,12 +53,9 @@ class Draws:
     def more(self, n: int, salt: int, first: int) -> list[Trial]:
         """``n`` new configurations, told every result so far; numbered ``t<i>`` from
         ``first`` in the order drawn, seeded by ``salt`` (the plan that draws them)."""
-        history = [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
-                   for t in self.book.trials.values() for r in t.rungs
-                   if r.val_accuracy is not None]
         trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
                   for i, t in enumerate(self.sampler.sample(
-                      self.space, n, self.seed, salt, history,
+                      self.space, n, self.seed, salt, observed(self.book.trials.values()),
                       [t.hparams for t in self.drawn.values()]))]
         self.adopt(trials)
         return trials
@@ -76,3 +71,9 @@ class Draws:
                         d["seed"], 0) for d in sampled]
         self.adopt(trials)
         return trials
+
+
+def observed(trials: Iterable[Any]) -> list[Observation]:
+    """Every scored rung of ``trials`` (``TrialRecord``s): what a sampler learns from."""
+    return [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
+            for t in trials for r in t.rungs if r.val_accuracy is not None]

@@ -63,7 +63,7 @@ class PackedSearch:
     Args:
         listeners: Who hears the events; the journal first (``commit``).
         book: The trials and packs so far, kept from the events (``ResultsCollector``),
-            which it hears before the listeners; the driver reads each trial's last
+            which it hears before the listeners; the search reads each trial's last
             checkpoint and status there.
     """
 
@@ -102,7 +102,7 @@ class PackedSearch:
         self.draws = Draws(self.space, self.sampler, self.seed, self.book, self.brackets)
 
     def _emit(self, event: Event) -> None:
-        getattr(self.book, event.handler)(event)  # the book first: the driver reads it
+        getattr(self.book, event.handler)(event)  # the book first: the search reads it
         self.listeners.emit(event)
 
     @property

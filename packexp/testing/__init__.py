@@ -1,6 +1,6 @@
 """Test doubles and small data for packexp's tests (and a user's own), each defined once.
 
-- ``fake_trainer``: the driver on a pack trainer without TensorFlow;
+- ``fake_trainer``: the runner's search on a pack trainer without TensorFlow;
 - ``fake_search``: the search a population scheduler drives;
 - ``asha``: the ASHA paper's promotion rule, as a check on a journal;
 - ``data``: small datasets, in memory and as files in each format packexp reads;

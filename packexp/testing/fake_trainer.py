@@ -1,4 +1,4 @@
-"""The driver (``PackedSearch``) on a fake pack trainer: searches in milliseconds, no TensorFlow.
+"""The search (``PackedSearch``) on a fake pack trainer: searches in milliseconds, no TensorFlow.
 
 A member's score is ``x / 100`` (its ``x`` hyper-parameter) at any epochs, or None for the one
 that diverges (``FakeTrainer.failing``). ``install_fake_trainer`` puts the fake in place of the
@@ -131,13 +131,14 @@ def install_fake_trainer(monkeypatch) -> FakeTrainer:
     """The fake, in place of the TensorFlow modules ``PackedSearch`` imports when it trains
     (``monkeypatch``: pytest's fixture, which puts them back after the test)."""
     fake = FakeTrainer()
-    for name, functions in (("trainer", ("train_group",)),
-                            ("member", ("write_state", "read_state"))):
+    for name, functions in (("trainer", {"train_group": fake.train_group}),
+                            ("member", {"write_state": fake.write_state,
+                                        "read_state": fake.read_state,
+                                        "MemberState": member_state})):
         module = ModuleType(f"packexp.packing.{name}")
-        for function in functions:
-            setattr(module, function, getattr(fake, function))
+        for function, value in functions.items():
+            setattr(module, function, value)
         monkeypatch.setitem(sys.modules, module.__name__, module)
-    sys.modules["packexp.packing.member"].MemberState = member_state
     return fake
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def fake_trainer(monkeypatch) -> FakeTrainer:
-    """The driver's pack trainer replaced by ``FakeTrainer`` for the test."""
+    """The search's pack trainer replaced by ``FakeTrainer`` for the test."""
     return install_fake_trainer(monkeypatch)
 
 
