@@ -136,7 +136,7 @@ def asha_search(run_dir: Path, fake_trainer: FakeTrainer, sampler: Sampler | Non
 
 
 def to_the_end(search: PackedSearch, asha: Asha = ASHA) -> PackedSearch:
-    asha.drive(search)
+    search.run(asha)
     search.finish()
     return search
 
@@ -296,7 +296,7 @@ def test_the_progress_display_counts_ashas_epochs_and_hyperbands_packs(tmp_path,
     search = asha_search(tmp_path, fake_trainer, asha=scheduler)
     with SearchProgress(scheduler, Console(file=out, force_terminal=True, width=120)) as bar:
         search.listeners.listeners.append(bar)
-        scheduler.drive(search)
+        search.run(scheduler)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # without the colours
     assert all(s in text for s in shown), text
 

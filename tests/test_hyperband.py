@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from packexp.schedulers import Hyperband, keep_best
+from packexp.schedulers import Hyperband, Planned, Retire, keep_best
 from packexp.search_space import SearchSpace, Trial
+from packexp.testing.policies import simulate
 
 
 def table(R: int, eta: int) -> list[list[tuple[int, float]]]:
@@ -74,18 +75,17 @@ def test_keep_best_ranks_failed_last_and_breaks_ties_by_order():
     assert [t.trial_id for t in keep_best(ts, scores, 4)] == ["t2", "t3", "t4", "t0"]
 
 
-def test_run_promotes_the_best_through_every_rung():
+def test_the_policy_promotes_the_best_through_every_rung():
     space = SearchSpace({"x": list(range(100))})
-    seen: list[tuple[int, int, list[int], float]] = []
-
-    def train_rung(bracket, rung, ts, epochs):
-        seen.append((bracket.s, rung, [t.hparams["x"] for t in ts], epochs))
-        return {t.trial_id: float(t.hparams["x"]) for t in ts}  # larger x scores higher
-
     hb = Hyperband(9, 3)
-    hb.run(lambda b: space.sample(b.rungs[0].n, 0, b.s), train_rung)
+    made = simulate(hb, space, lambda t, epochs: float(t.hparams["x"]))  # larger x: higher
+    seen = [(p.bracket, p.rung, [t.hparams["x"] for t in p.trials],
+             hb.bracket(p.bracket).rungs[p.rung].r) for p in made if isinstance(p, Planned)]
     assert [(s, r, len(xs), e) for s, r, xs, e in seen] == [
         (2, 0, 9, 1), (2, 1, 3, 3), (2, 2, 1, 9), (1, 0, 5, 3), (1, 1, 1, 9), (0, 0, 3, 9)]
+    killed = [m.trial_id for m in made if isinstance(m, Retire) and m.status == "killed"]
+    finished = [m.trial_id for m in made if isinstance(m, Retire) and m.status == "finished"]
+    assert len(killed) == 6 + 2 + 4 and len(finished) == 1 + 1 + 3
     first = seen[0][2]
     assert sorted(seen[1][2]) == sorted(first)[-3:]
     assert seen[2][2] == [max(first)]

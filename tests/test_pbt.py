@@ -4,11 +4,13 @@ Python, milliseconds."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from packexp.events import Exploit
+from packexp.events import Exploit, RungResult
+from packexp.schedulers import Exploits, Plan, Planned
 from packexp.schedulers.pbt import (
     Pbt,
     explore,
@@ -19,8 +21,8 @@ from packexp.schedulers.pbt import (
     replaced_count,
     schedule,
 )
-from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace
-from packexp.testing.fake_search import DONOR, SPACE, FakeSearch
+from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial
+from packexp.testing.policies import DONOR, SPACE, simulate
 
 
 @pytest.mark.parametrize(("epochs", "interval", "ends"), [
@@ -152,27 +154,53 @@ def test_the_plan_names_the_population_its_intervals_and_its_budget():
     assert facts["budget_epochs"] == 432 and facts["replaced_per_interval"] == 4
 
 
-def test_drive_trains_every_interval_and_exploits_between_them():
-    search = FakeSearch()
-    Pbt(population=4, epochs=6, interval=2).drive(search)
-    assert [r for r, _ in search.trained] == [0, 1, 2]
-    assert [r for r, _, _ in search.exploited] == [0, 1]
-    (_, exploits, journaled), _ = search.exploited
-    assert not journaled
+def members(n: int) -> list[Trial]:
+    """A population whose members score by their learning rate: m0 the lowest."""
+    return [Trial(f"m{i}", {**DONOR, "learning_rate": 0.001 * (i + 1)}, (), seed=i)
+            for i in range(n)]
+
+
+def by_rate(trial: Trial, epochs: float) -> float:
+    return trial.hparams["learning_rate"]
+
+
+def run(policy: Pbt) -> list:
+    return simulate(policy, SPACE, by_rate, seed=7, draw=lambda n, salt: members(n))
+
+
+def test_the_policy_plans_every_interval_and_exploits_between_them():
+    made = run(Pbt(population=4, epochs=6, interval=2))
+    plans = [m for m in made if isinstance(m, Planned)]
+    exploited = [m for m in made if isinstance(m, Exploits)]
+    assert [p.rung for p in plans] == [0, 1, 2]
+    assert [e.rung for e in exploited] == [0, 1]
+    exploits = exploited[0].exploits
     assert [(e.member, e.donor) for e in exploits] == [("m0", "m3")]  # the lowest rate
-    assert search.trained[1][1]["m0"] == exploits[0].hparams
-    assert exploits[0].before == search.trained[0][1]["m0"]
-    again = FakeSearch()
-    Pbt(population=4, epochs=6, interval=2).drive(again)
-    assert again.exploited == search.exploited  # decisions are the seed's
+    trained = [{t.trial_id: dict(t.hparams) for t in p.trials} for p in plans]
+    assert trained[1]["m0"] == exploits[0].hparams
+    assert exploits[0].before == trained[0]["m0"]
+    assert made.index(exploited[0]) < made.index(plans[1])  # exploits before the next plan
+    assert run(Pbt(population=4, epochs=6, interval=2)) == made  # decisions are the seed's
 
 
-def test_a_resume_makes_the_journaled_exploits_not_new_ones():
-    journaled = [Exploit("m1", "m2", {**DONOR, "learning_rate": 0.05}, DONOR, 0.1, 0.9)]
-    search = FakeSearch({0: journaled})
-    Pbt(population=4, epochs=4, interval=2).drive(search)
-    assert search.exploited == [(0, journaled, True)]
-    assert search.trained[1][1]["m1"]["learning_rate"] == 0.05
+def test_a_policy_told_its_exploits_makes_no_new_ones():
+    """A resume tells the policy the journaled exploits: it plans the next interval without
+    deciding any again."""
+    policy = Pbt(population=4, epochs=4, interval=2)
+    policy.start(SimpleNamespace(seed=7, space=SPACE, max_members=8, fits=lambda a, b: True))
+    [first] = policy.decide(0)
+    assert first == Plan(0, 0, draw=4)
+    population = members(4)
+    assert policy.on_plan(Planned(0, 0, tuple(population), 4)) == []
+    for t in population:
+        policy.on_result(RungResult(t.trial_id, 0, 0, 2.0, 1, by_rate(t, 2), None, None, "p",
+                                    None))
+    [decided, plan] = policy.decide(0)
+    assert isinstance(decided, Exploits) and plan == Plan(0, 1, ("m0", "m1", "m2", "m3"))
+    journaled = Exploits(0, 0, (Exploit("m1", "m2", {**DONOR, "learning_rate": 0.05}, DONOR,
+                                        0.1, 0.9),))
+    policy.on_exploits(journaled)
+    assert policy.decide(0) == [plan]
 
 
 def test_an_exploit_record_reads_back_as_written():

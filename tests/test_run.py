@@ -195,7 +195,7 @@ def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkey
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(tuner.PackedSearch, "train_rung", explode)
+    monkeypatch.setattr(tuner.PackedSearch, "commit", explode)
     with pytest.raises(RuntimeError, match="boom"):
         tune(tmp_path, tracking="mlflow")
     assert not (tmp_path / "run" / "results.json").exists()

@@ -47,7 +47,7 @@ def new_search(run_dir: Path, fake_trainer: FakeTrainer, strategy: Strategy | No
 
 
 def search_to_the_end(search: PackedSearch) -> PackedSearch:
-    HYPERBAND.run(search.sample, search.train_rung)
+    search.run(HYPERBAND)
     search.finish()
     return search
 
@@ -236,7 +236,7 @@ def test_check_partition_leaves_a_lone_member_over_capacity_to_check_fits():
         check_fits(ts, costly, "device.memory_budget_mb")
 
 
-def test_state_for_names_a_checkpoint_only_when_continuing(tmp_path, fake_trainer):
+def test_a_members_start_names_a_checkpoint_only_when_continuing(tmp_path, fake_trainer):
     # The path travels to whoever trains the pack (this process or a worker), which reads it.
     search = new_search(tmp_path, fake_trainer)
     [fresh, promoted, failed] = trials(3)
@@ -245,13 +245,13 @@ def test_state_for_names_a_checkpoint_only_when_continuing(tmp_path, fake_traine
         search.trials[t.trial_id] = TrialRecord(t.trial_id, t.hparams, 1, rungs=[
             rung_result(t.trial_id, checkpoint=checkpoint)])
     search.trials["t0"] = TrialRecord("t0", {}, 1)
-    assert search._state_for(fresh) is None
-    assert search._state_for(failed) is None  # a failed member kept no checkpoint
-    assert search._state_for(promoted) == path
+    assert search.ledger.state_for(fresh) is None
+    assert search.ledger.state_for(failed) is None  # a failed member kept no checkpoint
+    assert search.ledger.state_for(promoted) == path
     assert fake_trainer.reads == []
-    search.continue_on_promotion = False
-    search._states.clear()
-    assert search._state_for(promoted) is None
+    retrained = new_search(tmp_path, fake_trainer, continue_on_promotion=False)
+    retrained.trials.update(search.trials)
+    assert retrained.ledger.state_for(promoted) is None
     assert fake_trainer.reads == []
 
 
@@ -288,7 +288,7 @@ def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, fake_trainer, horizon)
     """None (lr_horizon=rung): each pack's schedules end at its rung's epochs; 9.0
     (lr_horizon=trial): at R, whatever the rung."""
     search = new_search(tmp_path, fake_trainer)
-    search.lr_horizon = horizon
+    search.packer.lr_horizon = horizon
     search_to_the_end(search)
     assert fake_trainer.calls and all(c["lr_horizon"] == horizon for c in fake_trainer.calls)
 

@@ -31,7 +31,7 @@ def to_the_end(run_dir: Path, trainer: FakeTrainer, policy: Scheduler, records=N
     search = fake_search(run_dir, trainer, policy.brackets())
     if records is not None:
         search.replay(records)
-    policy.drive(search)
+    search.run(policy)
     search.finish()
     return search
 

@@ -1,5 +1,5 @@
-"""The runner: the search a scheduler drives (``PackedSearch``), the configurations it
-draws, its checkpoint store and its resume from the journal."""
+"""The runner: one loop that carries out any scheduler's decisions (``PackedSearch``), the
+configurations it draws, its checkpoint store and its resume from the journal."""
 
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.draws import Draws

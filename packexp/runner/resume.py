@@ -1,17 +1,18 @@
 """Resume: a killed run's finished work read back from its journal, typed, and what is left
 of its plans. Pure Python.
 
-A resumed search replays this into its book and its scheduler (``PackedSearch.replay``):
-results and packs journaled whole are not trained again, and a plan journaled before the
-kill is trained as it was planned, each pack under the number an unbroken run gives it.
+A resumed search tells these facts to its policy in the order they happened
+(``PackedSearch.run``): results and packs journaled whole are not trained again, and a plan
+journaled before the kill is trained as it was planned, each pack under the number an
+unbroken run gives it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from packexp.events import Exploit, PackRecord, PlanRecord, RungResult
+from packexp.schedulers.base import Exploits
 
 
 def finished(records: list[dict]) -> list[dict]:
@@ -30,24 +31,23 @@ def journaled_checkpoints(records: list[dict]) -> set[str]:
 
 @dataclass
 class Replayed:
-    """A killed run's finished work as a resume reads it from the journal, typed.
+    """A killed run's journal as a resume reads it, typed: the facts a policy is told again
+    (``PackedSearch.run``), and what is left of its plans.
 
     Attributes:
-        done: Per (bracket, rung), each trial's journaled result, in journal order. Results
-            of a pack without its ``pack`` record (the run was killed while the pack was
-            committed) are left out: the whole pack trains again, as an unbroken run trained
-            it.
+        facts: The plans, results and exploits, in the order they happened. Results of a pack
+            without its ``pack`` record (the run was killed while the pack was committed) are
+            left out: the whole pack trains again, as an unbroken run trained it.
+        done: Per (bracket, rung), each trial's journaled result among ``facts``.
         packs: The packs journaled whole.
-        plans: Per (bracket, rung), a synchronous scheduler's first plan of the rung.
-        keyed: An asynchronous scheduler's plans, each named by its key, in journal order.
-        exploits: A population's exploits (``scheduler=pbt``), by the interval they end.
+        plans: Each plan by its name (``<key>``, or ``b<s>-r<rung>`` for a synchronous rung),
+            the first journaled under it, in journal order.
     """
 
+    facts: list[PlanRecord | RungResult | Exploits] = field(default_factory=list)
     done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
     packs: list[PackRecord] = field(default_factory=list)
-    plans: dict[tuple[int, int], PlanRecord] = field(default_factory=dict)
-    keyed: list[PlanRecord] = field(default_factory=list)
-    exploits: dict[int, list[Exploit]] = field(default_factory=dict)
+    plans: dict[str, PlanRecord] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: list[dict]) -> Replayed:
@@ -57,16 +57,18 @@ class Replayed:
                 result = RungResult.from_dict(r)
                 replayed.done.setdefault((result.bracket, result.rung), {})[
                     result.trial_id] = result
+                replayed.facts.append(result)
             elif r["event"] == "pack":
                 replayed.packs.append(PackRecord.from_dict(r["pack"]))
             elif r["event"] == "exploit":
-                replayed.exploits[r["rung"]] = [Exploit.from_dict(e) for e in r["exploits"]]
+                replayed.facts.append(Exploits(r["bracket"], r["rung"], tuple(
+                    Exploit.from_dict(e) for e in r["exploits"])))
             elif r["event"] == "plan":
                 plan = PlanRecord.from_dict(r)
-                if plan.key is not None:
-                    replayed.keyed.append(plan)
-                else:
-                    replayed.plans.setdefault((plan.bracket, plan.rung), plan)
+                name = plan.key or f"b{plan.bracket}-r{plan.rung}"
+                if name not in replayed.plans:  # a rung planned again: the first plan counts
+                    replayed.plans[name] = plan
+                    replayed.facts.append(plan)
         return replayed
 
     @property
@@ -74,49 +76,24 @@ class Replayed:
         """The member results found."""
         return sum(len(v) for v in self.done.values())
 
-    def left(self, plan: PlanRecord,
-             todo: Iterable[str]) -> list[tuple[int, list[str], str | None]]:
-        """``plan``'s packs that still have members in ``todo``, each with its number in the
-        plan (so its ``pack_id`` is the one an unbroken run gives it) and only those members."""
-        todo = set(todo)
-        groups = [(j, [i for i in pack if i in todo], f)
-                  for j, (pack, f) in enumerate(zip(plan.packs, plan.fusion, strict=True))]
-        return [(j, g, f) for j, g, f in groups if g]
-
-    @property
-    def results(self) -> list[RungResult]:
-        """Every replayed result, rung by rung in the order the journal has them."""
-        return [result for done in self.done.values() for result in done.values()]
-
-    def planned(self, bracket: int, rung: int,
-                todo: Iterable[str]) -> list[tuple[int, list[str], str | None]] | None:
-        """The journaled packs of an interrupted synchronous rung still to train, each with its
-        number in the rung's plan; None if the rung was not planned, or if its plan does not
-        hold exactly ``todo`` (then the rung is planned afresh).
+    def unfinished(self) -> list[tuple[PlanRecord, list[tuple[int, list[str], str | None]],
+                                       list[str]]]:
+        """The journaled plans that still have packs to train, in journal order: each with
+        those packs, numbered as in its plan (so each ``pack_id`` is the one an unbroken run
+        gives it) and holding only the members still to train, and the plan's members done
+        before the kill, sorted.
 
         A pack's results are journaled together, so its members are all done or all to do;
         rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
         fused packs included.
         """
-        plan = self.plans.get((bracket, rung))
-        if plan is None:
-            return None
-        todo = list(todo)
-        groups = self.left(plan, todo)
-        if sorted(i for _, g, _ in groups for i in g) != sorted(todo):
-            return None
-        return groups
-
-    def unfinished(self, bracket: int) -> list[tuple[PlanRecord,
-                                                   list[tuple[int, list[str], str | None]],
-                                                   list[str]]]:
-        """An asynchronous scheduler's journaled plans that still have packs to train: each
-        with those packs (``left``) and the plan's members done before the kill, sorted."""
         out = []
-        for plan in self.keyed:
-            done = self.done.get((bracket, plan.rung), {})
-            members = [i for pack in plan.packs for i in pack]
-            left = self.left(plan, [i for i in members if i not in done])
+        for plan in self.plans.values():
+            done = self.done.get((plan.bracket, plan.rung), {})
+            left = [(j, [i for i in pack if i not in done], f)
+                    for j, (pack, f) in enumerate(zip(plan.packs, plan.fusion, strict=True))]
+            left = [(j, g, f) for j, g, f in left if g]
             if left:
-                out.append((plan, left, sorted(i for i in members if i in done)))
+                out.append((plan, left, sorted(i for pack in plan.packs for i in pack
+                                               if i in done)))
         return out

@@ -1,11 +1,15 @@
 """The schedulers (``conf/scheduler/``): policies that decide which configurations train, to
-how many epochs and when. Pure Python; the search they drive is ``runner.PackedSearch``."""
+how many epochs and when. Pure Python; the runner that carries their decisions out is
+``runner.PackedSearch``."""
 
 from packexp.schedulers.asha import Asha, AshaState, promotable
 from packexp.schedulers.base import (
     Bracket,
-    KeyedPlan,
-    Queued,
+    Decision,
+    Exploits,
+    Plan,
+    Planned,
+    Retire,
     Rung,
     Scheduler,
     Search,
@@ -14,5 +18,6 @@ from packexp.schedulers.base import (
 from packexp.schedulers.hyperband import Hyperband, keep_best
 from packexp.schedulers.pbt import Pbt
 
-__all__ = ["Asha", "AshaState", "Bracket", "Hyperband", "KeyedPlan", "Pbt", "Queued", "Rung",
-           "Scheduler", "Search", "bracket_epochs", "keep_best", "promotable"]
+__all__ = ["Asha", "AshaState", "Bracket", "Decision", "Exploits", "Hyperband", "Pbt", "Plan",
+           "Planned", "Retire", "Rung", "Scheduler", "Search", "bracket_epochs", "keep_best",
+           "promotable"]

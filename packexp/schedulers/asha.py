@@ -1,5 +1,5 @@
 """Asynchronous successive halving (ASHA, Li et al. 2020): its rungs, budget and promotion
-rule, and its loop over the search. Pure Python.
+rule, as a policy. Pure Python.
 
 Whenever a worker is free, promotions are planned first, then new configurations, and the
 packs go out as workers free up, so no worker waits at a rung's end.
@@ -15,10 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.checks import is_number, positive_int
 from packexp.errors import ConfigError
-from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
+from packexp.schedulers.base import (
+    Bracket,
+    Decision,
+    Plan,
+    Planned,
+    Retire,
+    Rung,
+    Scheduler,
+    Search,
+)
 from packexp.schedulers.hyperband import Hyperband
 
 if TYPE_CHECKING:
+    from packexp.events import RungResult
     from packexp.search_space import SearchSpace, Trial
 
 log = logging.getLogger(__name__)
@@ -140,81 +150,53 @@ class Asha(Scheduler):
         below = rungs[rung - 1] if rung and self.continue_on_promotion else 0.0
         return rungs[rung] - below
 
-    def drive(self, search: Search) -> None:
-        """ASHA's loop. Whenever a worker is free: the promotions ready are planned (each rung's
-        as one batch the strategy packs), or, if nothing is waiting, ``sample_size`` new
-        configurations; the packs waiting go out highest rung first. Each pack is committed as
-        it comes back, and the search ends when nothing is waiting, training or plannable
-        within the budget.
+    releases_states = True  # a promotion may come long after: it reads its checkpoint
 
-        Every plan is journaled before its packs train, with the configurations it drew, so
-        a resume replays the plans and results and trains what they lack. Under one worker
-        the order of events depends on nothing else, so a resumed search ends as the unbroken
-        one; under several, on which pack finishes first.
+    def start(self, search: Search) -> None:
+        super().start(search)
+        self.state = AshaState(self)
+
+    def decide(self, queued: int) -> list[Decision]:
+        """ASHA's plans whenever a worker is free: the promotions ready (each rung's as one
+        plan the strategy packs, the highest rung first), or, if no pack is waiting, up to
+        ``sample_size`` new configurations.
+
+        Every plan is journaled before its packs train, with the configurations it drew, so a
+        resume tells the policy the plans and results and trains what they lack. Under one
+        worker the order of events depends on nothing else, so a resumed search ends as the
+        unbroken one; under several, on which pack finishes first.
         """
-        bracket = self.bracket()
-        state = AshaState(self)
-        queue = self._resume(search, state, bracket)
-        try:
-            while True:
-                while search.free():
-                    ready = state.promotions()
-                    for rung in sorted({k for _, k in ready}, reverse=True):
-                        queue += self._plan(search, state, bracket, rung, [
-                            search.trial(i) for i, k in ready if k == rung])
-                    if not queue:
-                        n = state.new_configs(self.sample_size or search.max_members)
-                        if n:
-                            queue += self._plan(search, state, bracket, 0,
-                                                search.draw(n, state.plans, state.sampled),
-                                                sampled=True)
-                    # Queued packs hold their members' states; the rest would only fill memory
-                    # (a later promotion reads its checkpoint).
-                    search.release_states()
-                    self._retire_unpromotable(search, state)
-                    if not queue:
-                        break
-                    queue.sort(key=lambda q: -q.rung)  # stable: plan order within a rung
-                    search.dispatch(queue.pop(0))
-                if not search.busy():
-                    break
-                for rung, scores in search.collect(bracket):  # part by part
-                    for trial_id, score in scores.items():
-                        state.record(trial_id, rung, score)
-                        if rung == state.top:
-                            search.retire(trial_id, "finished")
-        finally:
-            search.cancel()
+        state, plans = self.state, []
+        ready = state.promotions()
+        for rung in sorted({k for _, k in ready}, reverse=True):
+            plans.append(Plan(0, rung, tuple(i for i, k in ready if k == rung),
+                              key=f"a{state.plans + len(plans):03d}-r{rung}"))
+        if not queued and not plans:
+            n = state.new_configs(self.sample_size or self.search.max_members)
+            if n:
+                plans.append(Plan(0, 0, draw=n, key=f"a{state.plans:03d}-r0"))
+        return plans
 
-    def _plan(self, search: Search, state: AshaState, bracket: Bracket, rung: int,
-              trials: list, sampled: bool = False) -> list[Any]:
-        """Has the search pack ``trials`` for ``rung`` and journal the plan; returns its packs
-        to queue."""
-        queued = search.plan(bracket, rung, trials, f"a{state.plans:03d}-r{rung}", sampled)
-        state.plan(rung, [t.trial_id for t in trials], len(trials) if sampled else 0)
-        return queued
+    def on_plan(self, plan: Planned) -> list[Retire]:
+        self.state.plan(plan.rung, plan.trial_ids, plan.drawn)
+        return self._unpromotable()
 
-    def _retire_unpromotable(self, search: Search, state: AshaState) -> None:
-        """Ends the trials that no budget is left to promote (their checkpoints go with
-        them): below every rung whose promotion costs more than the epochs still free."""
+    def on_result(self, result: RungResult) -> list[Retire]:
+        self.state.record(result.trial_id, result.rung, result.val_accuracy)
+        done = [Retire(result.trial_id, "finished")] if result.rung == self.state.top else []
+        return done + self._unpromotable()
+
+    def _unpromotable(self) -> list[Retire]:
+        """The trials no budget is left to promote (their checkpoints go with them): below
+        every rung whose promotion costs more than the epochs still free. A plan decided in
+        the same round as another is within the budget with it, so no trial a pending plan
+        promotes is among them."""
+        state, retired = self.state, []
         for k in range(state.top):
-            if state.spent + self.cost(k + 1) <= self.max_epochs + 1e-9:
-                continue
-            for trial_id, _ in state.results[k]:
-                if trial_id not in state.planned[k + 1]:
-                    search.retire(trial_id, "killed")
-
-    def _resume(self, search: Search, state: AshaState, bracket: Bracket) -> list[Any]:
-        """Rebuilds ASHA's state from the search's replayed journal: the plans, then the
-        results in the order they came; returns the planned packs still to train."""
-        for plan in search.replayed_plans():
-            state.plan(plan.rung, plan.trial_ids, plan.drawn)
-        for result in search.replayed_results():
-            search.restore(result)
-            state.record(result.trial_id, result.rung, result.val_accuracy)
-            if result.rung == state.top:
-                search.retire(result.trial_id, "finished")
-        return search.requeue(bracket)
+            if state.spent + self.cost(k + 1) > self.max_epochs + 1e-9:
+                retired += [Retire(trial_id, "killed") for trial_id, _ in state.results[k]
+                            if trial_id not in state.planned[k + 1]]
+        return retired
 
 
 def hyperband_epochs(hyperband: Hyperband) -> float:

@@ -1,22 +1,28 @@
-"""What every scheduler is: a policy that decides which configurations train, to how many
-epochs and when, and drives the search (``runner.PackedSearch``) through its public methods.
+"""What every scheduler is: a policy. It is told what happened (a plan made, a member's result,
+a population's exploits) and, whenever a worker is free, decides what to do next (``Plan``,
+``Retire``, ``Exploits``). Pure Python.
 
-Pure Python. The search packs, trains, journals and scores; a scheduler only decides. Ray
-Tune's ``TrialScheduler`` has the same shape: a policy over a runner it does not own.
+One runner (``runner.PackedSearch``) owns the loop for every scheduler: it asks the policy,
+packs and trains what it plans, and tells it each result. Synchronous Hyperband is "plan the
+rung, wait for all of it"; ASHA plans whenever a worker is free; a population plans each
+interval and exploits between. A resume tells the policy the journal's facts in the order they
+happened, so no scheduler has resume code of its own. Ray Tune's ``TrialScheduler``
+(``on_trial_result -> CONTINUE/STOP``) has the same shape: a policy over a runner it does not
+own.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from packexp.checks import flag, one_of, positive_int
 from packexp.pack_options import LR_HORIZONS
 
 if TYPE_CHECKING:
-    from packexp.events import Exploit
+    from packexp.events import Exploit, RungResult
     from packexp.search_space import SearchSpace, Trial
 
 
@@ -35,102 +41,72 @@ class Bracket:
 
 
 @dataclass(frozen=True)
-class Queued:
-    """A planned pack waiting for a worker: its rung, its number in the plan, the job
-    (``executors.PackJob``) and the rung's context (``strategies.RungContext``, for the
-    strategy's prediction when it is dispatched)."""
+class Plan:
+    """A decision: train ``trial_ids``, and ``draw`` new configurations, to rung ``rung`` of
+    bracket ``bracket``.
 
+    ``key`` None: a synchronous rung, named ``b<s>-r<rung>``; its packs are committed in plan
+    order, and its draw is its bracket's, told the brackets before it. Else the plan's own name
+    (its packs are ``<key>-p<j>``); its draw is told every result so far, seeded by the plan's
+    number among the keyed plans, and named ``t<i>`` on from the configurations drawn so far.
+    """
+
+    bracket: int
     rung: int
-    index: int
-    job: Any
-    context: Any
+    trial_ids: tuple[str, ...] = ()
+    draw: int = 0
+    key: str | None = None
 
 
 @dataclass(frozen=True)
-class KeyedPlan:
-    """A journaled plan a resume replays: its rung, its trials, how many it drew."""
+class Retire:
+    """A decision: ``trial_id`` trains no further, as ``finished`` or ``killed``."""
 
+    trial_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class Exploits:
+    """A decision: a population's interval ``rung`` ends with these exploits (each member
+    named takes its donor's state and seed, with new values)."""
+
+    bracket: int
     rung: int
-    trial_ids: list[str]
-    drawn: int
+    exploits: tuple[Exploit, ...]
+
+
+Decision = Plan | Retire | Exploits
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A fact: a plan made now, or read back from the journal. ``trials``: its members in the
+    order decided (those drawn last, in draw order); ``drawn``: how many it drew."""
+
+    bracket: int
+    rung: int
+    trials: tuple[Trial, ...]
+    drawn: int = 0
+    key: str | None = None
+
+    @property
+    def trial_ids(self) -> list[str]:
+        return [t.trial_id for t in self.trials]
 
 
 class Search(Protocol):
-    """The search as a scheduler drives it (``runner.PackedSearch`` implements it).
+    """What a policy may ask of the search it decides for (``runner.PackedSearch``)."""
 
-    A synchronous scheduler samples a bracket and trains it rung by rung; an asynchronous one
-    draws, plans, dispatches and collects packs itself as workers free up; a population's
-    (``scheduler=pbt``) trains its members interval by interval and exploits between."""
-
-    def sample(self, bracket: Bracket) -> list[Trial]:
-        """Draws ``bracket``'s configurations (a synchronous scheduler's first step)."""
-
-    def train_rung(self, bracket: Bracket, rung: int, trials: list[Trial],
-                   epochs: float) -> Mapping[str, float | None]:
-        """Packs, trains and scores ``trials`` to ``epochs``; each one's validation accuracy,
-        None if it failed."""
+    seed: int  # the run's root seed
+    space: SearchSpace
 
     @property
     def max_members(self) -> int:
         """The most members a pack may hold."""
 
-    def trial(self, trial_id: str) -> Trial:
-        """A configuration ``draw`` drew, by id."""
-
-    def draw(self, n: int, salt: int, first: int) -> list[Trial]:
-        """``n`` new configurations, named ``t<first>`` on, seeded by ``salt``."""
-
-    def plan(self, bracket: Bracket, rung: int, trials: list[Trial], key: str,
-             sampled: bool = False) -> list[Queued]:
-        """Packs ``trials`` for ``rung`` and journals the plan as ``key``; its packs."""
-
-    def free(self) -> bool:
-        """Whether a worker can take a pack now."""
-
-    def busy(self) -> bool:
-        """Whether a dispatched pack is still to come back."""
-
-    def dispatch(self, queued: Queued) -> None:
-        """Sends a planned pack to a free worker."""
-
-    def collect(self, bracket: Bracket) -> Iterator[tuple[int, Mapping[str, float | None]]]:
-        """Waits for the next pack and commits it part by part, yielding after each its rung
-        and its members' scores."""
-
-    def release_states(self) -> None:
-        """Forgets the end states held in memory (later rungs read checkpoints)."""
-
-    def retire(self, trial_id: str, status: str) -> None:
-        """Ends a trial as ``finished``, ``killed`` or ``failed``."""
-
-    def cancel(self) -> None:
-        """Drops the packs not yet trained: the search is ending."""
-
-    def replayed_plans(self) -> list[KeyedPlan]:
-        """On resume: the journaled plans, in order."""
-
-    def replayed_results(self) -> list[Any]:
-        """On resume: the journaled results (``events.RungResult``), in order."""
-
-    def restore(self, result: Any) -> None:
-        """On resume: puts a journaled result back in the search's book."""
-
-    def requeue(self, bracket: Bracket) -> list[Queued]:
-        """On resume: the journaled plans' packs still to train."""
-
-    seed: int  # the run's root seed
-    space: SearchSpace
-
     def fits(self, donor: Mapping[str, Any], hparams: Mapping[str, Any]) -> bool:
         """Whether a member of ``hparams`` can take the state of one of ``donor``."""
-
-    def replayed_exploits(self) -> dict[int, list[Exploit]]:
-        """On resume: a population's journaled exploits, by the interval they end."""
-
-    def exploit(self, bracket: Bracket, rung: int, members: list[Trial],
-                exploits: list[Exploit], journaled: bool = False) -> list[Trial]:
-        """Journals a population's exploits at interval ``rung``'s end (unless ``journaled``),
-        then makes them; returns the members as the next interval trains them."""
 
 
 class Scheduler(abc.ABC):
@@ -166,9 +142,33 @@ class Scheduler(abc.ABC):
         """The search's brackets, in the order they run (their rungs' ``n`` may be expected
         counts, for a scheduler that decides as results arrive)."""
 
+    #: Whether the runner forgets members' end states after each round of decisions (a later
+    #: plan reads their checkpoints): for a policy whose next plan may come much later. A
+    #: synchronous one plans the next rung from the states it just made, kept in memory.
+    releases_states: ClassVar[bool] = False
+
+    def start(self, search: Search) -> None:
+        """Readies the policy for ``search``, forgetting any search before."""
+        self.search = search
+
     @abc.abstractmethod
-    def drive(self, search: Search) -> None:
-        """Runs the whole search."""
+    def decide(self, queued: int) -> list[Decision]:
+        """What to do now that a worker is free and ``queued`` planned packs wait for one; []:
+        wait for results. Changes nothing itself: the runner carries the decisions out, in
+        order, and tells the policy what it did (``on_plan``, ``on_exploits``)."""
+
+    @abc.abstractmethod
+    def on_plan(self, plan: Planned) -> list[Retire]:
+        """A plan was made (or a resume read it back); the trials to retire now."""
+
+    @abc.abstractmethod
+    def on_result(self, result: RungResult) -> list[Retire]:
+        """A member's result of a rung (a resume's come from the journal, in its order); the
+        trials to retire now."""
+
+    def on_exploits(self, decision: Exploits) -> None:
+        """A population's exploits were made (or a resume read them back)."""
+        raise NotImplementedError(f"{type(self).__name__} makes no exploits")
 
     def epochs(self, bracket: Bracket, continued: bool | None = None) -> float:
         """Epochs a bracket trains in all, with or without continuation on promotion."""

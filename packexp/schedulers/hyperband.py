@@ -1,17 +1,27 @@
-"""Hyperband's bracket arithmetic (Li et al.) and its successive-halving loop. Pure Python."""
+"""Hyperband's bracket arithmetic (Li et al.) and its successive halving, as a policy. Pure
+Python."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from packexp.errors import ConfigError
-from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
+from packexp.schedulers.base import (
+    Bracket,
+    Decision,
+    Plan,
+    Planned,
+    Retire,
+    Rung,
+    Scheduler,
+    Search,
+)
 from packexp.search_space import Trial
 
-SampleFn = Callable[[Bracket], list[Trial]]
-# (bracket, rung index, trials, epochs) -> trial_id -> validation accuracy, None if failed
-TrainRungFn = Callable[[Bracket, int, list[Trial], float], Mapping[str, "float | None"]]
+if TYPE_CHECKING:
+    from packexp.events import RungResult
 
 
 class Hyperband(Scheduler):
@@ -44,23 +54,85 @@ class Hyperband(Scheduler):
                               f"{self.eta} to halve (below that it trains one configuration "
                               f"for R epochs); the smallest R that works is {self.eta}")
 
-    def drive(self, search: Search) -> None:
-        """Runs the search: its brackets one after another."""
-        self.run(search.sample, search.train_rung)
+    def start(self, search: Search) -> None:
+        super().start(search)
+        self._halving = Halving(self.brackets())
 
-    def run(self, sample: SampleFn, train_rung: TrainRungFn) -> None:
-        """Runs every bracket's successive halving.
+    def decide(self, queued: int) -> list[Decision]:
+        return self._halving.decide()
 
-        Args:
-            sample: Draws a bracket's configurations.
-            train_rung: Trains a rung's trials to the rung's epochs and scores them.
-        """
-        for bracket in self.brackets():
-            trials = sample(bracket)
-            for i, rung in enumerate(bracket.rungs):
-                scores = train_rung(bracket, i, trials, rung.r)
-                if i + 1 < len(bracket.rungs):
-                    trials = keep_best(trials, scores, bracket.rungs[i + 1].n)
+    def on_plan(self, plan: Planned) -> list[Retire]:
+        self._halving.on_plan(plan)
+        return []
+
+    def on_result(self, result: RungResult) -> list[Retire]:
+        return self._halving.on_result(result)
+
+
+class Halving:
+    """Successive halving over ``brackets``, one after another, each rung waiting for its
+    every result: the state a synchronous policy keeps (``Hyperband``; a population's rungs
+    too, none halved)."""
+
+    def __init__(self, brackets: Sequence[Bracket], halve: bool = True) -> None:
+        self.brackets = list(brackets)
+        self.halve = halve
+        self.at: tuple[int, int] | None = None  # (bracket index, rung) planned last
+        self.trials: list[Trial] = []  # its trials, in the order decided
+        self.scores: dict[str, float | None] = {}
+
+    @property
+    def complete(self) -> bool:
+        """Whether every trial of the rung planned last has its result."""
+        return all(t.trial_id in self.scores for t in self.trials)
+
+    def decide(self) -> list[Decision]:
+        """The next rung's plan once the rung before is complete (its dropped trials killed
+        first), else the next bracket's first rung; [] while results are due."""
+        if self.at is None:
+            return self._first(0)
+        b, i = self.at
+        if not self.complete:
+            return []
+        bracket = self.brackets[b]
+        if i + 1 == len(bracket.rungs):
+            return self._first(b + 1)
+        kept = keep_best(self.trials, self.scores, bracket.rungs[i + 1].n) if self.halve \
+            else self.trials
+        ids = {t.trial_id for t in kept}
+        return [*(Retire(t.trial_id, "killed") for t in self.trials if t.trial_id not in ids),
+                Plan(bracket.s, i + 1, tuple(t.trial_id for t in kept))]
+
+    def _first(self, b: int) -> list[Decision]:
+        if b == len(self.brackets):
+            return []
+        bracket = self.brackets[b]
+        return [Plan(bracket.s, 0, draw=bracket.rungs[0].n)]
+
+    def on_plan(self, plan: Planned) -> None:
+        """A rung planned: its trials, ordered as this policy decides them (a resume's plan
+        lists them by pack)."""
+        b = next(k for k, br in enumerate(self.brackets) if br.s == plan.bracket)
+        if plan.rung and self.at == (b, plan.rung - 1):
+            ranked = keep_best(self.trials, self.scores, len(self.trials)) if self.halve \
+                else self.trials
+            order = {t.trial_id: k for k, t in enumerate(ranked)}
+            trials = sorted(plan.trials, key=lambda t: order.get(t.trial_id, math.inf))
+        else:
+            trials = list(plan.trials)
+        self.at, self.trials, self.scores = (b, plan.rung), trials, {}
+
+    def on_result(self, result: RungResult) -> list[Retire]:
+        """Notes a result of the rung; once the bracket's last rung is complete, its trials
+        are finished."""
+        if self.at is None or (self.brackets[self.at[0]].s, self.at[1]) != (result.bracket,
+                                                                           result.rung):
+            return []  # not the rung planned last: nothing it decides waits on it
+        self.scores[result.trial_id] = result.val_accuracy
+        b, i = self.at
+        if self.complete and i + 1 == len(self.brackets[b].rungs):
+            return [Retire(t.trial_id, "finished") for t in self.trials]
+        return []
 
 
 def keep_best(

@@ -4,7 +4,7 @@
 
 The population is the bracket's configurations; each interval is a rung that trains all of
 them to its epochs, and each member continues from its own end state or, once exploited,
-from its donor's (``PackedSearch.exploit``).
+from its donor's (the runner carries an ``Exploits`` decision out).
 """
 
 from __future__ import annotations
@@ -18,8 +18,18 @@ import numpy as np
 
 from packexp.checks import is_number, positive_int
 from packexp.errors import ConfigError
-from packexp.events import Exploit
-from packexp.schedulers.base import Bracket, Rung, Scheduler, Search
+from packexp.events import Exploit, RungResult
+from packexp.schedulers.base import (
+    Bracket,
+    Decision,
+    Exploits,
+    Planned,
+    Retire,
+    Rung,
+    Scheduler,
+    Search,
+)
+from packexp.schedulers.hyperband import Halving
 from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
 
 # (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
@@ -103,25 +113,38 @@ class Pbt(Scheduler):
                               "member's learning-rate schedule itself; drop lr_schedule from "
                               "the space (or use scheduler=hyperband or asha)")
 
-    def drive(self, search: Search) -> None:
-        """Trains the population interval by interval; between intervals, journals each
-        exploit and explore before it takes effect (a resume reads them back)."""
-        (bracket,) = self.brackets()
-        members = search.sample(bracket)
-        journaled = search.replayed_exploits()
-        for i, rung in enumerate(bracket.rungs):
-            scores = search.train_rung(bracket, i, members, rung.r)
-            if i + 1 == len(bracket.rungs):
-                break
-            decisions = journaled.get(i)
-            if decisions is None:
-                rng = np.random.default_rng(derive_seed(search.seed, 0x9B7, i))
-                decisions = self.decide(
-                    {t.trial_id: dict(t.hparams) for t in members}, scores, search.space,
-                    rng, search.fits)
-            members = search.exploit(bracket, i, members, decisions, i in journaled)
+    def start(self, search: Search) -> None:
+        super().start(search)
+        self._halving = Halving(self.brackets(), halve=False)
+        self._exploited: set[int] = set()
 
-    def decide(self, hparams: Mapping[str, Mapping[str, Any]],
+    def decide(self, queued: int) -> list[Decision]:
+        """The next interval's plan once every member has its result of this one, after this
+        interval's exploits (unless they are made already: a resume read them back)."""
+        decisions = self._halving.decide()
+        if not decisions or decisions[-1].rung == 0:
+            return decisions
+        ended = decisions[-1].rung - 1
+        if ended in self._exploited:
+            return decisions
+        members = self._halving.trials
+        rng = np.random.default_rng(derive_seed(self.search.seed, 0x9B7, ended))
+        exploits = self.exploits({t.trial_id: dict(t.hparams) for t in members},
+                                 self._halving.scores, self.search.space, rng,
+                                 self.search.fits)
+        return [Exploits(decisions[-1].bracket, ended, tuple(exploits)), *decisions]
+
+    def on_plan(self, plan: Planned) -> list[Retire]:
+        self._halving.on_plan(plan)
+        return []
+
+    def on_result(self, result: RungResult) -> list[Retire]:
+        return self._halving.on_result(result)
+
+    def on_exploits(self, decision: Exploits) -> None:
+        self._exploited.add(decision.rung)
+
+    def exploits(self, hparams: Mapping[str, Mapping[str, Any]],
                scores: Mapping[str, float | None], space: SearchSpace,
                rng: np.random.Generator, fits: Fits = lambda a, b: True) -> list[Exploit]:
         """The exploits of one interval's end: who copies whom, with which new values."""

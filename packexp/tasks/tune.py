@@ -80,7 +80,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)
                     executor.discard(journaled_checkpoints(records))
-                scheduler.drive(search)
+                search.run(scheduler)
                 search.finish()
             results = search_results(
                 book.trials.values(), book.packs, book.best(),

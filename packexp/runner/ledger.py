@@ -1,0 +1,197 @@
+"""The ledger: what a search has made durable, and in which order. Each trained pack's
+members' end states and results, its record, and each trial's end, told to the listeners (the
+journal first) so that a search killed at any instant resumes to the numbers of an unbroken
+one; and the states a trial starts its next rung from. Pure Python (``CheckpointStore``
+writes a state with ``packexp.packing.member`` when there is one).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packexp.events import (
+    Event,
+    MemberScored,
+    MembersExploited,
+    PackFinished,
+    PackRecord,
+    RungResult,
+    TrialEnded,
+)
+from packexp.listeners.results import ResultsCollector
+from packexp.pack_options import steps_for
+from packexp.runner.checkpoints import CheckpointStore
+from packexp.schedulers import Bracket, Exploits
+from packexp.search_space import Trial
+from packexp.strategies import Capacity
+
+
+@dataclass
+class Ledger:
+    """A search's durable record: results and packs through the events (``emit``: the book
+    first, then the listeners), checkpoint files through ``store``.
+
+    Attributes:
+        states: Each trial's end state of its last rung, while kept in memory.
+        starts: An exploited member's next start (its donor's state) and its step counter
+            there.
+    """
+
+    book: ResultsCollector
+    emit: Callable[[Event], None]
+    store: CheckpointStore
+    capacity: Capacity
+    tags: Mapping[str, str]
+    continue_on_promotion: bool = True
+    probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
+    started: float = 0.0
+    session: int = 0
+    states: dict[str, Any] = field(default_factory=dict)
+    starts: dict[str, tuple[Any, int]] = field(default_factory=dict)
+    _probed: float = 0.0
+
+    def finish(self) -> None:
+        """Ends the trials still running as ``killed``: the search is over."""
+        for trial_id, record in self.book.trials.items():
+            if record.status == "running":
+                self.retire(trial_id, "killed")
+
+
+    def state_for(self, trial: Trial) -> Any:
+        """The trial's starting state for this rung: None to start afresh, else the state it
+        ended its last rung in: kept in memory, or the path of its checkpoint (after a
+        resume, or written by a worker), which whoever trains the pack reads."""
+        if trial.trial_id in self.starts:
+            return self.starts[trial.trial_id][0]
+        last = self.book.trials[trial.trial_id].last
+        if not (last and self.continue_on_promotion and last.checkpoint):
+            return None  # a failed member keeps no checkpoint: it starts again, as it did
+        return self.states.get(trial.trial_id, last.checkpoint)
+
+    def continues(self, bracket: Bracket, rung: int) -> bool:
+        """Whether the rung's end states are continued from (by the next rung)."""
+        return self.continue_on_promotion and rung + 1 < len(bracket.rungs)
+
+    def commit(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
+               pack_run: Any, predicted_s: float | None = None) -> list[RungResult]:
+        """Makes a trained pack durable and tells the listeners, in the order that lets a
+        search killed at any instant resume to the numbers of an unbroken one:
+
+        1. each member's end state is written to disk (``write_state`` renames a complete
+           file into place) before any journal record names it;
+        2. each member's result is journaled (``MemberScored``; the journal is the first
+           listener, one fsynced line per record) before the pack record (``PackFinished``);
+           a pack whose record is missing is trained again on resume;
+        3. a trial's checkpoint of the rung before (and a population's copy of its donor's
+           state) is deleted only after the pack record is journaled, which makes the
+           result naming its new one the result a resume reads; a diverged member is retired
+           (its checkpoints deleted) only then too.
+
+        The rung's plan was journaled (``RungPlanned``) before its first pack trained.
+        """
+        members = pack_run.members
+        t0 = time.perf_counter()
+        checkpoints: dict[str, str | None] = {}
+        exploited = {m.trial_id for m in members if self.starts.pop(m.trial_id, None)}
+        for m in members:
+            self.states.pop(m.trial_id, None)
+            checkpoints[m.trial_id] = m.checkpoint  # a worker's, already durable
+            if m.state is not None and not m.failed and self.continues(bracket, rung):
+                checkpoints[m.trial_id] = self.store.write(m.state, m.trial_id, rung)
+                self.states[m.trial_id] = m.state  # the next rung reads the memory copy
+        pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
+                            time.perf_counter() - t0, self._spent(members, epochs, exploited))
+        results: list[RungResult] = []
+        stale: list[Path] = []
+        for m in members:
+            ev = pack_run.evaluation[m.trial_id]
+            result = RungResult(
+                m.trial_id, bracket.s, rung, epochs, m.step, ev.val_accuracy, ev.val_loss,
+                m.train_loss if m.train_loss is not None and math.isfinite(m.train_loss)
+                else None, pack_id, checkpoints[m.trial_id], m.failed)
+            before = self.book.trials[m.trial_id].last
+            self.emit(MemberScored(result, m.trial, pack, self.tags,
+                                    before.pack_id if before else None,
+                                    round(self.capacity.cost(m.trial) / 2**20, 2)))
+            stale += self.store.superseded(m.trial_id, rung, before and before.checkpoint,
+                                           result.checkpoint)
+            results.append(result)
+        best, packs = self.book.best(), self.book.packs
+        self.emit(PackFinished(pack, len(packs), best["val_accuracy"] if best else None,
+                               round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4)))
+        self.store.delete(stale)
+        for m in members:
+            if m.failed:
+                self.retire(m.trial_id, "failed")
+        return results
+
+    def _spent(self, members: list, epochs: float, exploited: set[str]) -> float:
+        """Epochs the members trained in this pack: a continued trial only those its rung
+        adds, one trained from scratch all of them (as ``_state_for`` started it); a
+        population's ``exploited`` member those from its donor's state on."""
+        spent = 0.0
+        for m in members:
+            last = self.book.trials[m.trial_id].last
+            continued = last and ((self.continue_on_promotion and last.checkpoint)
+                                  or m.trial_id in exploited)
+            spent += epochs - (last.epochs if continued else 0.0)
+        return round(spent, 4)
+
+    def _record(self, bracket: Bracket, rung: int, epochs: float, pack_id: str,
+                pack_run: Any, predicted_s: float | None, checkpoint_s: float,
+                epochs_spent: float) -> PackRecord:
+        """The pack's record: its members, settings and time by phase."""
+        probed = self.probe_seconds()
+        probe_s, self._probed = probed - self._probed, probed
+        return PackRecord.measured(
+            pack_run, pack_id, bracket.s, rung, epochs, predicted_s=predicted_s,
+            checkpoint_s=checkpoint_s, probe_s=probe_s, epochs_spent=epochs_spent,
+            planned_cost_bytes=sum(self.capacity.cost(m.trial) for m in pack_run.members),
+            search_started=self.started, session=self.session)
+
+    def restore(self, result: RungResult) -> None:
+        """A result journaled before the resume, back in the book (nothing re-journaled). A
+        diverged trial ends again, its files left alone: they went when it diverged, and a
+        population's member may have trained on since from a donor's state."""
+        self.book.record(result)
+        if result.failed and self.book.trials[result.trial_id].status == "running":
+            self.emit(TrialEnded(result.trial_id, "failed"))
+
+    def retire(self, trial_id: str, status: str) -> None:
+        """Ends a trial as ``status`` (finished, killed, failed); its checkpoints go."""
+        record = self.book.trials[trial_id]
+        if record.status != "running":
+            return
+        self.emit(TrialEnded(trial_id, status))
+        self.store.retire(trial_id, [r.checkpoint for r in record.rungs])
+        self.states.pop(trial_id, None)
+
+    def exploit(self, decision: Exploits, epochs: float, members: Sequence[Trial],
+                after: Sequence[Trial], done: Container[str], train_size: int,
+                journaled: bool = False) -> None:
+        """A population's exploits at interval ``decision.rung``'s end (``epochs``): journaled
+        (unless a resume read them back), then made. Each exploited member still to train
+        (not in ``done``) starts the next rung from its donor's end state, written to its own
+        copy first so that a resume starts it there too, with its step counter at the start
+        of the next epoch for its new batch size. It trains on with the exploit's values and
+        the donor's data order (its seed: ``after``), so with the donor's values it would
+        train exactly as the donor."""
+        from packexp.packing.member import read_state
+
+        self.emit(MembersExploited(decision.bracket, decision.rung, epochs,
+                                   tuple(decision.exploits),
+                                   {t.trial_id: dict(t.hparams) for t in after}, journaled))
+        before = {t.trial_id: t.hparams for t in members}
+        for e in (e for e in decision.exploits if e.member not in done):
+            step = steps_for(epochs, int(e.hparams["batch_size"]), train_size)
+            start = self.store.donor_start(
+                e.member, decision.rung, e.donor,
+                lambda d=e.donor: (self.states.get(d)
+                                   or read_state(self.book.trials[d].last.checkpoint)),
+                step, before[e.donor].get("optimizer") != e.hparams.get("optimizer"))
+            self.starts[e.member] = (start, step)  # in memory: a Ray worker may not see path

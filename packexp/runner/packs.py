@@ -1,0 +1,129 @@
+"""A plan carried out as packs: the strategy's packs of a rung's trials, checked; what the
+strategy knows of the rung as it packs (``RungContext``); each pack's job, with its members'
+starting states; and its time as the strategy predicts it when it is sent. Pure Python."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packexp.events import Event, RungPlanned
+from packexp.executors import Executor, PackJob
+from packexp.pack_options import steps_for
+from packexp.runner.ledger import Ledger
+from packexp.schedulers import Bracket
+from packexp.search_space import SearchSpace, Trial
+from packexp.strategies import Capacity, RungContext, Strategy, check_fits, check_partition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A planned pack waiting for a worker: its plan (by name) and number there, its rung and
+    job, the rung's context (for the strategy's prediction when it is dispatched), and whether
+    its plan's packs are committed in plan order (a synchronous rung's)."""
+
+    plan: str
+    index: int
+    bracket: int
+    rung: int
+    job: PackJob
+    context: RungContext
+    ordered: bool
+
+
+@dataclass
+class Packer:
+    """Packs a plan's trials for the search (``PackedSearch``) with its ``strategy``, within
+    ``capacity``, for the place packs train (``executor``, whose caches the strategy may weigh).
+    """
+
+    strategy: Strategy
+    capacity: Capacity
+    capacity_source: str
+    executor: Executor
+    cache: Any  # packing.cache.PackCache
+    space: SearchSpace
+    ledger: Ledger
+    emit: Callable[[Event], None]  # the search's: the book first, then the listeners
+    continue_on_promotion: bool = True
+    lr_horizon: float | None = None  # epochs where schedules end; None: each rung's budget
+    train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
+    brackets: Sequence[Bracket] = ()  # the whole search, for the strategy
+
+    def queued(self, key: str | None, bracket: Bracket, rung: int,
+               packs: list[tuple[int, list[Trial], str | None]],
+               context: RungContext) -> list[Queued]:
+        """A plan's packs (each with its number in the plan) ready to send: named
+        ``<plan>-p<j>``, where a synchronous rung's plan (``key`` None) is ``b<s>-r<rung>``."""
+        name = key or f"b{bracket.s}-r{rung}"
+        return [Queued(name, j, bracket.s, rung, self.job(f"{name}-p{j:02d}", bracket, rung,
+                                                          group, fusion), context, key is None)
+                for j, group, fusion in packs]
+
+    def announce(self, key: str | None, bracket: Bracket, rung: int,
+                 packs: list[tuple[int, list[Trial], str | None]], context: RungContext,
+                 done: Sequence[str] | None = None,
+                 sampled: Sequence[Trial] = ()) -> list[Queued]:
+        """Journals a plan's packs (``RungPlanned``) before any trains, unless the plan is a
+        resumed one (``done``: its members trained before the resume), which the journal has
+        already; returns them, ready to send."""
+        epochs = bracket.rungs[rung].r
+        log.info("%s: %d trials to %.3g epochs in %d packs%s",
+                 key or f"bracket {bracket.s} rung {rung}", sum(len(g) for _, g, _ in packs),
+                 epochs, len(packs),
+                 "" if done is None else f" ({len(done)} done before the resume)")
+        self.emit(RungPlanned(bracket.s, rung, epochs, [g for _, g, _ in packs],
+                              [f for _, _, f in packs], done or (), journaled=done is not None,
+                              key=key,
+                              sampled=sampled if key is not None else ()))
+        return self.queued(key, bracket, rung, packs, context)
+
+    def pack(self, trials: list[Trial], bracket: Bracket,
+             rung: int) -> tuple[list[tuple[list[Trial], str | None]], RungContext]:
+        """The strategy's packs of ``trials`` for ``rung``, checked, and the rung's context."""
+        check_fits(trials, self.capacity, self.capacity_source)
+        context = self.context(trials, bracket.rungs[rung].r, bracket, rung)
+        planned = self.strategy.plan(trials, self.capacity, context)
+        check_partition(trials, [g for g, _ in planned], self.capacity)
+        return planned, context
+
+    def job(self, key: str, bracket: Bracket, rung: int, group: list[Trial],
+            fusion: str | None) -> PackJob:
+        return PackJob(key, group, bracket.rungs[rung].r,
+                       {t.trial_id: self.ledger.state_for(t) for t in group}, fusion,
+                       self.lr_horizon, checkpoint=self.ledger.continues(bracket, rung))
+
+    def predict(self, job: PackJob, context: RungContext) -> float | None:
+        """The pack's time as the strategy predicts it with the caches as they stand now (None
+        if the strategy weighs no costs)."""
+        if not self.strategy.needs_costs:
+            return None
+        view = self.executor.view()
+        return self.strategy.predict(job.group, job.fusion, dataclasses.replace(
+            context, kept=view.kept, members=view.members, replayed=view.replayed))
+
+    def context(self, todo: list[Trial], epochs: float, bracket: Bracket,
+                rung: int) -> RungContext:
+        """What strategies that weigh costs know of the rung: each trial's steps, what the
+        cache keeps, and how much of the search is still to come."""
+        steps = {}
+        for t in todo:
+            last = self.ledger.book.trials[t.trial_id].last
+            start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
+            start = self.ledger.starts.get(t.trial_id, (None, start))[1]
+            total = steps_for(epochs, int(t.hparams["batch_size"]), self.train_size or 1)
+            steps[t.trial_id] = max(0, total - start)
+        view = self.executor.view()  # where packs train: one cache, or each worker's
+        future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
+            r.n for b in self.brackets if b.s < bracket.s for r in b.rungs)
+        return RungContext(steps, view.kept, view.members,
+                           checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
+                           future_trials=future,
+                           structures=self.space.count_structures(self.cache.model_runtime),
+                           replayed=view.replayed, model_runtime=self.cache.model_runtime,
+                           bucketed=self.cache.bucketed)

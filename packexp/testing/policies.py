@@ -1,0 +1,83 @@
+"""A scheduler's decisions without a search: ``simulate`` drives a policy as the runner does,
+with training that takes no time and a score function in its place. Pure Python; for tests of
+a policy in milliseconds.
+
+``SPACE`` and ``DONOR`` are a population's space and a member's values, as the tests of
+``scheduler=pbt`` use them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
+from typing import Any
+
+from packexp.events import RungResult
+from packexp.schedulers import Exploits, Plan, Planned, Retire, Scheduler
+from packexp.schedulers.pbt import after_exploits
+from packexp.search_space import SearchSpace, Trial
+
+SPACE = SearchSpace({
+    "batch_size": {"kind": "int", "low": 20, "high": 70, "step": 5},
+    "optimizer": ["adam", "sgd", "adagrad", "momentum"],
+    "learning_rate": {"kind": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "activation": ["sigmoid", "leaky_relu", "tanh", "relu"],
+    "width": [16, 32, 64],
+}, categorical=["optimizer", "activation"])
+DONOR = {"batch_size": 45, "optimizer": "sgd", "learning_rate": 0.01, "activation": "tanh",
+         "width": 32}
+
+Made = Planned | Exploits | Retire
+
+
+def simulate(policy: Scheduler, space: SearchSpace,
+             score: Callable[[Trial, float], float | None], seed: int = 0,
+             draw: Callable[[int, int], list[Trial]] | None = None,
+             fits: Callable[[Mapping[str, Any], Mapping[str, Any]], bool] = lambda a, b: True,
+             max_members: int = 8) -> list[Made]:
+    """Runs ``policy`` to its end: each plan's trials are scored at once, by ``score(trial,
+    epochs)``, in plan order. Returns what was made, in order: plans, exploits, retirements.
+
+    Args:
+        draw: ``(n, salt) -> n new configurations``; default: ``space.sample``. A keyed plan's
+            draws are renamed ``t<i>`` on from those drawn before, as the runner names them.
+    """
+    policy.start(SimpleNamespace(seed=seed, space=space, max_members=max_members, fits=fits))
+    draw = draw or (lambda n, salt: space.sample(n, seed, salt))
+    brackets = {b.s: b for b in policy.brackets()}
+    current: dict[str, Trial] = {}
+    members: dict[tuple[int, int], list[str]] = {}
+    made: list[Made] = []
+    keyed = drawn = 0
+
+    def carry_out(decisions: list) -> bool:
+        nonlocal keyed, drawn
+        for d in decisions:
+            made.append(d)
+            if isinstance(d, Exploits):
+                after = after_exploits([current[i] for i in members[(d.bracket, d.rung)]],
+                                       d.exploits, space)
+                current.update((t.trial_id, t) for t in after)
+                policy.on_exploits(d)
+            elif isinstance(d, Plan):
+                new = draw(d.draw, d.bracket if d.key is None else keyed) if d.draw else []
+                if d.key is not None:
+                    new = [dataclasses.replace(t, trial_id=f"t{drawn + i:04d}")
+                           for i, t in enumerate(new)]
+                    keyed, drawn = keyed + 1, drawn + len(new)
+                current.update((t.trial_id, t) for t in new)
+                trials = [current[i] for i in d.trial_ids] + new
+                members[(d.bracket, d.rung)] = [t.trial_id for t in trials]
+                made[-1] = planned = Planned(d.bracket, d.rung, tuple(trials), len(new), d.key)
+                carry_out(policy.on_plan(planned))
+                epochs = brackets[d.bracket].rungs[d.rung].r
+                for t in trials:
+                    carry_out(policy.on_result(RungResult(
+                        t.trial_id, d.bracket, d.rung, epochs, 0, score(t, epochs), None, None,
+                        f"{d.key or f'b{d.bracket}-r{d.rung}'}-p00", None)))
+        return any(not isinstance(d, Retire) for d in decisions)
+
+    while carry_out(policy.decide(0)):
+        pass
+    return made
