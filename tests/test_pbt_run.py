@@ -99,10 +99,10 @@ def kill_at(monkeypatch, where: str):
     after the first exploit has finished, or ``before effect``, once the first exploit is
     journaled but before the member's copy of its donor's state is written."""
     import packexp.packing.member as member
-    import packexp.runner.search as driver
+    import packexp.runner.ledger as ledger
 
     if where == "mid-interval":
-        original = driver.PackedSearch.commit
+        original = ledger.Ledger.commit
 
         def commit(self, bracket, rung, *args, **kwargs):
             out = original(self, bracket, rung, *args, **kwargs)
@@ -110,7 +110,7 @@ def kill_at(monkeypatch, where: str):
                 raise KeyboardInterrupt
             return out
 
-        monkeypatch.setattr(driver.PackedSearch, "commit", commit)
+        monkeypatch.setattr(ledger.Ledger, "commit", commit)
     else:
         write = member.write_state
 
@@ -215,9 +215,9 @@ def test_a_diverged_member_copies_a_live_one_and_a_resume_after_its_donor_moved_
         assert all(r["val_accuracy"] is not None for r in t["rungs"][1:])
     assert {t["trial_id"] for t in whole["trials"] if t.get("lineage")} >= diverged
     assert whole["epochs_spent"] == 4 * 6  # a replaced member trains from its copy on
-    import packexp.runner.search as driver
+    import packexp.runner.ledger as ledger
 
-    original = driver.PackedSearch.commit
+    original = ledger.Ledger.commit
 
     def commit(self, bracket, rung, epochs, pack_id, pack_run, *args):
         out = original(self, bracket, rung, epochs, pack_id, pack_run, *args)
@@ -226,7 +226,7 @@ def test_a_diverged_member_copies_a_live_one_and_a_resume_after_its_donor_moved_
         return out
 
     with monkeypatch.context() as patch:
-        patch.setattr(driver.PackedSearch, "commit", commit)
+        patch.setattr(ledger.Ledger, "commit", commit)
         with pytest.raises(KeyboardInterrupt):
             tune(tmp_path / "killed", "strategy=none", *DIVERGING)
     resumed = tune(tmp_path / "killed", "strategy=none", *DIVERGING, "resume=true")

@@ -59,10 +59,10 @@ def test_checkpoints_of_retired_trials_are_removed(tmp_path):
 
 
 def kill_after(monkeypatch, packs: int):
-    """Makes the search die (as if killed) once ``packs`` packs have finished."""
-    import packexp.runner.search as tuner
+    """Makes the search die (as if killed) once ``packs`` packs have been committed."""
+    import packexp.runner.ledger as ledger
 
-    original = tuner.PackedSearch.commit
+    original = ledger.Ledger.commit
     done = []
 
     def finish(self, *args, **kwargs):
@@ -72,7 +72,7 @@ def kill_after(monkeypatch, packs: int):
             raise KeyboardInterrupt
         return out
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", finish)
+    monkeypatch.setattr(ledger.Ledger, "commit", finish)
     return original
 
 
@@ -96,7 +96,7 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
     assert not (tmp_path / "killed" / "results.json").exists()
     finished = [r for r in Journal(tmp_path / "killed").read() if r["event"] == "result"]
     assert finished
-    import packexp.runner.search as tuner
+    import packexp.runner.ledger as ledger
 
     trained = []
 
@@ -104,7 +104,7 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
         trained.extend((m.trial_id, rung) for m in pack_run.members)
         return original(self, bracket, rung, epochs, pack_id, pack_run, *rest)
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", finish)
+    monkeypatch.setattr(ledger.Ledger, "commit", finish)
     resumed = tune(tmp_path / "killed", *strategy, "resume=true")
     assert not list(kept.glob("*.json")), "the resumed session measured a new calibration"
     assert scores(resumed) == scores(whole)
@@ -124,9 +124,9 @@ def test_resume_reattaches_mlflow_runs(tmp_path, monkeypatch):
     original = kill_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path / "run", tracking="mlflow", store=tmp_path / "store")
-    import packexp.runner.search as tuner
+    import packexp.runner.ledger as ledger
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", original)
+    monkeypatch.setattr(ledger.Ledger, "commit", original)
     resumed = tune(tmp_path / "run", "resume=true", tracking="mlflow", store=tmp_path / "store")
     client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("packexp").experiment_id])
@@ -150,9 +150,9 @@ def test_resume_with_another_config_names_the_key(tmp_path, monkeypatch):
     original = kill_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path, "seed=1")
-    import packexp.runner.search as tuner
+    import packexp.runner.ledger as ledger
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", original)
+    monkeypatch.setattr(ledger.Ledger, "commit", original)
     with pytest.raises(ConfigError, match=r"resume=true: seed=0 here, but the journal has "
                                           r"seed=1"):
         tune(tmp_path, "resume=true")

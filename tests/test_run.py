@@ -190,12 +190,12 @@ def test_unreachable_tracking_server_fails_before_training(tmp_path):
 def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import packexp.runner.search as tuner
+    import packexp.runner.ledger as ledger
 
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", explode)
+    monkeypatch.setattr(ledger.Ledger, "commit", explode)
     with pytest.raises(RuntimeError, match="boom"):
         tune(tmp_path, tracking="mlflow")
     assert not (tmp_path / "run" / "results.json").exists()

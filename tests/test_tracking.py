@@ -366,9 +366,9 @@ def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeyp
 
 @pytest.mark.tf
 def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
-    import packexp.runner.search as tuner
+    import packexp.runner.ledger as ledger
 
-    original = tuner.PackedSearch.commit
+    original = ledger.Ledger.commit
     done = []
 
     def finish(self, *args, **kwargs):
@@ -378,7 +378,7 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return out
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", finish)
+    monkeypatch.setattr(ledger.Ledger, "commit", finish)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path)
     _, [parent], children = store(tmp_path)
@@ -387,7 +387,7 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
     assert interrupted
     assert {c.info.status for c in children if c.info.run_name in interrupted} == {"KILLED"}
 
-    monkeypatch.setattr(tuner.PackedSearch, "commit", original)
+    monkeypatch.setattr(ledger.Ledger, "commit", original)
     _, results, _ = tune(tmp_path, "resume=true")
     _, [parent], children = store(tmp_path)
     assert parent.info.status == "FINISHED"

@@ -31,6 +31,7 @@ from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
 from packexp.packing.trainer import train_group
 from packexp.search_space import Trial
+from packexp.strategies.calibration import CycleTiming, Measurement, PackTiming
 
 log = logging.getLogger(__name__)
 
@@ -106,18 +107,17 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     settings = {k: cache.pack_options[k] for k in ("fusion", "misaligned", "data_sharing",
                                                    "jit_compile")}
     # Plain packs of the architecture run looped: one program for every pack of it.
-    settings["looped"] = any(p.get("looped") for p in packs if p["fusion"] == "off")
+    settings["looped"] = any(p.looped for p in packs if p.fusion == "off")
     # Members whose batches are padded to the bucket step at its size, whatever their own.
     padded = cache.bucketed and not couples_rows(probe.model)
     settings["batch_bucket"] = cache.pack_options.get("batch_bucket") if padded else None
-    return {"packs": packs, "cycles": cycles, "build_s": build_s, "load_s": load_s,
-            "chunk_steps": cache.pack_options["chunk_steps"],
-            "checkpoint_s": checkpoint_s,
-            "settings": {**settings, "fusable": fusable, "bucketed": cache.bucketed},
-            "seconds": round(time.perf_counter() - started, 3)}
+    return Measurement(tuple(packs), tuple(cycles), build_s, load_s, checkpoint_s,
+                       cache.pack_options["chunk_steps"],
+                       {**settings, "fusable": fusable, "bucketed": cache.bucketed},
+                       round(time.perf_counter() - started, 3)).to_dict()
 
 
-def _measure(cache: PackCache, group: list[Trial], fusion: str) -> dict:
+def _measure(cache: PackCache, group: list[Trial], fusion: str) -> PackTiming:
     """One pack as the search's engine runs it: its set-up (if new: tracing, and compiling
     where it compiles), median step time and evaluation time."""
     pack, reused = cache.checkout(group, {}, fusion)
@@ -142,23 +142,21 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str) -> dict:
     cache.checkin(pack)
     # A looped pack that traced nothing ran the architecture's program an earlier one traced.
     reused = reused or (first.looped and first.trace_s == 0)
-    return {"fusion": "on" if pack.fused else "off", "xla": bool(first.xla),
-            "looped": first.looped,
-            "batches": [int(t.hparams["batch_size"]) for t in group], "steps": [1, long],
-            "step_s": step_s, "call_s": call_s, "setup_s": None if reused else setup,
-            "eval_s": min(evals[1:])}
+    return PackTiming("on" if pack.fused else "off",
+                      tuple(int(t.hparams["batch_size"]) for t in group), step_s, call_s,
+                      None if reused else setup, min(evals[1:]), (1, long), bool(first.xla),
+                      bool(first.looped))
 
 
-def _cycles(cache: PackCache, group: list[Trial]) -> list[dict]:
+def _cycles(cache: PackCache, group: list[Trial]) -> list[CycleTiming]:
     """Fresh trials trained one epoch each as singles, the way the search trains a pack
     (``train_group``: a kept pack checked out, trained, evaluated, its states taken and
     checked in), each timed whole: what a pack costs beyond its steps and evaluation."""
     out = []
     for trial in group:
         [run] = train_group([trial], cache, epochs=1.0, states={}, fusion="off")
-        out.append({"batches": [int(trial.hparams["batch_size"])],
-                    "steps": [run.stats.steps], "traced": run.stats.trace_s > 0,
-                    "duration_s": time.perf_counter() - run.started})
+        out.append(CycleTiming((int(trial.hparams["batch_size"]),), (run.stats.steps,),
+                               run.stats.trace_s > 0, time.perf_counter() - run.started))
     return out
 
 

@@ -8,7 +8,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,84 @@ def calibration_digest(record: Mapping[str, Any]) -> str:
     """A short digest of a calibration's whole content: two records plan alike iff equal."""
     text = json.dumps(dict(record), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PackTiming:
+    """One pack a calibration measured as the search's engine runs it: its set-up (tracing,
+    and compiling where it compiles; None where it reused a program), its step time without
+    a call's fixed cost (``call_s``), and an evaluation's time."""
+
+    fusion: str  # "on" (fused) or "off"
+    batches: tuple[int, ...]
+    step_s: float
+    call_s: float
+    setup_s: float | None
+    eval_s: float
+    steps: tuple[int, ...] = ()  # the chunk lengths timed
+    xla: bool = False
+    looped: bool = False
+
+
+@dataclass(frozen=True)
+class CycleTiming:
+    """A single trained one epoch as the search trains a pack, timed whole."""
+
+    batches: tuple[int, ...]
+    steps: tuple[int, ...]
+    traced: bool
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a calibration measured on a device (``packing.calibrate.calibrate``), typed;
+    ``to_dict`` and ``from_dict`` are the calibration file's one format.
+
+    Attributes:
+        packs: Each pack measured.
+        cycles: Singles timed whole (``pack_s``'s data).
+        build_s, load_s, checkpoint_s: A member built afresh; a state loaded into a built
+            one; a member's state written.
+        chunk_steps: Steps per call of the step function, as the calibration ran.
+        settings: The pack settings it ran under, and what it found (``looped``,
+            ``fusable``, ``bucketed``, ``batch_bucket``).
+        seconds: How long it took.
+    """
+
+    packs: tuple[PackTiming, ...]
+    cycles: tuple[CycleTiming, ...]
+    build_s: float
+    load_s: float
+    checkpoint_s: float
+    chunk_steps: int
+    settings: Mapping[str, Any]
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"packs": [_plain(p) for p in self.packs],
+                "cycles": [_plain(c) for c in self.cycles], "build_s": self.build_s,
+                "load_s": self.load_s, "chunk_steps": self.chunk_steps,
+                "checkpoint_s": self.checkpoint_s, "settings": dict(self.settings),
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Measurement:
+        """A calibration record read back (a ``KeyError`` or ``TypeError`` if it is not one)."""
+        def typed(kind: type, row: Mapping[str, Any]) -> Any:
+            names = {f.name for f in fields(kind)}
+            return kind(**{k: tuple(v) if isinstance(v, list) else v
+                           for k, v in row.items() if k in names})
+
+        return cls(tuple(typed(PackTiming, r) for r in record["packs"]),
+                   tuple(typed(CycleTiming, c) for c in record.get("cycles", ())),
+                   float(record["build_s"]), float(record["load_s"]),
+                   float(record["checkpoint_s"]), int(record["chunk_steps"]),
+                   dict(record["settings"]), float(record.get("seconds", 0.0)))
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(row).items()}
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,8 @@
 
 The paper's Section 5.2 poses packing as finding, among all packable partitions of a rung's
 trials, the one that trains fastest, and settles for the kNN heuristic for want of a cost
-model. Here a cost model fitted to measurements on the device at hand
-(``packexp/packing/calibrate.py``) predicts each candidate pack's duration, and the plan is
-the cheapest partition found:
+model. Here a cost model fitted to measurements on the device at hand (``Measurement``)
+predicts each candidate pack's duration, and the plan is the cheapest partition found:
 
 1. the singletons (always a valid plan);
 2. a dynamic programme over the trials sorted by batch size and steps, each contiguous run
@@ -44,6 +43,7 @@ from scipy.optimize import nnls
 from packexp.pack_options import PACK_DEFAULTS, member_bucket, member_key, pack_key, why_not_fusable
 from packexp.search_space import Trial
 from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
+from packexp.strategies.calibration import Measurement, PackTiming, calibration_for
 
 log = logging.getLogger(__name__)
 
@@ -104,58 +104,60 @@ class CostModel:
     error: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
-    def fit(cls, calibration: Mapping[str, Any]) -> CostModel:
+    def fit(cls, calibration: Mapping[str, Any] | Measurement) -> CostModel:
         """Fits the model to a calibration (``packing.calibrate.calibrate``'s record)."""
-        rows = calibration["packs"]
-        plain = [r for r in rows if r["fusion"] == "off"]
-        fused = [r for r in rows if r["fusion"] == "on"]
+        measured = (calibration if isinstance(calibration, Measurement)
+                    else Measurement.from_dict(calibration))
+        rows = measured.packs
+        plain = [r for r in rows if r.fusion == "off"]
+        fused = [r for r in rows if r.fusion == "on"]
         if not plain:
             raise ValueError("calibration: no plain pack measured")
-        bucketed = bool(calibration["settings"].get("bucketed"))
+        bucketed = bool(measured.settings.get("bucketed"))
 
-        def n(r):  # a compiled fused program computes its idle seats too
-            count = len(r["batches"])
-            return member_bucket(count) if bucketed and r["fusion"] == "on" else count
+        def n(r: PackTiming) -> int:  # a compiled fused program computes its idle seats too
+            count = len(r.batches)
+            return member_bucket(count) if bucketed and r.fusion == "on" else count
 
         if len({n(r) for r in plain}) > 1:
-            plain_step = _fit([[1, n(r), sum(r["batches"])] for r in plain],
-                              [r["step_s"] for r in plain], 3)
+            plain_step = _fit([[1, n(r), sum(r.batches)] for r in plain],
+                              [r.step_s for r in plain], 3)
         else:  # singles only: a plain pack costs its members alone, and no less
-            plain_step = (0.0, *_fit([[n(r), sum(r["batches"])] for r in plain],
-                                     [r["step_s"] for r in plain], 2))
+            plain_step = (0.0, *_fit([[n(r), sum(r.batches)] for r in plain],
+                                     [r.step_s for r in plain], 2))
         if bucketed and len({n(r) for r in fused}) == 1:
             # One fused bucket measured (the largest): the single is the line's other end,
             # a compiled program of one member (measured: a fused pack of 2 within 10% of
             # the line through them).
             fused = fused + [r for r in plain if n(r) == 1]
-        fused_step = (_fit([[1, n(r), n(r) * max(r["batches"])] for r in fused],
-                           [r["step_s"] for r in fused], 3) if fused else None)
+        fused_step = (_fit([[1, n(r), n(r) * max(r.batches)] for r in fused],
+                           [r.step_s for r in fused], 3) if fused else None)
 
-        def setup(group):
-            timed = [r for r in group if r["setup_s"] is not None]
-            return _fit([[1, n(r)] for r in timed], [r["setup_s"] for r in timed], 2)
+        def setup(group: list[PackTiming]) -> tuple[float, ...]:
+            timed = [r for r in group if r.setup_s is not None]
+            return _fit([[1, n(r)] for r in timed], [r.setup_s for r in timed], 2)
 
-        looped = bool(calibration["settings"].get("looped"))
-        traced = [r["setup_s"] for r in plain if r["setup_s"] is not None]
+        looped = bool(measured.settings.get("looped"))
+        traced = [r.setup_s for r in plain if r.setup_s is not None]
 
         model = cls(
             plain=plain_step, fused=fused_step,
             plain_setup=(max(traced, default=0.0), 0.0) if looped else setup(plain),
             fused_setup=setup(fused) if fused else None,
-            evaluate=_fit([[1, n(r)] for r in rows], [r["eval_s"] for r in rows], 2),
-            call_s=statistics.median(r["call_s"] for r in rows),
-            build_s=float(calibration["build_s"]), load_s=float(calibration["load_s"]),
-            checkpoint_s=float(calibration["checkpoint_s"]),
-            settings={**calibration["settings"], "chunk_steps": calibration["chunk_steps"]})
-        cycles = [c for c in calibration.get("cycles", ()) if not c["traced"]]
+            evaluate=_fit([[1, n(r)] for r in rows], [r.eval_s for r in rows], 2),
+            call_s=statistics.median(r.call_s for r in rows),
+            build_s=measured.build_s, load_s=measured.load_s,
+            checkpoint_s=measured.checkpoint_s,
+            settings={**measured.settings, "chunk_steps": measured.chunk_steps})
+        cycles = [c for c in measured.cycles if not c.traced]
         if cycles:  # the rest of a measured single's time: one load and the bookkeeping
             e0, e1 = model.evaluate
-            rest = [c["duration_s"] - model.train_s(c["batches"], c["steps"], "off") - e0 - e1
+            rest = [c.duration_s - model.train_s(c.batches, c.steps, "off") - e0 - e1
                     for c in cycles]
-            model = cls(**{**model.__dict__, "pack_s": max(statistics.median(rest),
-                                                           model.load_s)})
-        errors = [abs(model.step_s(r["batches"], r["fusion"]) - r["step_s"])
-                  / r["step_s"] for r in rows if r["step_s"] > 0]
+            pack_s = max(statistics.median(rest), model.load_s)
+            model = cls(**{**model.__dict__, "pack_s": pack_s})
+        errors = [abs(model.step_s(r.batches, r.fusion) - r.step_s) / r.step_s
+                  for r in rows if r.step_s > 0]
         error = {"median": statistics.median(errors), "max": max(errors), "packs": len(errors)}
         return cls(**{**model.__dict__, "error": error})
 
@@ -285,8 +287,6 @@ class CostStrategy(Strategy):
         """Fits the cost model to the device's calibration: the run's own, the file
         ``calibration`` names, one kept under ``calibration_dir`` for the same facts, or one
         measured there now."""
-        from packexp.strategies.calibration import calibration_for
-
         used = calibration_for(device, self.calibration, self.calibration_dir,
                                self.recalibrate, check=CostModel.fit)
         self.use_costs(used.checked or used.record)  # a record read back is fitted once
