@@ -588,7 +588,7 @@ def test_the_calls_reach_the_store_in_order_and_end_waits_for_them(tmp_path):
     for rung in range(30):  # queued faster than the writer applies them: batches merge
         tracker.log_trial_rung("t0", {"lr": 0.1}, {"rung": rung, "pack_id": f"p{rung}"},
                                rung + 1, {"val_accuracy": rung / 100, "val_loss": None})
-        tracker.log_pack(rung, {"members": ["t0"], "train_s": rung})
+        tracker.log_pack(rung, PackRecord(f"p{rung}", 0, 0, 1.0, ["t0"], train_s=rung))
     tracker.end_trial("t0", "FINISHED")
     tracker.end_trial("t1", "KILLED")  # ended before its first rung: ended once it is logged
     tracker.log_trial_rung("t1", {"lr": 1.0}, {"rung": 0}, 1, {"val_accuracy": 0.5})
@@ -713,7 +713,7 @@ def test_a_writer_that_dies_mid_search_is_one_warning_not_the_end(tmp_path, capl
     while writer.alive and time.monotonic() < deadline:
         time.sleep(0.05)
     for i in range(3):
-        tracker.log_pack(i, {"members": ["t0"]})
+        tracker.log_pack(i, PackRecord(f"p{i}", 0, 0, 1.0, ["t0"]))
     tracker.end()
     gone = [r.getMessage() for r in caplog.records if "MLflow writer process ended" in
             r.getMessage()]
@@ -745,6 +745,7 @@ assert "mlflow" not in sys.modules, "the tracker's process imported MLflow"
 SEARCH_THEN_WAIT = """
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
+from packexp.events import PackRecord
 from packexp.tracking import MlflowTracker
 tracker = MlflowTracker(store_dir=sys.argv[1], sample_interval_s=None)
 tracker.start("r", {}, {})
@@ -752,7 +753,7 @@ for trial in ("t0", "t1"):
     tracker.log_trial_rung(trial, {}, {"rung": 0}, 1, {"val_accuracy": 0.5})
 tracker.end_trial("t1", "FINISHED")
 for i in range(200):
-    tracker.log_pack(i, {"members": ["t0"], "train_s": i})
+    tracker.log_pack(i, PackRecord(f"p{i}", 0, 0, 1.0, ["t0"], train_s=i))
 try:
     print("ready", flush=True)
     time.sleep(120)

@@ -13,6 +13,7 @@ from packexp.events import (
     MemberScored,
     MembersExploited,
     PackFinished,
+    PackRecord,
     RungPlanned,
     Summary,
     TrialEnded,
@@ -115,7 +116,7 @@ class MlflowTracker(Tracker):
              "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
 
     def on_pack_finished(self, event: PackFinished) -> None:
-        self.log_pack(event.index, event.pack.to_dict(), event.best, event.epochs_spent)
+        self.log_pack(event.index, event.pack, event.best, event.epochs_spent)
 
     def on_members_exploited(self, event: MembersExploited) -> None:
         """A population's values as stepped metrics of each member's run, ``hparam_<name>``
@@ -237,7 +238,7 @@ class MlflowTracker(Tracker):
                    [(k, float(v), now, step) for k, v in metrics.items() if v is not None], now)
         self._logged.add(trial_id)
 
-    def log_pack(self, index: int, pack: Mapping[str, Any],
+    def log_pack(self, index: int, pack: PackRecord,
                  best_val_accuracy: float | None = None,
                  epochs_spent: float | None = None) -> None:
         """One finished pack's measurements on the parent run, ``step`` = ``index``.
@@ -248,15 +249,15 @@ class MlflowTracker(Tracker):
         ``step`` is those epochs (rounded), to plot it against the budget used.
         """
         now = _now_ms()
-        values = {k: pack.get(k) for k in (
+        values: dict[str, float | None] = {k: getattr(pack, k) for k in (
             "step_time_ms", "peak_rss_mb", "gpu_peak_memory_mb", "switch_overhead_s",
             "build_s", "trace_s", "train_s", "eval_s", "checkpoint_s", "probe_s",
             "duration_s", "predicted_s")}
-        values["pack_memory_mb"] = pack.get("planned_cost_mb") or None
-        values["members"] = len(pack.get("members", ()))
-        values["fused"] = float(bool(pack.get("fused")))
-        values["reused"] = float(bool(pack.get("reused")))
-        values["reused_members"] = pack.get("reused_members")
+        values["pack_memory_mb"] = pack.planned_cost_mb or None
+        values["members"] = len(pack.members)
+        values["fused"] = float(pack.fused)
+        values["reused"] = float(pack.reused)
+        values["reused_members"] = pack.reused_members
         values["best_so_far_val_accuracy"] = best_val_accuracy
         values["epochs_spent"] = epochs_spent
         metrics = [(k, float(v), now, index) for k, v in values.items() if v is not None]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from packexp.tracking.datasets import source_tags, split_inputs
+from packexp.tracking.messages import Error, Failed, LogLine, Reply, Result
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Batch(NamedTuple):
 class MlflowWriter:
     """The writer process's side: one ``MlflowClient`` and the runs of the tracker it serves."""
 
-    def __init__(self, post: Callable[[tuple], None]) -> None:
+    def __init__(self, post: Callable[[Reply], None]) -> None:
         self._post = post
         self._source: dict[str, str] = {}
         self._reset()
@@ -105,7 +106,7 @@ class MlflowWriter:
                 self._flush(held)
                 self.end("KILLED", None)
                 return
-            what, operation, args = message
+            what, operation, args = message.what, message.operation, message.args
             if operation == "close":
                 self._flush(held)
                 return
@@ -124,12 +125,12 @@ class MlflowWriter:
             result = getattr(self, operation)(*args)
         except Exception as e:
             if what is None:
-                self._post(("error", str(e) if isinstance(e, StoreError) else one_line(e)))
+                self._post(Error(str(e) if isinstance(e, StoreError) else one_line(e)))
             else:
                 self._failed(what, e)
         else:
             if what is None:
-                self._post(("result", result))
+                self._post(Result(result))
 
     def _as_batch(self, operation: str, args: tuple) -> Batch | None:
         """The call as a batch for a run that exists, or None: it must be applied alone."""
@@ -163,7 +164,7 @@ class MlflowWriter:
                     self._failed(what, e)
 
     def _failed(self, what: str, error: BaseException) -> None:
-        self._post(("failed", what, one_line(error)))
+        self._post(Failed(what, one_line(error)))
 
     def _log_batch(self, run_id: str, metrics: Iterable[Metric],
                    params: Iterable[tuple[str, str]], tags: Mapping[str, str]) -> None:
@@ -352,12 +353,12 @@ class MlflowWriter:
 class _Forward(logging.Handler):
     """Sends the writer's log records to the tracker's process, which logs them there."""
 
-    def __init__(self, post: Callable[[tuple], None]) -> None:
+    def __init__(self, post: Callable[[Reply], None]) -> None:
         super().__init__()
         self._post = post
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._post(("log", record.name, record.levelno, record.getMessage()))
+        self._post(LogLine(record.name, record.levelno, record.getMessage()))
 
 
 def _listen(connection: Connection, inbox: queue.SimpleQueue) -> None:
@@ -390,7 +391,7 @@ def main(fd: int, main_file: str) -> None:
     connection = Connection(fd)
     lock = threading.Lock()
 
-    def post(message: tuple) -> None:
+    def post(message: Reply) -> None:
         with lock, contextlib.suppress(OSError):
             connection.send(message)
 

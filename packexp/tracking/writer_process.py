@@ -15,6 +15,8 @@ from multiprocessing.connection import Pipe
 from pathlib import Path
 from typing import Any
 
+from packexp.tracking.messages import Call, Error, Failed, LogLine, Result
+
 log = logging.getLogger(__name__)
 
 
@@ -60,7 +62,7 @@ class WriterProcess:
         """Queues a call; if the writer cannot apply it, ``report(what, why)`` says so later."""
         with self._lock:
             self._receive(until_result=False)
-            self._post((what, operation, args))
+            self._post(Call(operation, args, what))
 
     def call(self, operation: str, *args: Any) -> Any:
         """Applies a call after everything queued before it, and returns what it returns.
@@ -71,13 +73,13 @@ class WriterProcess:
         """
         with self._lock:
             self.used = True
-            self._post((None, operation, args))
+            self._post(Call(operation, args))
             return self._receive(until_result=True)
 
     def close(self, timeout: float = 60.0) -> None:
         """Lets the writer apply what is queued and exit; waits for it up to ``timeout`` s."""
         with contextlib.suppress(OSError):
-            self._connection.send((None, "close", ()))
+            self._connection.send(Call("close"))
         self._connection.close()
         try:
             self._process.wait(timeout)
@@ -96,7 +98,7 @@ class WriterProcess:
         """Closes this end without a word: the writer ends the runs left open as KILLED."""
         self._connection.close()
 
-    def _post(self, message: tuple) -> None:
+    def _post(self, message: Call) -> None:
         try:
             self._connection.send(message)
         except OSError:
@@ -105,15 +107,15 @@ class WriterProcess:
     def _receive(self, until_result: bool) -> Any:
         try:
             while until_result or self._connection.poll():
-                kind, *rest = self._connection.recv()
-                if kind == "result":
-                    return rest[0]
-                if kind == "error":
-                    raise CallFailed(rest[0])
-                if kind == "failed":
-                    self.report(*rest)
-                elif kind == "log":
-                    logging.getLogger(rest[0]).log(rest[1], "%s", rest[2])
+                reply = self._connection.recv()
+                if isinstance(reply, Result):
+                    return reply.value
+                if isinstance(reply, Error):
+                    raise CallFailed(reply.why)
+                if isinstance(reply, Failed):
+                    self.report(reply.what, reply.why)
+                elif isinstance(reply, LogLine):
+                    logging.getLogger(reply.logger).log(reply.level, "%s", reply.message)
         except (EOFError, OSError):
             raise WriterGone(self._gone()) from None
         return None
