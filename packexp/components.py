@@ -83,7 +83,7 @@ class Components:
         scheduler = self.scheduler
         return {**self.names, "sampler": component_name(self.cfg, "sampler"),
                 "scheduler": component_name(self.cfg, "scheduler"),
-                "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
+                "seed": self.cfg.seed, "R": scheduler.R, "eta": getattr(scheduler, "eta", None),
                 "continue_on_promotion": scheduler.continue_on_promotion,
                 "lr_horizon": scheduler.lr_horizon}
 

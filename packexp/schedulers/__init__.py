@@ -7,6 +7,7 @@ from packexp.schedulers.base import (
     Bracket,
     Decision,
     Exploits,
+    HalvingScheduler,
     Plan,
     Planned,
     Retire,
@@ -18,6 +19,6 @@ from packexp.schedulers.base import (
 from packexp.schedulers.hyperband import Hyperband, keep_best
 from packexp.schedulers.pbt import Pbt
 
-__all__ = ["Asha", "AshaState", "Bracket", "Decision", "Exploits", "Hyperband", "Pbt", "Plan",
-           "Planned", "Retire", "Rung", "Scheduler", "Search", "bracket_epochs", "keep_best",
-           "promotable"]
+__all__ = ["Asha", "AshaState", "Bracket", "Decision", "Exploits", "HalvingScheduler",
+           "Hyperband", "Pbt", "Plan", "Planned", "Retire", "Rung", "Scheduler", "Search",
+           "bracket_epochs", "keep_best", "promotable"]

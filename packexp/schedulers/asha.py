@@ -18,11 +18,11 @@ from packexp.errors import ConfigError
 from packexp.schedulers.base import (
     Bracket,
     Decision,
+    HalvingScheduler,
     Plan,
     Planned,
     Retire,
     Rung,
-    Scheduler,
     Search,
 )
 from packexp.schedulers.hyperband import Hyperband
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Asha(Scheduler):
+class Asha(HalvingScheduler):
     """ASHA with promotions: a trial is promoted to the next rung as soon as it is in the top
     ``1/eta`` of its rung's results so far, and continues from its checkpoint.
 

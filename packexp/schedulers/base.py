@@ -110,7 +110,8 @@ class Search(Protocol):
 
 
 class Scheduler(abc.ABC):
-    """A schedule of rungs over ``R`` epochs at most, with reduction factor ``eta``.
+    """A policy over a schedule of rungs in which no configuration trains more than ``R``
+    epochs.
 
     With ``continue_on_promotion`` a promoted configuration trains only the epochs its new
     rung adds; without, it retrains from scratch (the paper's prototype).
@@ -125,10 +126,9 @@ class Scheduler(abc.ABC):
     #: total); None: the brackets say.
     budget: float | None = None
 
-    def __init__(self, R: int, eta: int = 3, continue_on_promotion: bool = True,
+    def __init__(self, R: int, continue_on_promotion: bool = True,
                  lr_horizon: str = "rung") -> None:
         self.R = positive_int("R", R)
-        self.eta = positive_int("eta", eta, 2)
         self.continue_on_promotion = flag("continue_on_promotion", continue_on_promotion)
         self.lr_horizon = one_of("lr_horizon", lr_horizon, LR_HORIZONS)
 
@@ -192,6 +192,16 @@ class Scheduler(abc.ABC):
         """Refuses settings under which the schedule never stops a configuration early (a
         ``ConfigError`` naming the key and the nearest value that works): a search a user
         asked for would silently be plain training of one or a few configurations."""
+
+
+class HalvingScheduler(Scheduler):
+    """A scheduler that keeps the top ``1/eta`` of a rung's configurations for the next
+    (Hyperband, ASHA)."""
+
+    def __init__(self, R: int, eta: int = 3, continue_on_promotion: bool = True,
+                 lr_horizon: str = "rung") -> None:
+        super().__init__(R, continue_on_promotion, lr_horizon)
+        self.eta = positive_int("eta", eta, 2)
 
 
 def bracket_epochs(bracket: Bracket, continued: bool) -> float:

@@ -11,11 +11,11 @@ from packexp.errors import ConfigError
 from packexp.schedulers.base import (
     Bracket,
     Decision,
+    HalvingScheduler,
     Plan,
     Planned,
     Retire,
     Rung,
-    Scheduler,
     Search,
 )
 from packexp.search_space import Trial
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from packexp.events import RungResult
 
 
-class Hyperband(Scheduler):
+class Hyperband(HalvingScheduler):
     """Hyperband with maximum resource ``R`` epochs and reduction factor ``eta``: brackets
     from the most exploratory to plain training, each a successive halving that waits for
     its rung's every pack before it promotes."""
@@ -56,20 +56,20 @@ class Hyperband(Scheduler):
 
     def start(self, search: Search) -> None:
         super().start(search)
-        self._halving = Halving(self.brackets())
+        self._rungs = RungByRung(self.brackets())
 
     def decide(self, queued: int) -> list[Decision]:
-        return self._halving.decide()
+        return self._rungs.decide()
 
     def on_plan(self, plan: Planned) -> list[Retire]:
-        self._halving.on_plan(plan)
+        self._rungs.on_plan(plan)
         return []
 
     def on_result(self, result: RungResult) -> list[Retire]:
-        return self._halving.on_result(result)
+        return self._rungs.on_result(result)
 
 
-class Halving:
+class RungByRung:
     """Successive halving over ``brackets``, one after another, each rung waiting for its
     every result: the state a synchronous policy keeps (``Hyperband``; a population's rungs
     too, none halved)."""

@@ -29,7 +29,7 @@ from packexp.schedulers.base import (
     Scheduler,
     Search,
 )
-from packexp.schedulers.hyperband import Halving
+from packexp.schedulers.hyperband import RungByRung
 from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
 
 # (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
@@ -58,7 +58,7 @@ class Pbt(Scheduler):
         if continue_on_promotion is not True:
             raise ValueError(f"continue_on_promotion={continue_on_promotion!r}: a population "
                              "always continues from its members' (or donors') states")
-        super().__init__(R=positive_int("epochs", epochs), eta=2, continue_on_promotion=True)
+        super().__init__(R=positive_int("epochs", epochs))
         self.population = positive_int("population", population, 2)
         self.interval = positive_int("interval", interval)
         if self.interval > epochs:
@@ -115,31 +115,31 @@ class Pbt(Scheduler):
 
     def start(self, search: Search) -> None:
         super().start(search)
-        self._halving = Halving(self.brackets(), halve=False)
+        self._rungs = RungByRung(self.brackets(), halve=False)
         self._exploited: set[int] = set()
 
     def decide(self, queued: int) -> list[Decision]:
         """The next interval's plan once every member has its result of this one, after this
         interval's exploits (unless they are made already: a resume read them back)."""
-        decisions = self._halving.decide()
+        decisions = self._rungs.decide()
         if not decisions or decisions[-1].rung == 0:
             return decisions
         ended = decisions[-1].rung - 1
         if ended in self._exploited:
             return decisions
-        members = self._halving.trials
+        members = self._rungs.trials
         rng = np.random.default_rng(derive_seed(self.search.seed, 0x9B7, ended))
         exploits = self.exploits({t.trial_id: dict(t.hparams) for t in members},
-                                 self._halving.scores, self.search.space, rng,
+                                 self._rungs.scores, self.search.space, rng,
                                  self.search.fits)
         return [Exploits(decisions[-1].bracket, ended, tuple(exploits)), *decisions]
 
     def on_plan(self, plan: Planned) -> list[Retire]:
-        self._halving.on_plan(plan)
+        self._rungs.on_plan(plan)
         return []
 
     def on_result(self, result: RungResult) -> list[Retire]:
-        return self._halving.on_result(result)
+        return self._rungs.on_result(result)
 
     def on_exploits(self, decision: Exploits) -> None:
         self._exploited.add(decision.rung)

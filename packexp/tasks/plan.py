@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def plan_dict(scheduler: Scheduler) -> dict:
     brackets = scheduler.brackets()
-    return {"R": scheduler.R, "eta": scheduler.eta, "brackets": [
+    return {"R": scheduler.R, "eta": getattr(scheduler, "eta", None), "brackets": [
         {"s": b.s, "rungs": [{"n": r.n, "r": r.r} for r in b.rungs],
          "epochs_continued": scheduler.epochs(b, True),
          "epochs_from_scratch": scheduler.epochs(b, False)}
