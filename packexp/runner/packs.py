@@ -16,7 +16,14 @@ from packexp.pack_options import steps_for
 from packexp.runner.ledger import Ledger
 from packexp.schedulers import Bracket
 from packexp.search_space import SearchSpace, Trial
-from packexp.strategies import Capacity, RungContext, Strategy, check_fits, check_partition
+from packexp.strategies import (
+    Capacity,
+    RungContext,
+    Strategy,
+    WeighsCosts,
+    check_fits,
+    check_partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +108,7 @@ class Packer:
     def predict(self, job: PackJob, context: RungContext) -> float | None:
         """The pack's time as the strategy predicts it with the caches as they stand now (None
         if the strategy weighs no costs)."""
-        if not self.strategy.needs_costs:
+        if not isinstance(self.strategy, WeighsCosts):
             return None
         view = self.executor.view()
         return self.strategy.predict(job.group, job.fusion, dataclasses.replace(

@@ -6,10 +6,11 @@ from packexp.strategies.base import (
     Planned,
     RungContext,
     Strategy,
+    WeighsCosts,
     check_fits,
     check_partition,
     greedy_fill,
 )
 
-__all__ = ["Capacity", "Device", "Planned", "RungContext", "Strategy", "check_fits",
-           "check_partition", "greedy_fill"]
+__all__ = ["Capacity", "Device", "Planned", "RungContext", "Strategy", "WeighsCosts",
+           "check_fits", "check_partition", "greedy_fill"]

@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -69,7 +69,8 @@ class RungContext:
 
 @dataclass(frozen=True)
 class Device:
-    """The device packs train on, as a strategy prepares for it (``Strategy.prepare``).
+    """The device packs train on, as a strategy that weighs costs prepares for it
+    (``WeighsCosts.prepare``).
 
     Attributes:
         run_dir: The run directory, where a strategy keeps what it measured.
@@ -88,39 +89,37 @@ class Device:
 Planned = tuple[list[Trial], str | None]
 
 
+@runtime_checkable
+class WeighsCosts(Protocol):
+    """A strategy that weighs measured costs (``strategy=cost``): readied for the device
+    before the first rung (a calibration kept or measured there), it predicts each pack's
+    duration, and says which calibration it planned with."""
+
+    def prepare(self, device: Device) -> None:
+        """Readies the strategy for the device packs train on, before the first rung."""
+
+    def calibration_used(self) -> dict[str, str] | None:
+        """The calibration ``prepare`` planned with (key, digest, source, path)."""
+
+    def predict(self, trials: Sequence[Trial], fusion: str | None,
+                rung: RungContext) -> float | None:
+        """A pack's predicted duration in seconds."""
+
+
 class Strategy(abc.ABC):
     """Partitions trials into packs; pure Python, deterministic under its seed.
 
-    A strategy that weighs measured costs sets ``needs_costs``, gets its cost model ready
-    for the device in ``prepare`` before the first rung, and may choose each pack's fusion
-    setting (``plan``) and predict its duration (``predict``).
+    A strategy may choose each pack's fusion setting (``plan``); one that weighs measured
+    costs implements ``WeighsCosts`` too.
     """
-
-    needs_costs = False
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
-
-    def prepare(self, device: Device) -> None:  # noqa: B027 (a hook; most need nothing)
-        """Readies the strategy for the device packs train on, before the first rung."""
-
-    def use_costs(self, costs: Any) -> None:  # noqa: B027 (a hook; most strategies need none)
-        """Takes the device's cost model (``strategies.cost.CostModel``)."""
-
-    def calibration_used(self) -> dict[str, str] | None:
-        """The calibration ``prepare`` planned with (key, digest, source, path); None when
-        the strategy weighs no measured costs."""
-        return None
 
     def plan(self, trials: Sequence[Trial], capacity: Capacity,
              rung: RungContext) -> list[Planned]:
         """The rung's packs, each with its fusion setting; by default ``pack``'s, as configured."""
         return [(group, None) for group in self.pack(trials, capacity)]
-
-    def predict(self, trials: Sequence[Trial], fusion: str | None,
-                rung: RungContext) -> float | None:
-        """A pack's predicted duration in seconds, where the strategy has a cost model."""
-        return None
 
     @abc.abstractmethod
     def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:

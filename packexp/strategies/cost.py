@@ -253,7 +253,8 @@ class CostModel:
 
 
 class CostStrategy(Strategy):
-    """Packs a rung as the cost model predicts fastest; singletons where packing loses.
+    """Packs a rung as the cost model predicts fastest; singletons where packing loses. It
+    weighs costs (``WeighsCosts``): ``prepare`` fits its model to the device's calibration.
 
     Args:
         seed: Unused (the plan is deterministic in the trials and the calibration); kept
@@ -265,8 +266,6 @@ class CostStrategy(Strategy):
         calibration: A calibration file to plan with, whatever device measured it (a copy
             of a run's ``calibration.json``, to pin a plan); null: the above.
     """
-
-    needs_costs = True
 
     def __init__(self, seed: int = 0, calibration_dir: str = "outputs/calibration",
                  recalibrate: bool = False, calibration: str | None = None) -> None:
@@ -280,6 +279,7 @@ class CostStrategy(Strategy):
         self._memo: dict[tuple, tuple] = {}
 
     def use_costs(self, costs: CostModel | Mapping[str, Any]) -> None:
+        """Plans with ``costs`` (a fitted model, or a calibration record to fit)."""
         self._memo.clear()  # what it holds came from the model before
         self.costs = costs if isinstance(costs, CostModel) else CostModel.fit(costs)
 

@@ -14,7 +14,7 @@ from packexp.files import write_json
 from packexp.pack_options import steps_for
 from packexp.report import print_plan
 from packexp.schedulers import Scheduler
-from packexp.strategies import RungContext
+from packexp.strategies import RungContext, WeighsCosts
 from packexp.telemetry import device_facts
 
 log = logging.getLogger(__name__)
@@ -42,9 +42,10 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     capacity, source = planning_capacity(cfg.device, parts.build_model, dataset,
                                          parts.max_members)
     # A strategy that weighs costs reads a kept calibration, or measures one here (seconds).
-    parts.strategy.prepare(parts.device(run_dir, device_facts(),
-                                        lambda fn, *args: fn(parts.cache(), *args),
-                                        capacity, len(dataset.x_train)))
+    if isinstance(parts.strategy, WeighsCosts):
+        parts.strategy.prepare(parts.device(run_dir, device_facts(),
+                                            lambda fn, *args: fn(parts.cache(), *args),
+                                            capacity, len(dataset.x_train)))
     drawn: list[dict] = []  # as the search, no bracket draws an earlier one's configurations
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         trials = scheduler.first_draw(space, bracket, cfg.seed, drawn, parts.max_members)

@@ -30,7 +30,7 @@ from packexp.session import (
     tracked,
 )
 from packexp.startup import mark
-from packexp.strategies import Capacity
+from packexp.strategies import Capacity, WeighsCosts
 from packexp.strategies.calibration import kept_directory
 from packexp.tasks.plan import plan_dict
 
@@ -60,7 +60,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             capacity, source, probes, calibration_s = prepare(
                 parts, cache, executor, facts, run_dir)
             started = time.perf_counter() - calibration_s  # the search's clock
-            calibration = parts.strategy.calibration_used()
+            calibration = (parts.strategy.calibration_used()
+                           if isinstance(parts.strategy, WeighsCosts) else None)
             if calibration:  # on the run now: an interrupted search shows it too
                 tracker.on_summary(Summary(tags={f"calibration_{k}": v
                                                  for k, v in calibration.items()}))
@@ -103,7 +104,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
 def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
             run_dir: Path) -> tuple[Capacity, str, ProbeFiles, float]:
     """The device's capacity for one pack (estimated; probed where it matters, or read from
-    probes kept before) and the strategy readied for the device (``Strategy.prepare``: a
+    probes kept before) and the strategy readied for the device (``WeighsCosts.prepare``: a
     calibration, for one that weighs costs); also the setting the capacity comes from, the
     probes' files and clock, and the seconds the strategy took."""
     probes = ProbeFiles(run_dir, kept_directory(parts.cfg.device.get("probe_dir")),
@@ -112,8 +113,9 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
         parts.cfg.device, parts.max_members, cache.make_member, executor.on_device, probes)
     mark("capacity")
     started = time.perf_counter()
-    parts.strategy.prepare(parts.device(run_dir, facts, executor.on_device, capacity,
-                                        cache.data.train_size))
+    if isinstance(parts.strategy, WeighsCosts):
+        parts.strategy.prepare(parts.device(run_dir, facts, executor.on_device, capacity,
+                                            cache.data.train_size))
     mark("calibration")
     return capacity, source, probes, time.perf_counter() - started
 
