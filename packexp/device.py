@@ -188,7 +188,7 @@ def device_capacity(device: DictConfig, max_members: int, make_member: Callable,
         factor = None if probes is None else probes.kept_factor()
         if factor is not None:  # the first run's measurement, not a new one
             probes.source, probes.path = "kept", probes.kept_file
-            log.info("memory probe, batch %s: the factor kept in %s", trial.hparams["batch_size"],
+            log.info("memory probe, batch %s: the factor kept in %s", trial.batch_size,
                      probes.kept_file)
             return round(memory.estimate(trial) * factor)
         t0 = time.perf_counter()

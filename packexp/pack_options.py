@@ -173,6 +173,23 @@ KERAS_ARGS = frozenset({
     "momentum", "nesterov", "rho", "use_ema", "weight_decay"})
 
 
+#: The defaults of values a space may leave out, stated once: every model and the trainer
+#: read them through ``activation_of`` and ``lr_schedule_of`` (``Trial.activation`` and
+#: ``Trial.lr_schedule``).
+DEFAULT_ACTIVATION = "relu"
+DEFAULT_LR_SCHEDULE = "constant"
+
+
+def activation_of(hparams: Mapping[str, Any]) -> str:
+    """The activation a configuration trains with."""
+    return hparams.get("activation", DEFAULT_ACTIVATION)
+
+
+def lr_schedule_of(hparams: Mapping[str, Any]) -> str:
+    """The learning-rate schedule a configuration trains with (``LR_SCHEDULES``)."""
+    return hparams.get("lr_schedule", DEFAULT_LR_SCHEDULE)
+
+
 def rule_for(hparams: Mapping[str, Any], keras_args: frozenset[str] = KERAS_ARGS) -> str | None:
     """The update rule (``packexp.optim``) that trains a trial with ``hparams``; None when
     only its Keras class does (an optimizer without a rule, an extra such as weight decay, a
@@ -262,5 +279,5 @@ def pack_key(trials: Sequence[Configured], sliced: bool = False, fusion: str | N
         if len(set(keys)) == 1:
             keys = keys[:1] * member_bucket(len(keys))
         return (*keys, None, fusion)
-    mixed = len({int(t.hparams["batch_size"]) for t in trials}) > 1
+    mixed = len({t.batch_size for t in trials}) > 1
     return (*keys, mixed, fusion)

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from packexp.errors import ConfigError
-from packexp.pack_options import RUNTIME_HPARAMS, rule_for
+from packexp.pack_options import RUNTIME_HPARAMS, activation_of, lr_schedule_of, rule_for
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,29 @@ class Trial:
     features: tuple[float, ...] = field(repr=False)
     seed: int = 0
     bracket: int = 0
+
+    # The values the trainer reads, typed in one place, with the defaults of those a space
+    # may leave out (``pack_options``); a model's own values stay in ``hparams``.
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.hparams["batch_size"])
+
+    @property
+    def optimizer(self) -> str | None:
+        return self.hparams.get("optimizer")
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.hparams["learning_rate"])
+
+    @property
+    def activation(self) -> str:
+        return activation_of(self.hparams)
+
+    @property
+    def lr_schedule(self) -> str:
+        return lr_schedule_of(self.hparams)
 
 
 def derive_seed(*entropy: int) -> int:

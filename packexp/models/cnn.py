@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.checks import positive_int
 from packexp.models.keras_apps import ACTIVATIONS, NEEDS_IMAGES, RUNTIME_HPARAMS
+from packexp.pack_options import activation_of
 
 if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
     import keras
@@ -41,7 +42,7 @@ def build(
 
     from packexp.models.activation import SelectActivation
 
-    activation = hparams.get("activation", "relu")
+    activation = activation_of(hparams)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: cnn knows {list(ACTIVATIONS)}")
     width, blocks = hparams.get("width", width), hparams.get("blocks", blocks)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from packexp.pack_options import activation_of
+
 if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
     import keras
 
@@ -46,7 +48,7 @@ def build(
     if not callable(app_fn):
         raise ValueError(f"application={application!r}: not a keras.applications model")
     return build_application(app_fn, input_shape, num_classes,
-                             hparams.get("activation", "relu"), MIN_SIZE,
+                             activation_of(hparams), MIN_SIZE,
                              bn_momentum=bn_momentum, **kwargs)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packexp.checks import positive_int
+from packexp.pack_options import activation_of
 
 if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
     import keras
@@ -40,7 +41,7 @@ def build(
 
     from packexp.models.activation import SelectActivation
 
-    activation = hparams.get("activation", "relu")
+    activation = activation_of(hparams)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: mlp3 knows {list(ACTIVATIONS)}")
     width, depth = hparams.get("width", width), hparams.get("depth", depth)

@@ -288,10 +288,10 @@ class PackCache:
         slots, lr_index = self._fresh_slots[key]
         ruled = rule_options(trial.hparams)
         if isinstance(slots, RuleOptimizer):  # a template: the trial's rule sets the slots
-            slots = slots.fresh_slots(*ruled, trial.hparams["learning_rate"])
+            slots = slots.fresh_slots(*ruled, trial.learning_rate)
         else:
             slots = list(slots)
-            slots[lr_index] = np.asarray(trial.hparams["learning_rate"], slots[lr_index].dtype)
+            slots[lr_index] = np.asarray(trial.learning_rate, slots[lr_index].dtype)
         return MemberState(replay.replay(trial.seed), tuple(slots), 0)
 
     def _learn_structure(self, trial: Trial, member: Member) -> None:

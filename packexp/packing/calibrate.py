@@ -143,7 +143,7 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str) -> PackTiming:
     # A looped pack that traced nothing ran the architecture's program an earlier one traced.
     reused = reused or (first.looped and first.trace_s == 0)
     return PackTiming("on" if pack.fused else "off",
-                      tuple(int(t.hparams["batch_size"]) for t in group), step_s, call_s,
+                      tuple(t.batch_size for t in group), step_s, call_s,
                       None if reused else setup, min(evals[1:]), (1, long), bool(first.xla),
                       bool(first.looped))
 
@@ -155,7 +155,7 @@ def _cycles(cache: PackCache, group: list[Trial]) -> list[CycleTiming]:
     out = []
     for trial in group:
         [run] = train_group([trial], cache, epochs=1.0, states={}, fusion="off")
-        out.append(CycleTiming((int(trial.hparams["batch_size"]),), (run.stats.steps,),
+        out.append(CycleTiming((trial.batch_size,), (run.stats.steps,),
                                run.stats.trace_s > 0, time.perf_counter() - run.started))
     return out
 
@@ -180,7 +180,7 @@ class Fits:
     table: Mapping[tuple[int, int], bool]
 
     def __call__(self, group: Sequence[Trial]) -> bool:
-        return self.table[len(group), int(group[0].hparams["batch_size"])]
+        return self.table[len(group), group[0].batch_size]
 
 
 def calibration_args(hparams: Mapping[str, Any], batch_sizes: Sequence[int],

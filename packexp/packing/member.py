@@ -87,15 +87,14 @@ class Member:
         preprocessing: Preprocessing | None = None,
     ) -> Member:
         """Builds the trial's model and optimizer with weights seeded by the trial alone."""
-        batch_size = int(trial.hparams["batch_size"])
+        batch_size = trial.batch_size
         if not 1 <= batch_size <= train_size:
             raise ValueError(
                 f"batch_size={batch_size}: must be between 1 and the {train_size} training examples"
             )
         seed_keras(trial.seed)
         model = build_model(input_shape, num_classes, trial.hparams)
-        optimizer = make_optimizer(trial.hparams["optimizer"], trial.hparams["learning_rate"],
-                                   trial.hparams)
+        optimizer = make_optimizer(trial.optimizer, trial.learning_rate, trial.hparams)
         optimizer.build(model.trainable_variables)
         return cls(trial, model, optimizer, batch_size, train_size,
                    preprocessing=preprocessing or Preprocessing())
@@ -150,7 +149,7 @@ class Member:
                                  f"{self.trial_id}'s model and optimizer")
             for v, value in zip(variables, values, strict=True):
                 v.assign(value)
-        base_learning_rate(self.optimizer).assign(float(trial.hparams["learning_rate"]))
+        base_learning_rate(self.optimizer).assign(trial.learning_rate)
         ruled = rule_options(trial.hparams)
         if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
             # Kept members serve trials of any rule.
@@ -159,7 +158,7 @@ class Member:
                 self.optimizer.iterations.assign(0)
         set_activation(self.model, trial.hparams)
         self.trial = trial
-        self.batch_size = int(trial.hparams["batch_size"])
+        self.batch_size = trial.batch_size
         self.step = state.step
         self.failed = False
         self.train_loss = None
@@ -204,7 +203,7 @@ class HeldMember(Member):
     @classmethod
     def on(cls, template: Member, trial: Trial, state: MemberState,
            preprocessing: Preprocessing) -> HeldMember:
-        member = cls(trial, template.model, template.optimizer, int(trial.hparams["batch_size"]),
+        member = cls(trial, template.model, template.optimizer, trial.batch_size,
                      template.train_size)
         return member.load(trial, state, preprocessing)
 
@@ -224,16 +223,16 @@ class HeldMember(Member):
         lr = next((i for i, v in enumerate(variables)
                    if v is base_learning_rate(self.optimizer)), None)
         if lr is not None:
-            slots[lr] = np.asarray(float(trial.hparams["learning_rate"]), slots[lr].dtype)
+            slots[lr] = np.asarray(trial.learning_rate, slots[lr].dtype)
         ruled = rule_options(trial.hparams)
         if ruled is not None and isinstance(self.optimizer, RuleOptimizer):
             i = next(i for i, v in enumerate(variables) if v is self.optimizer.coefficients)
             slots[i] = np.asarray(coefficients(*ruled).values(), np.float32)
             if state.fresh_slots:
-                slots = list(self.optimizer.fresh_slots(*ruled, trial.hparams["learning_rate"]))
+                slots = list(self.optimizer.fresh_slots(*ruled, trial.learning_rate))
         self.held = MemberState(tuple(state.weights), tuple(slots), state.step)
         self.trial = trial
-        self.batch_size = int(trial.hparams["batch_size"])
+        self.batch_size = trial.batch_size
         self.step = state.step
         self.failed = False
         self.train_loss = None

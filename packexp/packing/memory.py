@@ -99,11 +99,10 @@ class MemoryModel:
         if key not in self._shapes:
             model = self._build(trial)
             self._shapes[key] = (*parameter_elements(model), activation_elements(model))
-        return _estimate(*self._shapes[key], trial.hparams["optimizer"],
-                         int(trial.hparams["batch_size"]))
+        return _estimate(*self._shapes[key], trial.optimizer, trial.batch_size)
 
     def cost(self, trial: Trial) -> float:
-        batch = int(trial.hparams["batch_size"])
+        batch = trial.batch_size
         if self._scale is None and self._probe is not None and batch not in self._not_worth:
             estimate = self.estimate(trial)
             if self._worth_probing is None or self._worth_probing(estimate):

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim
-from packexp.pack_options import OPTIMIZERS, rule_for
+from packexp.pack_options import OPTIMIZERS, lr_schedule_of, rule_for
 from packexp.packing.schedules import BudgetSchedule, base_learning_rate
 
 
@@ -231,7 +231,7 @@ def make_optimizer(name: str, learning_rate: float, hparams: Mapping[str, Any] |
     spec = OPTIMIZERS[name]
     options = {**spec.options,
                **{k: v for k, v in hparams.items() if k in optimizer_args(name)}}
-    schedule = hparams.get("lr_schedule", "constant")
+    schedule = lr_schedule_of(hparams)
     rate = (float(learning_rate) if schedule == "constant"
             else BudgetSchedule(schedule, learning_rate, horizon))
     ruled = rule_options({**hparams, "optimizer": name})

@@ -123,7 +123,7 @@ class Packer:
             last = self.ledger.book.trials[t.trial_id].last
             start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
             start = self.ledger.starts.get(t.trial_id, (None, start))[1]
-            total = steps_for(epochs, int(t.hparams["batch_size"]), self.train_size or 1)
+            total = steps_for(epochs, t.batch_size, self.train_size or 1)
             steps[t.trial_id] = max(0, total - start)
         view = self.executor.view()  # where packs train: one cache, or each worker's
         future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(

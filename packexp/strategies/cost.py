@@ -355,7 +355,7 @@ class CostStrategy(Strategy):
             for t in group:
                 key = member_key(t, self.costs.sliced, rung.model_runtime)
                 structures[key] = structures.get(key, 0) + 1
-            batches = [int(t.hparams["batch_size"]) for t in group]
+            batches = [t.batch_size for t in group]
             steps = [rung.steps[t.trial_id] for t in group]
             ready = self.costs.duration_s(batches, steps, fusion, new=False, builds=0,
                                           checkpoint=rung.checkpoint)
@@ -402,7 +402,7 @@ class CostStrategy(Strategy):
     def _sorted_runs(self, trials: Sequence[Trial], capacity: Capacity,
                      rung: RungContext) -> list[list[Trial]]:
         """The cheapest split of the trials, sorted by batch size and steps, into runs."""
-        order = sorted(trials, key=lambda t: (t.hparams["batch_size"], rung.steps[t.trial_id],
+        order = sorted(trials, key=lambda t: (t.batch_size, rung.steps[t.trial_id],
                                               member_key(t, False, rung.model_runtime),
                                               t.trial_id))
         cap = capacity.max_members or len(order)

@@ -51,13 +51,13 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
         trials = scheduler.first_draw(space, bracket, cfg.seed, drawn, parts.max_members)
         drawn += [t.hparams for t in trials]
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
-                                                        t.hparams["batch_size"],
+                                                        t.batch_size,
                                                         len(dataset.x_train))
                                   for t in trials})
         packs = [group for group, _ in parts.strategy.plan(trials, capacity, rung)]
         record["first_rung_packs"] = [[t.trial_id for t in p] for p in packs]
         record["first_rung_pack_batch_sizes"] = [
-            [t.hparams["batch_size"] for t in p] for p in packs]
+            [t.batch_size for t in p] for p in packs]
     payload["capacity"] = {"source": source, "bytes": capacity.limit,
                            "max_members": capacity.max_members}
     payload["strategy"] = component_name(cfg, "strategy")
