@@ -172,6 +172,26 @@ class PlanRecord:
                    record.get("sampled"))
 
 
+@dataclass(frozen=True)
+class Best:
+    """The trial and rung with the highest validation accuracy seen, and the values it
+    trained with; in a population, also the schedule (``schedulers.pbt.schedule``) that made
+    its weights. ``results.json``'s ``best`` is ``to_dict()``."""
+
+    trial_id: str
+    hparams: Mapping[str, Any]
+    val_accuracy: float
+    epochs: float  # whole epochs as an int: 3, not 3.0 (R=10 has 10/9)
+    schedule: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"trial_id": self.trial_id, "hparams": dict(self.hparams),
+               "val_accuracy": self.val_accuracy, "epochs": self.epochs}
+        if self.schedule is not None:
+            out["schedule"] = self.schedule
+        return out
+
+
 @dataclass
 class TrialRecord:
     """A trial across the search: its configuration, its results by rung and its end.

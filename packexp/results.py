@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from packexp.events import PackRecord, TrialRecord
+from packexp.events import Best, PackRecord, TrialRecord
 
 # A pack's time by phase, in its record and summed over the search (see README).
 PHASES = PackRecord.PHASES
 
 
-def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: dict | None,
+def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: Best | None,
                    *, wall_time_s: float, **facts: Any) -> dict[str, Any]:
     """``results.json``: ``facts`` (names, seed, schedule, timings the task measured), the
     totals over ``packs``, every trial (``events.TrialRecord``) and pack, and the best."""
@@ -33,7 +33,7 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: dic
             "epochs_spent": round(sum(p.epochs_spent for p in packs), 4),
             "anytime": anytime(trials, packs),
             "trials": [t.to_dict() for t in trials], "packs": [p.to_dict() for p in packs],
-            "best": best}
+            "best": best.to_dict() if best else None}
 
 
 def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRecord]]:

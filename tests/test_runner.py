@@ -268,8 +268,8 @@ def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, fake_trainer):
     record("b", (1, 0.5), (3, 0.75))
     record("c", (1, 0.75), (3, 0.5), (9, 0.75))
     record("d", (3, 0.25))
-    assert search.best() == {"trial_id": "c", "hparams": {"x": "c"}, "val_accuracy": 0.75,
-                             "epochs": 9}
+    assert search.best().to_dict() == {"trial_id": "c", "hparams": {"x": "c"},
+                                       "val_accuracy": 0.75, "epochs": 9}
 
 
 def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, fake_trainer):
@@ -278,9 +278,9 @@ def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, fake_traine
               for r in t.rungs if r.val_accuracy is not None]
     top = max(scored)
     best = search.best()
-    assert (best["val_accuracy"], best["epochs"]) == top[:2]
-    assert (best["val_accuracy"], best["epochs"], best["trial_id"]) in scored
-    assert best["epochs"] == search.trials[best["trial_id"]].rungs[-1].epochs
+    assert (best.val_accuracy, best.epochs) == top[:2]
+    assert (best.val_accuracy, best.epochs, best.trial_id) in scored
+    assert best.epochs == search.trials[best.trial_id].rungs[-1].epochs
 
 
 @pytest.mark.parametrize("horizon", [None, 9.0])
@@ -307,7 +307,7 @@ def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
     spent = [p["epochs"] for p in points]
     best = [p["best"] for p in points]
     assert spent == sorted(spent) and best == sorted(best)
-    assert best[-1] == search.best()["val_accuracy"]
+    assert best[-1] == search.best().val_accuracy
     first = [search.trials[i] for i in search.packs[0].members if i != FAILING]
     assert best[0] == max(t.hparams["x"] / 100 for t in first)
     results = search_results(search.trials.values(), search.packs, search.best(),

@@ -72,7 +72,7 @@ def test_a_scheduler_drives_a_search_to_an_end_that_leaves_nothing_running(name,
     best = search.best()
     scored = [r.val_accuracy for t in search.trials.values() for r in t.rungs
               if r.val_accuracy is not None]
-    assert best is not None and best["val_accuracy"] == max(scored)
+    assert best is not None and best.val_accuracy == max(scored)
     journaled = [r for r in Journal(tmp_path).read() if r["event"] == "result"]
     assert len(journaled) == sum(len(t.rungs) for t in search.trials.values())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from packexp.events import (
+    Best,
     Listener,
     MemberScored,
     MembersExploited,
@@ -52,7 +53,7 @@ class ResultsCollector(Listener):
     def on_trial_ended(self, event: TrialEnded) -> None:
         self.trials[event.trial_id].status = event.status
 
-    def best(self) -> dict | None:
+    def best(self) -> Best | None:
         """The trial and rung with the highest validation accuracy seen, and the values it
         trained with; in a population, also the schedule that made its weights."""
         scored = [(r.val_accuracy, r.epochs, t) for t in self.trials.values()
@@ -60,11 +61,10 @@ class ResultsCollector(Listener):
         if not scored:
             return None
         acc, epochs, trial = max(scored, key=lambda s: (s[0], s[1]))
-        best = {"trial_id": trial.trial_id, "hparams": trial.hparams_at(epochs),
-                "val_accuracy": acc,  # whole epochs as an int: 3, not 3.0 (R=10 has 10/9)
-                "epochs": int(epochs) if float(epochs).is_integer() else epochs}
+        lineage = None
         if any(t.lineage for t in self.trials.values()):
-            best["schedule"] = schedule(trial.trial_id, epochs,
-                                        {t.trial_id: t.lineage for t in self.trials.values()},
-                                        {t.trial_id: t.hparams for t in self.trials.values()})
-        return best
+            lineage = schedule(trial.trial_id, epochs,
+                               {t.trial_id: t.lineage for t in self.trials.values()},
+                               {t.trial_id: t.hparams for t in self.trials.values()})
+        return Best(trial.trial_id, trial.hparams_at(epochs), acc,
+                    int(epochs) if float(epochs).is_integer() else epochs, lineage)

@@ -122,7 +122,7 @@ class Ledger:
                                            result.checkpoint)
             results.append(result)
         best, packs = self.book.best(), self.book.packs
-        self.emit(PackFinished(pack, len(packs), best["val_accuracy"] if best else None,
+        self.emit(PackFinished(pack, len(packs), best.val_accuracy if best else None,
                                round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4)))
         self.store.delete(stale)
         for m in members:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.events import (
+    Best,
     Event,
     Listeners,
     PackRecord,
@@ -288,13 +289,12 @@ class PackedSearch:
         """Carries a population's exploits out (``Ledger.exploit``)."""
         members = [self._current[i] for i in self._members[(decision.bracket, decision.rung)]]
         after = self._known(after_exploits(members, decision.exploits, self.space))
+        done = self.replayed.done.get((decision.bracket, decision.rung + 1), {})
         self.ledger.exploit(decision, self._bracket(decision.bracket).rungs[decision.rung].r,
-                            members, after, self.replayed.done.get(
-                                (decision.bracket, decision.rung + 1), {}),
-                            self.train_size, journaled)
+                            members, after, done, self.train_size, journaled)
 
     def finish(self) -> None:
         self.ledger.finish()
 
-    def best(self) -> dict | None:
+    def best(self) -> Best | None:
         return self.book.best()
