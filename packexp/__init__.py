@@ -33,8 +33,8 @@ def conf_dir() -> str:
 __all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load", "tune"]
 
 # Loaded when first used: ``import packexp`` stays light for the command line and workers.
-_LAZY = {"tune": "packexp.api", "load": "packexp.search_result",
-         "SearchResult": "packexp.search_result", "TrackingError": "packexp.tracking.base"}
+_LAZY = {"tune": "packexp.api", "load": "packexp.records.search_result",
+         "SearchResult": "packexp.records.search_result", "TrackingError": "packexp.tracking.base"}
 
 
 def __getattr__(name: str) -> Any:

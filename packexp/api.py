@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp import conf_dir
 from packexp.errors import ConfigError
-from packexp.search_result import SearchResult, load
+from packexp.records.search_result import SearchResult, load
 
 __all__ = ["SearchResult", "load", "tune"]
 
@@ -292,7 +292,7 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float,
     """``python -m packexp``'s job, with the arrays checked and written where the config
     reads them, the job's log in the run directory's ``packexp.log``, its ``startup_s``
     counted from the ``tune`` call, and its progress and summary shown if ``verbose``."""
-    from packexp.report import verbose as showing
+    from packexp.records.report import verbose as showing
     from packexp.run import check, job, trains_here
     from packexp.session import count_next_job_from
 

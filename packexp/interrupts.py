@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from packexp.journal import Journal, JournalError
+from packexp.records.journal import Journal, JournalError
 
 # Overrides the resume command sets itself.
 RESUME_KEYS = ("resume", "hydra.run.dir")

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from packexp.config import config_errors, dataset_source, flatten, instantiate, task_overrides
 from packexp.errors import ConfigError, refuse
 from packexp.events import Summary
-from packexp.journal import Journal, JournalError, first_difference
+from packexp.records.journal import Journal, JournalError, first_difference
 from packexp.tracking import hydra_tags, run_params
 
 

@@ -40,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the device facts import Te
 from rich.console import Console
 from rich.table import Table
 
-from packexp.plots import PHASE_COLORS, phase_totals, train_share
+from packexp.records.plots import PHASE_COLORS, phase_totals, train_share
 
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT, BASELINE = "current", "baseline"

@@ -232,7 +232,7 @@ def run_search(r: int, strategy: str, method: str) -> dict[str, Any]:
         return record
     data = json.loads(results.read_text())
     best = data.get("best") or {}
-    from packexp.plots import train_share
+    from packexp.records.plots import train_share
 
     record.update(wall_time_s=data["wall_time_s"], best_val_accuracy=best.get("val_accuracy"),
                   train_share=train_share(data),

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from packexp.errors import ConfigError
-from packexp.journal import Journal
 from packexp.listeners import JournalListener
+from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from packexp.journal import Journal
+from packexp.records.journal import Journal
 from packexp.startup import describe
 from tests.helpers import ROOT, packexp
 

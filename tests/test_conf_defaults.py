@@ -139,7 +139,7 @@ def test_a_resume_is_checked_before_hydra_writes_without_importing_keras(tmp_pat
     import subprocess
     import sys
 
-    from packexp.journal import Journal
+    from packexp.records.journal import Journal
     from packexp.session import comparable
 
     Journal(tmp_path).append("start", config=comparable(compose_config(["seed=5"], strategy=None)),

@@ -291,7 +291,7 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     """scheduler=asha under Ray: packs overlap on the two workers, every promotion follows
     the paper's rule as the results arrived, the budget holds and the idle share is
     reported."""
-    from packexp.journal import Journal
+    from packexp.records.journal import Journal
     from packexp.schedulers import Asha
     from packexp.testing.asha import assert_promotions_follow_the_rule
 

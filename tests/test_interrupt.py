@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
-from packexp.journal import Journal
+from packexp.records.journal import Journal
 from packexp.runner import Replayed
 from tests.helpers import ROOT, packexp, run_whole
 

@@ -19,7 +19,7 @@ from packexp.events import (
     SearchFinished,
     TrialEnded,
 )
-from packexp.journal import Journal
+from packexp.records.journal import Journal
 from packexp.run import run
 from tests.helpers import compose_config
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from packexp.events import PackRecord
-from packexp.results import pack_metrics, weighted_median
+from packexp.records.results import pack_metrics, weighted_median
 from packexp.tracking import run_params
 from tests.helpers import compose_config, packexp
 

@@ -16,8 +16,8 @@ import pytest
 from hydra.utils import instantiate
 
 from packexp.events import TrialRecord
-from packexp.journal import Journal
 from packexp.pack_options import steps_for
+from packexp.records.journal import Journal
 from packexp.run import run
 from tests.helpers import ROOT, compose_config, packexp
 

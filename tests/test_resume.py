@@ -8,7 +8,7 @@ import pytest
 from omegaconf import open_dict
 
 from packexp.errors import ConfigError
-from packexp.journal import Journal
+from packexp.records.journal import Journal
 from packexp.run import run
 from tests.helpers import compose_config
 

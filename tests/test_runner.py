@@ -11,8 +11,8 @@ import pytest
 
 from packexp.errors import ConfigError
 from packexp.events import RungResult, TrialRecord
-from packexp.journal import Journal
 from packexp.pack_options import steps_for
+from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
@@ -296,7 +296,7 @@ def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, fake_trainer, horizon)
 @pytest.mark.parametrize("continued", [True, False])
 def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
         tmp_path, fake_trainer, continued):
-    from packexp.results import anytime, search_results
+    from packexp.records.results import anytime, search_results
 
     search = search_to_the_end(new_search(tmp_path, fake_trainer, continue_on_promotion=continued))
     points = anytime(search.trials.values(), search.packs)

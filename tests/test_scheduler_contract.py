@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from packexp.config import instantiate
-from packexp.journal import Journal
+from packexp.records.journal import Journal
 from packexp.schedulers import Scheduler
 from packexp.testing.fake_trainer import FakeTrainer, fake_search, outcome
 from tests.helpers import CONF_DIR, compose_config

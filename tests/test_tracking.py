@@ -22,11 +22,12 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
-from packexp import plots, telemetry
+from packexp import telemetry
 from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.events import PackRecord, RungResult, TrialRecord
-from packexp.results import speedup_metrics
+from packexp.records import plots
+from packexp.records.results import speedup_metrics
 from packexp.run import run
 from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
 from tests.helpers import compose_config
@@ -461,7 +462,7 @@ def test_pack_spans_of_overlapping_packs_keep_each_session_on_one_clock():
 
 def test_anytime_lays_a_resumed_runs_sessions_end_to_end():
     from packexp.events import PackRecord, RungResult, TrialRecord
-    from packexp.results import anytime
+    from packexp.records.results import anytime
 
     packs = [PackRecord("p0", 0, 0, 1.0, ["a"], elapsed_s=2.0, epochs_spent=1.0, session=0),
              PackRecord("p1", 0, 0, 1.0, ["b"], elapsed_s=0.5, epochs_spent=1.0, session=1)]
@@ -493,7 +494,7 @@ def test_phase_segments_by_hand():
 
 
 def test_the_plots_colour_every_phase_the_search_records():
-    from packexp.results import PHASES
+    from packexp.records.results import PHASES
 
     assert tuple(plots.PHASE_COLORS) == PHASES
 

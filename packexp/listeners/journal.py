@@ -11,7 +11,7 @@ from packexp.events import (
     RungPlanned,
     SearchFinished,
 )
-from packexp.journal import Journal
+from packexp.records.journal import Journal
 
 
 class JournalListener(Listener):

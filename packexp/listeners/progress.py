@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from packexp.events import Listener, PackFinished, PackStarted, RungPlanned
-from packexp.report import verbose
+from packexp.records.report import verbose
 
 
 class SearchProgress(Listener):

@@ -12,7 +12,7 @@ from packexp.config import component_name
 from packexp.device import planning_capacity
 from packexp.files import write_json
 from packexp.pack_options import steps_for
-from packexp.report import print_plan
+from packexp.records.report import print_plan
 from packexp.schedulers import Scheduler
 from packexp.strategies import RungContext, WeighsCosts
 from packexp.telemetry import device_facts

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from packexp.config import instantiate
 from packexp.events import Summary
-from packexp.report import print_profile
+from packexp.records.report import print_profile
 from packexp.session import tracked
 from packexp.telemetry import device_facts
 

@@ -17,9 +17,9 @@ from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
 from packexp.interrupts import held
 from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
-from packexp.plots import write_plots
-from packexp.report import print_summary
-from packexp.results import search_metrics, search_results
+from packexp.records.plots import write_plots
+from packexp.records.report import print_summary
+from packexp.records.results import search_metrics, search_results
 from packexp.runner import PackedSearch
 from packexp.runner.resume import journaled_checkpoints
 from packexp.session import (

@@ -16,9 +16,9 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from packexp.events import Listener, Listeners, TrialEnded
-from packexp.journal import Journal
 from packexp.listeners import JournalListener
 from packexp.pack_options import member_key, steps_for
+from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband

@@ -19,7 +19,7 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
         return
     from rich.table import Table
 
-    from packexp.results import records
+    from packexp.records.results import records
 
     trials, _ = records(results)
     rows = sorted(((t.last.val_accuracy, t.last.epochs, t) for t in trials

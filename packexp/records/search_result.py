@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.events import TrialRecord
-from packexp.journal import Journal, JournalError
+from packexp.records.journal import Journal, JournalError
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
@@ -53,13 +53,13 @@ class SearchResult:
         started, one row per pack that improved it (the step line of ``best_so_far.png``)."""
         import pandas as pd
 
-        from packexp.plots import best_so_far_points
+        from packexp.records.plots import best_so_far_points
 
         return pd.DataFrame(best_so_far_points(self.results), columns=["seconds", "best"])
 
     def plot(self) -> Any:
         """The best-so-far figure (a matplotlib ``Figure``; a notebook shows it inline)."""
-        from packexp.plots import best_so_far_figure
+        from packexp.records.plots import best_so_far_figure
 
         return best_so_far_figure(self.results)
 

@@ -16,7 +16,7 @@ BEST_SO_FAR = "best_so_far.png"
 POPULATION = "population.png"
 
 # A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
-# blindness); the keys are packexp.results.PHASES, and a test keeps the two in step.
+# blindness); the keys are packexp.records.results.PHASES, and a test keeps the two in step.
 PHASE_COLORS = {"build_s": "#56B4E9", "trace_s": "#E69F00", "train_s": "#009E73",
                 "eval_s": "#0072B2", "checkpoint_s": "#CC79A7", "probe_s": "#D55E00"}
 OTHER = "other"  # time in a pack's span that no phase timer covers
@@ -85,7 +85,7 @@ def pack_spans(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
 def _spans_by_session(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
     """Spans of packs that name their session: each session's clock begins where the
     sessions before it ended. Packs of one session may overlap (several workers)."""
-    from packexp.results import session_offsets
+    from packexp.records.results import session_offsets
 
     offsets = session_offsets([(p["session"], float(p["elapsed_s"])) for p in packs])
     out = []
