@@ -1,0 +1,92 @@
+"""The runner's one loop under two workers whose packs come back out of order (the last sent
+first), on the fake trainer: a synchronous rung is committed in plan order whichever pack
+ends first; an asynchronous plan as each pack ends; and a search killed under them resumes,
+told the journal's facts in the order they happened, to the unbroken run's results."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from packexp.executors import LocalExecutor, PackJob
+from packexp.records.journal import Journal
+from packexp.runner import PackedSearch
+from packexp.schedulers import Asha, Hyperband, Pbt, Scheduler
+from packexp.testing.fake_trainer import FakeTrainer, fake_search, outcome
+
+
+class LastSentFirst(LocalExecutor):
+    """Two workers; the pack sent last comes back first."""
+
+    workers = 2
+
+    def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
+        from packexp.packing.member import read_state
+        from packexp.packing.trainer import train_group
+
+        job = list(self._running.values())[-1]
+        started = time.time()
+        states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
+        runs = train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
+                           lr_horizon=job.lr_horizon)
+        return job, runs, (started, time.time())
+
+
+def search(run_dir: Path, trainer: FakeTrainer, policy: Scheduler,
+           records: list | None = None) -> PackedSearch:
+    found = fake_search(run_dir, trainer, policy.brackets())
+    found.executor = found.packer.executor = LastSentFirst().start(found.cache)
+    if records is not None:
+        found.replay(records)
+    found.run(policy)
+    found.finish()
+    return found
+
+
+def committed(run_dir: Path) -> list[str]:
+    return [r["pack"]["pack_id"] for r in Journal(run_dir).read() if r["event"] == "pack"]
+
+
+def test_a_synchronous_rung_is_committed_in_plan_order_whichever_pack_ends_first(
+        tmp_path, fake_trainer):
+    two = search(tmp_path / "two", fake_trainer, Hyperband(9, 3))
+    sent = [c["ids"] for c in fake_trainer.calls]
+    one = fake_search(tmp_path / "one", FakeTrainer(), Hyperband(9, 3).brackets())
+    one.run(Hyperband(9, 3))
+    one.finish()
+    assert outcome(two) == outcome(one)
+    assert committed(tmp_path / "two") == committed(tmp_path / "one")
+    packs = [p.members for p in two.packs]
+    assert sent != packs  # trained out of order...
+    assert sorted(map(tuple, sent)) == sorted(map(tuple, packs))  # ...committed in order
+
+
+def test_an_asynchronous_plan_is_committed_as_each_pack_ends(tmp_path, fake_trainer):
+    asha = Asha(9, 3, sample_size=4)
+    search(tmp_path, fake_trainer, asha)
+    trained = [tuple(c["ids"]) for c in fake_trainer.calls]
+    journaled = [tuple(r["pack"]["members"]) for r in Journal(tmp_path).read()
+                 if r["event"] == "pack"]
+    assert journaled == trained  # in the order they came back, not as planned
+    planned = [tuple(g) for r in Journal(tmp_path).read() if r["event"] == "plan"
+               for g in r["packs"]]
+    assert journaled != planned
+
+
+@pytest.mark.parametrize("policy", [Hyperband(9, 3), Asha(9, 3, sample_size=4),
+                                    Pbt(population=4, epochs=6, interval=2)],
+                         ids=["hyperband", "asha", "pbt"])
+def test_a_search_killed_under_two_workers_resumes_to_the_unbroken_ones(policy, tmp_path,
+                                                                       fake_trainer):
+    whole = search(tmp_path / "whole", fake_trainer, policy)
+    fake_trainer.die_at_call, fake_trainer.calls = len(fake_trainer.calls) // 2, []
+    with pytest.raises(KeyboardInterrupt):
+        search(tmp_path / "killed", fake_trainer, policy)
+    records = Journal(tmp_path / "killed").read()
+    fake_trainer.die_at_call, fake_trainer.calls = None, []
+    resumed = search(tmp_path / "killed", fake_trainer, policy, records)
+    assert outcome(resumed) == outcome(whole)
+    assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
+    assert resumed.best() == whole.best()
