@@ -124,6 +124,104 @@ class PackSettings:
 
 PACK_DEFAULTS = PackSettings()
 
+FUSED, LOOPED, PLAIN = "fused", "looped", "plain"  # a pack's programs
+SINGLE = "a pack of one member has nothing to fuse"
+
+
+class PackFacts(Protocol):
+    """What a pack's program depends on beyond its settings. ``choose_program`` reads them in
+    this order and only as far as its choice needs, so the pack engine works out its members'
+    facts when first asked (``packing.pack``); a planner gives what it knows."""
+
+    members: int
+    convolutional: bool  # a member's model holds convolutions
+    gpu: bool  # packs train on a GPU (read only for convolutions)
+    unfusable: str | None  # why the members' layers, update rules or inputs cannot fuse
+    unloopable: str | None  # why they cannot share one looped program
+
+
+@dataclass(frozen=True)
+class Facts:
+    """``PackFacts`` known up front (``strategies.cost``: from the trials and calibration)."""
+
+    members: int
+    convolutional: bool = False
+    gpu: bool = False
+    unfusable: str | None = None
+    unloopable: str | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    """The program a pack trains with: ``fused`` (one fused model), ``looped`` (one model's
+    graph looping over the members, never compiled) or ``plain`` (every member's graph side
+    by side); compiled with XLA or not; and why it is not fused or not looped, for the log."""
+
+    kind: str
+    xla: bool
+    unfused: str | None = None
+    unlooped: str | None = None
+
+
+def compiles(settings: PackSettings, convolutional: bool) -> bool:
+    """Whether a pack's step compiles with XLA: ``jit_compile=True``, or ``auto`` where one
+    program serves the pack to its end (masked, gathered batches) and it holds no
+    convolutions. Measured: the paper's method (switch, slice) took 95 s for a knn search at
+    R=27 compiled, 48 s not."""
+    return settings.jit_compile is True or (
+        settings.jit_compile == "auto" and settings.misaligned == "mask"
+        and settings.data_sharing == "gather" and not convolutional)
+
+
+def choose_program(facts: PackFacts, settings: PackSettings,
+                   fusion: str | None = None) -> Program:
+    """The one choice of a pack's program, made alike by the pack engine (``Pack``), the
+    pack cache and the cost model: fused where ``fusion`` (the pack's, else the settings')
+    fuses these members, else looped where an uncompiled plain pack of one architecture can
+    loop (``pack.loop``), else plain.
+
+    ``auto`` fuses packs of two or more members: Dense models everywhere, CNNs on a GPU.
+    ``on`` fuses wherever the layers allow, one member and CNNs on a CPU included (there
+    TensorFlow's grouped convolution is oneDNN's; measured no consistently faster than the
+    plain pack). ``off`` never fuses.
+    """
+    fusion = settings.fusion if fusion is None else fusion
+    if fusion == "off":
+        unfused: str | None = "pack.fusion=off"
+    elif fusion == "auto" and facts.members < 2:
+        unfused = SINGLE
+    elif settings.data_sharing != "gather":
+        unfused = "fusion needs gather data sharing"
+    else:
+        unfused = facts.unfusable
+        if unfused is None and fusion == "auto" and facts.convolutional and not facts.gpu:
+            unfused = ("convolutions fuse into grouped convolutions on a GPU only; on a CPU "
+                       "the pack trains unfused (pack.fusion=on fuses it anyway)")
+    xla = compiles(settings, facts.convolutional)
+    if unfused is None:
+        return Program(FUSED, xla)
+    if settings.loop == "off":
+        unlooped: str | None = "pack.loop=off"
+    elif xla:
+        unlooped = "its step compiles with XLA"
+    elif settings.data_sharing != "gather":
+        unlooped = "a looped pack needs gather data sharing"
+    elif settings.misaligned != "mask":
+        unlooped = "a looped pack masks finished members (misaligned=mask)"
+    else:
+        unlooped = facts.unloopable
+    return Program(PLAIN if unlooped else LOOPED, xla, unfused, unlooped)
+
+
+def fusion_modes(facts: PackFacts, settings: PackSettings) -> tuple[str, ...]:
+    """The fusion settings a planner may give a pack (``Pack``'s ``fusion``): under ``auto``,
+    ``on`` and ``off`` where the pack engine would fuse it, else ``off``; under ``on`` or
+    ``off``, the one the engine would take."""
+    fused = choose_program(facts, settings).kind == FUSED
+    if settings.fusion == "auto":
+        return ("off", "on") if fused else ("off",)
+    return ("on",) if fused else ("off",)
+
 
 @dataclass(frozen=True)
 class OptimizerSpec:

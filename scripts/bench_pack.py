@@ -28,7 +28,7 @@ from packexp.config import register_resolvers
 from packexp.data import digits, synthetic
 from packexp.models import needs_images
 from packexp.packing import DeviceData, Member, Pack
-from packexp.packing.fused import why_not_fused
+from packexp.packing.program import why_not_fused
 from packexp.search_space import Trial, derive_seed
 from packexp.telemetry import device_facts
 

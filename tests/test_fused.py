@@ -14,7 +14,7 @@ from packexp.models import mlp3
 from packexp.pack_options import member_key
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.data import Preprocessing
-from packexp.packing.fused import why_not_fused
+from packexp.packing.program import why_not_fused
 from packexp.run import run
 from packexp.search_space import Trial
 from tests.helpers import (

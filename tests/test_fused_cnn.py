@@ -24,9 +24,10 @@ from packexp import telemetry
 from packexp.data import synthetic
 from packexp.models import mobilenet
 from packexp.packing import DeviceData, Member, Pack
-from packexp.packing.fused import grouped_conv_path, why_not_fused
+from packexp.packing.fused import grouped_conv_path
 from packexp.packing.fused_graph import fused_ops
 from packexp.packing.fused_ops import Unfusable
+from packexp.packing.program import why_not_fused
 from tests.helpers import CONFIGS, every_layer_cnn, trial
 
 pytestmark = pytest.mark.tf

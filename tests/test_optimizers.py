@@ -11,13 +11,13 @@ from packexp.data import digits
 from packexp.optim import RULES, options_of
 from packexp.pack_options import KERAS_ARGS, OPTIMIZERS
 from packexp.packing import DeviceData, Pack
-from packexp.packing.fused import why_not_fused
 from packexp.packing.optimizers import (
     apply_gradients,
     make_optimizer,
     optimizer_args,
     optimizer_kind,
 )
+from packexp.packing.program import why_not_fused
 from tests.helpers import members
 
 pytestmark = pytest.mark.tf

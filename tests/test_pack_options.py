@@ -1,5 +1,5 @@
 """The pack engine's settings, choices and optimizers, which the config checks without
-TensorFlow; the settings' defaults are defined once."""
+TensorFlow; the settings' defaults are defined once; the one choice of a pack's program."""
 
 from __future__ import annotations
 
@@ -13,7 +13,19 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from packexp.pack_options import PACK_ARGS, PACK_DEFAULTS, PackSettings, check_choice
+from packexp.pack_options import (
+    FUSED,
+    LOOPED,
+    PACK_ARGS,
+    PACK_DEFAULTS,
+    PLAIN,
+    SINGLE,
+    Facts,
+    PackSettings,
+    check_choice,
+    choose_program,
+    fusion_modes,
+)
 from tests.helpers import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +94,56 @@ def test_the_config_checks_import_no_tensorflow():
             "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])
+
+
+# The one choice of a pack's program (choose_program), as the engine, the cache and the cost
+# model make it.
+
+DENSE_PAIR = Facts(2)
+
+
+@pytest.mark.parametrize(("facts", "settings", "kind", "xla"), [
+    (DENSE_PAIR, PackSettings(), FUSED, True),  # auto: Dense members fuse and compile
+    (Facts(1), PackSettings(), PLAIN, True),  # a single compiles: never looped under XLA
+    (Facts(1), PackSettings(jit_compile=False), LOOPED, False),
+    (DENSE_PAIR, PackSettings(fusion="off", jit_compile=False), LOOPED, False),
+    (DENSE_PAIR, PackSettings(fusion="off", jit_compile=False, loop="off"), PLAIN, False),
+    (Facts(2, convolutional=True), PackSettings(), LOOPED, False),  # CNNs on a CPU: looped
+    (Facts(2, convolutional=True, gpu=True), PackSettings(), FUSED, False),
+    (Facts(2, convolutional=True), PackSettings(fusion="on"), FUSED, False),
+    (Facts(1), PackSettings(fusion="on"), FUSED, True),  # on fuses a single too
+    (DENSE_PAIR, PackSettings(data_sharing="slice"), PLAIN, False),
+    (DENSE_PAIR, PackSettings(misaligned="switch", jit_compile=False), FUSED, False),
+    (Facts(2, unfusable="member t1: adamw"), PackSettings(misaligned="switch"), PLAIN, False),
+    (Facts(2, unfusable="x"), PackSettings(jit_compile=True), PLAIN, True),
+    (Facts(2, unfusable="x", unloopable="members' architectures differ"),
+     PackSettings(jit_compile=False), PLAIN, False),
+])
+def test_one_choice_of_program(facts, settings, kind, xla):
+    program = choose_program(facts, settings)
+    assert (program.kind, program.xla) == (kind, xla)
+    assert (program.unfused is None) == (kind == FUSED)
+    assert (program.unlooped is None) == (kind != PLAIN)
+
+
+def test_why_a_pack_is_not_fused_or_not_looped_is_named():
+    assert choose_program(Facts(1), PackSettings()).unfused == SINGLE
+    cnn = choose_program(Facts(2, convolutional=True), PackSettings())
+    assert "GPU only" in cnn.unfused
+    sliced = choose_program(DENSE_PAIR, PackSettings(data_sharing="slice"))
+    assert "gather" in sliced.unfused and "gather" in sliced.unlooped
+    assert choose_program(Facts(2, unfusable="x", unloopable="members' architectures differ"),
+                          PackSettings(jit_compile=False)).unlooped == (
+        "members' architectures differ")
+
+
+@pytest.mark.parametrize(("facts", "settings", "modes"), [
+    (DENSE_PAIR, PackSettings(), ("off", "on")),
+    (Facts(1), PackSettings(), ("off",)),
+    (Facts(2, unfusable="adamw"), PackSettings(), ("off",)),
+    (DENSE_PAIR, PackSettings(fusion="on"), ("on",)),
+    (DENSE_PAIR, PackSettings(fusion="on", data_sharing="slice"), ("off",)),  # never fuses
+    (DENSE_PAIR, PackSettings(fusion="off"), ("off",)),
+])
+def test_a_planner_offers_the_fusion_the_engine_would_take(facts, settings, modes):
+    assert fusion_modes(facts, settings) == modes

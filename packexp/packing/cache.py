@@ -22,13 +22,24 @@ from typing import Any
 
 import numpy as np
 
-from packexp.pack_options import PACK_DEFAULTS, RUNTIME_HPARAMS, member_bucket, member_key, pack_key
+from packexp.pack_options import (
+    LOOPED,
+    PACK_ARGS,
+    PACK_DEFAULTS,
+    RUNTIME_HPARAMS,
+    PackSettings,
+    choose_program,
+    member_bucket,
+    member_key,
+    pack_key,
+)
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import convolutional
 from packexp.packing.initial import InitialWeights
 from packexp.packing.member import IDLE, HeldMember, Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, rule_options
 from packexp.packing.pack import Pack
+from packexp.packing.program import MemberFacts
 from packexp.packing.schedules import base_learning_rate
 from packexp.search_space import Trial
 
@@ -221,8 +232,9 @@ class PackCache:
         decision = (structure, len(order), fusion)
         if decision not in self._loops:  # as the pack engine decides, once per size
             options = self._options(self.key(order, fusion))
-            self._loops[decision] = Pack([template] * len(order), self.data,
-                                         **options).looped
+            settings = PackSettings(**{k: options[k] for k in PACK_ARGS if k in options})
+            program = choose_program(MemberFacts([template] * len(order)), settings)
+            self._loops[decision] = program.kind == LOOPED
         return template if self._loops[decision] else None
 
     @property

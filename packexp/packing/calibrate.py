@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packexp.pack_options import member_bucket
+from packexp.pack_options import FUSED, PACK_ARGS, PackSettings, choose_program, member_bucket
 from packexp.packing.cache import PackCache
-from packexp.packing.fused import why_not_fused
 from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
+from packexp.packing.program import MemberFacts
 from packexp.packing.trainer import train_group
 from packexp.search_space import Trial
 from packexp.strategies.calibration import CycleTiming, Measurement, PackTiming
@@ -66,12 +66,13 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     probe = cache.make_member(trials(1, low)[0])
     cnn = convolutional(probe.model)
     pair = [probe, cache.make_member(trials(1, low)[0])]
-    sharing = cache.pack_options["data_sharing"]
-    fusable = not why_not_fused(pair, sharing, "on")
+    settings = PackSettings(**{k: v for k, v in cache.pack_options.items() if k in PACK_ARGS})
+    facts = MemberFacts(pair)
+    fusable = choose_program(facts, settings, "on").kind == FUSED
     # Fused packs are measured where the run's pack.fusion fuses them: under auto not CNNs
     # on a CPU, whose fused packs stepped 2.1x slower than plain (docs/BENCHMARKS.md) and
     # took half of a MobileNetV2 calibration (50 of 108 s) to measure.
-    fuse = fusable and not why_not_fused(pair, sharing, cache.pack_options["fusion"])
+    fuse = fusable and choose_program(facts, settings).kind == FUSED
     if cache.bucketed:
         # One compiled program per member-count bucket, every batch padded to the bucket:
         # the single and the largest fused bucket, two points of a line in the member count

@@ -18,12 +18,14 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim, telemetry
-from packexp.pack_options import check_choice, why_not_fusable
+from packexp.pack_options import (
+    check_choice,
+    why_not_fusable,
+)
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import (
     FusedGraph,
     fused_ops,
-    has_convolutions,
     has_grouped_convolutions,
 )
 from packexp.packing.fused_ops import Context, Unfusable
@@ -32,9 +34,6 @@ from packexp.packing.optimizers import general_update, optimizer_kind
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 
 log = logging.getLogger(__name__)
-
-SINGLE = "a pack of one member has nothing to fuse"
-
 
 def grouped_conv_path(setting: str) -> str:
     """``native`` or ``split`` for the ``pack.grouped_conv`` setting on this device.
@@ -52,24 +51,11 @@ def grouped_conv_path(setting: str) -> str:
     return setting
 
 
-def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "auto"
-                  ) -> str | None:
-    """None when ``members`` train fused under ``fusion``; otherwise the reason, for the log.
-
-    ``auto`` fuses packs of two or more members: Dense models everywhere, CNNs on a GPU.
-    ``on`` fuses wherever the layers allow, one member and CNNs on a CPU included (there
-    TensorFlow's grouped convolution is oneDNN's; measured no consistently faster than the
-    plain pack).
-    ``off`` never fuses.
-    """
-    if fusion == "off":
-        return "pack.fusion=off"
-    if fusion == "auto" and len(members) < 2:
-        return SINGLE
-    if data_sharing != "gather":
-        return "fusion needs gather data sharing"
+def why_unfusable(members: Sequence[Member]) -> str | None:
+    """Why ``members`` cannot train as one fused model whatever the settings (their layers,
+    update rules or inputs); None when they can (``PackFacts.unfusable``)."""
     try:
-        ops = fused_ops([m.model for m in members])
+        fused_ops([m.model for m in members])
     except Unfusable as e:
         return str(e)
     for m in members:
@@ -78,9 +64,6 @@ def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "a
             return f"member {m.trial_id}: {reason}"
     if len({m.preprocessing for m in members}) != 1 or members[0].preprocessing.augments:
         return "members' preprocessing differs or augments"
-    if fusion == "auto" and has_convolutions(ops) and telemetry.gpu_device() is None:
-        return ("convolutions fuse into grouped convolutions on a GPU only; on a CPU the "
-                "pack trains unfused (pack.fusion=on fuses it anyway)")
     return None
 
 

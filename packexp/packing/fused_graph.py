@@ -17,7 +17,6 @@ from packexp.packing.fused_ops import (
     OPS,
     Context,
     Conv2D,
-    DepthwiseConv2D,
     FusedOp,
     Stacked,
     Unfusable,
@@ -89,10 +88,6 @@ def fused_ops(models: Sequence[keras.Model]) -> list[FusedOp]:
             raise Unfusable(f"layer {named(template)} has no fused form")
         ops.append(op(layers))
     return ops
-
-
-def has_convolutions(ops: Sequence[FusedOp]) -> bool:
-    return any(isinstance(op, Conv2D | DepthwiseConv2D) for op in ops)
 
 
 def convolutional(model: keras.Model) -> bool:

@@ -41,12 +41,10 @@ from packexp.packing.stats import PackStats, account
 KEEP = 8
 
 
-def why_not_looped(members: Sequence[Member], data_sharing: str, misaligned: str) -> str | None:
-    """None when ``members`` can train in a looped pack; otherwise why not."""
-    if data_sharing != "gather":
-        return "a looped pack needs gather data sharing"
-    if misaligned != "mask":
-        return "a looped pack masks finished members (misaligned=mask)"
+def why_unloopable(members: Sequence[Member]) -> str | None:
+    """Why ``members`` cannot share one looped program whatever the settings (their update
+    rules, weights, architectures or inputs); None when they can
+    (``PackFacts.unloopable``)."""
     for m in members:
         if not isinstance(m.optimizer, RuleOptimizer):
             return f"member {m.trial_id}: its optimizer has no update rule (packexp.optim)"

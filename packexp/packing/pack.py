@@ -15,13 +15,23 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.models.activation import choosing
-from packexp.pack_options import PACK_DEFAULTS, check_choice
+from packexp.pack_options import (
+    FUSED,
+    LOOPED,
+    PACK_DEFAULTS,
+    SINGLE,
+    PackSettings,
+    Program,
+    choose_program,
+    compiles,
+)
 from packexp.packing.data import DeviceData, batch_indices
-from packexp.packing.fused import SINGLE, FusedPack, why_not_fused
-from packexp.packing.fused_graph import convolutional, couples_rows
-from packexp.packing.looped import LoopedState, looped_evaluator, train_looped, why_not_looped
+from packexp.packing.fused import FusedPack
+from packexp.packing.fused_graph import couples_rows
+from packexp.packing.looped import LoopedState, looped_evaluator, train_looped
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
+from packexp.packing.program import MemberFacts
 from packexp.packing.stats import Evaluation, PackStats, account
 
 log = logging.getLogger(__name__)
@@ -73,10 +83,10 @@ class Pack:
     ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
-        for setting, value in (("misaligned", misaligned), ("data_sharing", data_sharing),
-                               ("fusion", fusion), ("loop", loop), ("grouped_conv", grouped_conv),
-                               ("jit_compile", jit_compile)):
-            check_choice(setting, value)
+        self.settings = PackSettings(misaligned=misaligned, data_sharing=data_sharing,
+                                     fusion=fusion, loop=loop, grouped_conv=grouped_conv,
+                                     jit_compile=jit_compile, chunk_steps=chunk_steps,
+                                     eval_batch_size=eval_batch_size)
         self.members = list(members)
         self.data = data
         self.misaligned = misaligned
@@ -85,14 +95,11 @@ class Pack:
         self.loop = loop
         self.grouped_conv = grouped_conv
         self._stream_step = 0
-        self._jit_auto = jit_compile == "auto"
+        self._facts = MemberFacts(self.members)
         # auto compiles where one program serves the pack to its end: masked (switching
         # rebuilds the step each time a member finishes, an XLA compile each) and gathered
-        # batches (sliced ones are cut at traced sizes). Measured: the paper's method
-        # (switch, slice) took 95 s for a knn search at R=27 compiled, 48 s not.
-        self.jit_compile = jit_compile is True or (
-            self._jit_auto and misaligned == "mask" and data_sharing == "gather"
-            and not any(convolutional(m.model) for m in self.members))
+        # batches (sliced ones are cut at traced sizes).
+        self.jit_compile = compiles(self.settings, self._facts.convolutional)
         self.chunk_steps = chunk_steps
         self.eval_batch_size = eval_batch_size
         # Under XLA a batch of another size is another compile: members whose rows are
@@ -104,8 +111,7 @@ class Pack:
         self._compiled: dict[tuple, Any] = {}
         self._eval_fns: dict[tuple[int, ...], Any] = {}
         self._fused: FusedPack | None = None
-        self._unfused_reason: str | None = None
-        self._unlooped_reason: str | None = None
+        self._program: Program | None = None
         self._looped_state: LoopedState | None = None  # the members' state as last trained
         self.eval_trace_s = 0.0  # the last ``evaluate``'s tracing, when it traced
 
@@ -160,34 +166,31 @@ class Pack:
 
     @property
     def fused(self) -> bool:
-        """Whether the pack trains as one fused model (see ``why_not_fused``)."""
+        """Whether the pack trains as one fused model (``program``)."""
         return self._fusable()
 
+    @property
+    def program(self) -> Program:
+        """The program the pack trains with (``pack_options.choose_program``), chosen when
+        first asked; why it is not fused, or not looped, is logged then."""
+        if self._program is None:
+            self._program = program = choose_program(self._facts, self.settings)
+            if program.kind != FUSED and self.fusion != "off":
+                log.log(logging.DEBUG if program.unfused == SINGLE else logging.INFO,
+                        "pack of %d trains unfused: %s", len(self.members), program.unfused)
+            if (program.kind not in (FUSED, LOOPED) and self.loop != "off"
+                    and not program.xla):
+                log.info("pack of %d is not looped: %s", len(self.members), program.unlooped)
+        return self._program
+
     def _fusable(self) -> bool:
-        if self.fusion == "off":
-            return False
-        if self._unfused_reason is None:
-            self._unfused_reason = why_not_fused(self.members, self.data_sharing,
-                                                 self.fusion) or ""
-            if self._unfused_reason:
-                log.log(logging.DEBUG if self._unfused_reason == SINGLE else logging.INFO,
-                        "pack of %d trains unfused: %s", len(self.members),
-                        self._unfused_reason)
-        return not self._unfused_reason
+        return self.program.kind == FUSED
 
     @property
     def looped(self) -> bool:
         """Whether the pack trains as a loop over its members in one program that holds one
         model (``packing.looped``): plain, uncompiled packs of one architecture."""
-        if self.loop == "off" or self.jit_compile or self._fusable():
-            return False
-        if self._unlooped_reason is None:
-            self._unlooped_reason = why_not_looped(self.members, self.data_sharing,
-                                                   self.misaligned) or ""
-            if self._unlooped_reason:
-                log.info("pack of %d is not looped: %s", len(self.members),
-                         self._unlooped_reason)
-        return not self._unlooped_reason
+        return self.program.kind == LOOPED
 
     def _train_looped(self, remaining: dict[str, int]) -> PackStats:
         stats, self._looped_state = train_looped(self.members, self.data, self._looped_state,
@@ -315,8 +318,8 @@ class Pack:
         self._compiled.clear()
         self._eval_fns.clear()
         self._fused = None
-        self._unfused_reason = None
-        self._unlooped_reason = None
+        self._facts = MemberFacts(self.members)
+        self._program = None
         self._looped_state = None
 
     def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):

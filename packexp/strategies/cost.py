@@ -2,30 +2,27 @@
 
 The paper's Section 5.2 poses packing as finding, among all packable partitions of a rung's
 trials, the one that trains fastest, and settles for the kNN heuristic for want of a cost
-model. Here a cost model fitted to measurements on the device at hand (``Measurement``)
-predicts each candidate pack's duration, and the plan is the cheapest partition found:
+model. Here a cost model fitted to the device's measurements (``Measurement``) predicts each
+candidate pack's duration, and the plan is the cheapest partition found:
 
 1. the singletons (always a valid plan);
 2. a dynamic programme over the trials sorted by batch size and steps, each contiguous run
    of up to ``max_members`` trials one pack;
 3. greedy merging from the cheaper of those two: the merge of two packs that saves the most
    predicted time, until no merge saves any;
-4. local search from there: moving one trial to another pack, or swapping two trials of
-   different packs, while that lowers the whole plan's prediction (for rungs of up to
-   ``SWAP_LIMIT`` trials). This finds plans whose packs share a structure, so that later
-   packs reuse what the first one set up.
+4. local search from there: moving or swapping trials between packs while that lowers the
+   plan's prediction (rungs of up to ``SWAP_LIMIT`` trials), which finds plans whose packs
+   share a structure, so that later packs reuse what the first one set up.
 
 The cheapest of the three by the whole plan's prediction wins. Each pack also gets its
-fusion setting: fused (members padded to the largest batch) or plain (each member at its
-own batch size, a finished member's step skipped); whichever the model predicts faster.
-``data_sharing=slice`` and ``misaligned=switch`` are never chosen: slicing makes a member's
-data depend on its pack-mates, and switching re-traces where masking skips.
+fusion setting (``fusion_modes``): fused (members padded to the largest batch) or plain
+(each member at its own batch size); whichever the model predicts faster. ``slice`` and
+``switch`` are never chosen: slicing makes a member's data depend on its pack-mates.
 
-A pack's predicted duration is its set-up (members built or loaded, the step and
-evaluation functions traced unless a kept pack of its structure is reused), its training,
-its evaluation and its checkpoints. The plan is simulated in order, so a pack whose
-structure an earlier pack of the plan (or of an earlier rung) set up is predicted to reuse
-it, as ``PackCache`` does.
+A pack's predicted duration is its set-up (members built or loaded, programs traced unless
+a kept pack of its structure is reused), its training, evaluation and checkpoints. The plan
+is simulated in order, so a pack whose structure an earlier pack set up is predicted to
+reuse it, as ``PackCache`` does.
 """
 
 from __future__ import annotations
@@ -40,7 +37,16 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from packexp.pack_options import PACK_DEFAULTS, member_bucket, member_key, pack_key, why_not_fusable
+from packexp.pack_options import (
+    PACK_DEFAULTS,
+    Facts,
+    PackSettings,
+    fusion_modes,
+    member_bucket,
+    member_key,
+    pack_key,
+    why_not_fusable,
+)
 from packexp.search_space import Trial
 from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
 from packexp.strategies.calibration import Measurement, PackTiming, calibration_for
@@ -166,18 +172,12 @@ class CostModel:
         return self.settings.get("data_sharing") == "slice"
 
     def modes(self, group: Sequence[Trial]) -> tuple[str, ...]:
-        """Fusion settings a pack of ``group`` may take under the run's ``pack.fusion``.
-
-        A member without a fused update rule (``why_not_fusable``: an optimizer such as
-        adamw, or weight decay, clipping, ...) makes the pack plain, as the pack engine does.
-        """
-        fusion = self.settings.get("fusion", PACK_DEFAULTS.fusion)
-        if (fusion == "off" or self.fused is None
-                or any(why_not_fusable(t.hparams) for t in group)):
-            return ("off",)
-        if fusion == "on":
-            return ("on",)
-        return ("off", "on") if len(group) > 1 else ("off",)
+        """Fusion settings a pack of ``group`` may take (``fusion_modes``): fused where a fused
+        pack was measured and every member has a fused update rule (``why_not_fusable``)."""
+        unfusable = next((why for t in group if (why := why_not_fusable(t.hparams))),
+                         None if self.fused else "no fused pack was measured on this device")
+        return fusion_modes(Facts(len(group), unfusable=unfusable), PackSettings(
+            **{k: v for k, v in self.settings.items() if k in ("fusion", "data_sharing")}))
 
     @property
     def bucketed(self) -> bool:
