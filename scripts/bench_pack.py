@@ -27,6 +27,7 @@ from rich.table import Table
 from packexp.config import register_resolvers
 from packexp.data import digits, synthetic
 from packexp.models import needs_images
+from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.program import why_not_fused
 from packexp.search_space import Trial, derive_seed
@@ -81,8 +82,9 @@ def make_members(data, build, n, batch, seed=0):
 def timed_steps(members, data, steps: int, repeats: int, xla: bool,
                 fusion: str = "off", grouped_conv: str = "auto") -> list[float]:
     """Step times of one pack over ``repeats`` chunks after a warm-up chunk (ms)."""
-    pack = Pack(members, data, jit_compile=xla, chunk_steps=steps, fusion=fusion,
-                grouped_conv=grouped_conv)
+    pack = Pack(members, data,
+                PackSettings(jit_compile=xla, chunk_steps=steps, fusion=fusion,
+                             grouped_conv=grouped_conv))
     pack.train({m.trial_id: steps for m in members})
     return [pack.train({m.trial_id: steps for m in members}).step_time_ms
             for _ in range(repeats)]

@@ -51,6 +51,7 @@ def main() -> None:
 
     from packexp.data import digits
     from packexp.models import mlp3
+    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
     from packexp.search_space import Trial, derive_seed
 
@@ -80,7 +81,8 @@ def main() -> None:
     for name in args.cases:
         ms, fusion = cases[name]
         extra = {"batch_bucket": args.bucket} if args.bucket else {}
-        pack = Pack(ms, data, fusion=fusion, jit_compile=jit, chunk_steps=args.steps, **extra)
+        pack = Pack(ms, data,
+                    PackSettings(fusion=fusion, jit_compile=jit, chunk_steps=args.steps, **extra))
         pack.train({m.trial_id: args.steps for m in ms})  # warm-up: trace and compile
         packs[name] = pack
     times: dict[str, list[float]] = {name: [] for name in packs}

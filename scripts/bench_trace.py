@@ -43,6 +43,7 @@ def main() -> None:
 
     from packexp.data import digits
     from packexp.models import mobilenet
+    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
     from packexp.search_space import Trial, derive_seed
 
@@ -63,7 +64,7 @@ def main() -> None:
                 "fused": {"fusion": "on"}}[args.mode]
     if "loop" not in inspect.signature(Pack).parameters:
         settings.pop("loop", None)
-    pack = Pack(members, data, jit_compile=False, **settings)
+    pack = Pack(members, data, PackSettings(jit_compile=False, **settings))
     steps = {m.trial_id: 1 for m in members}
     pack.train(steps)
     t2 = time.perf_counter()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from packexp.models import mlp3
+from packexp.pack_options import PackSettings
 from packexp.packing import Member, Pack
 from packexp.search_space import Trial, derive_seed
 from tests.helpers import PLAIN
@@ -63,19 +64,19 @@ def test_loaded_member_trains_on_as_if_never_freed(features_data, tmp_path, batc
     total = straight.steps_for(2.5)
     stop = total * 3 // 5  # mid-epoch, past the first epoch boundary
     assert stop % straight.steps_per_epoch and stop > straight.steps_per_epoch
-    straight_pack = Pack([straight], features_data, **PLAIN, chunk_steps=5)
+    straight_pack = Pack([straight], features_data, PackSettings(**PLAIN, chunk_steps=5))
     straight_pack.train({t.trial_id: total})
 
     first = member(t)
     mate = member(trial(1, 30, "sgd"))
-    pack = Pack([first, mate], features_data, **PLAIN, chunk_steps=5)
+    pack = Pack([first, mate], features_data, PackSettings(**PLAIN, chunk_steps=5))
     pack.train({t.trial_id: stop, mate.trial_id: stop})
     path = pack.free(t.trial_id, tmp_path)
     assert Path(path).exists()
     assert pack.members == [mate]
 
     new_mate = member(trial(2, 70, "adagrad"))
-    new_pack = Pack([new_mate], features_data, **PLAIN, chunk_steps=7)
+    new_pack = Pack([new_mate], features_data, PackSettings(**PLAIN, chunk_steps=7))
     resumed = new_pack.load(member(t), path)
     assert resumed.step == stop
     new_pack.train({t.trial_id: total - resumed.step, new_mate.trial_id: 3})
@@ -92,7 +93,7 @@ def test_loaded_member_trains_on_as_if_never_freed(features_data, tmp_path, batc
 def test_restore_brings_back_weights_slots_and_step(features_data, tmp_path, optimizer):
     t = trial(3, 25, optimizer)
     trained = member(t)
-    pack = Pack([trained], features_data, **PLAIN)
+    pack = Pack([trained], features_data, PackSettings(**PLAIN))
     pack.train({t.trial_id: 17})
     path = pack.free(t.trial_id, tmp_path)
     assert pack.members == []
@@ -110,7 +111,7 @@ def test_restore_brings_back_weights_slots_and_step(features_data, tmp_path, opt
 def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(features_data, tmp_path, misaligned):
     trials = [trial(4, 20, "adam"), trial(5, 45, "momentum"), trial(6, 30, "adagrad")]
     ms = [member(t) for t in trials]
-    pack = Pack(ms, features_data, **PLAIN, misaligned=misaligned, chunk_steps=6)
+    pack = Pack(ms, features_data, PackSettings(**PLAIN, misaligned=misaligned, chunk_steps=6))
     pack.train({m.trial_id: 8 for m in ms})
     pack.free("t5", tmp_path)
     assert [m.trial_id for m in pack.members] == ["t4", "t6"]
@@ -120,7 +121,7 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(features_data, tmp
 
     for m, t in ((ms[0], trials[0]), (ms[2], trials[2])):
         alone = member(t)
-        alone_pack = Pack([alone], features_data, **PLAIN)
+        alone_pack = Pack([alone], features_data, PackSettings(**PLAIN))
         alone_pack.train({t.trial_id: alone.steps_for(2)})
         assert_same_state(alone, m)
         assert alone_pack.evaluate()[t.trial_id] == evaluation[t.trial_id]
@@ -136,16 +137,16 @@ def test_freeing_one_member_leaves_its_pack_mates_as_if_alone(features_data, tmp
 def test_restore_into_a_different_architecture_fails_loudly(features_data, tmp_path, width, depth,
                                                              optimizer):
     t = trial(7, 20, "adam")
-    pack = Pack([member(t)], features_data, **PLAIN)
+    pack = Pack([member(t)], features_data, PackSettings(**PLAIN))
     pack.train({t.trial_id: 3})
     path = pack.free(t.trial_id, tmp_path)
     other = member(trial(7, 20, optimizer), width=width, depth=depth)
     with pytest.raises((ValueError, AssertionError)):
-        Pack([member(trial(8, 20, "sgd"))], features_data, **PLAIN).load(other, path)
+        Pack([member(trial(8, 20, "sgd"))], features_data, PackSettings(**PLAIN)).load(other, path)
 
 
 def test_freeing_an_unknown_trial_names_it(features_data, tmp_path):
-    pack = Pack([member(trial(9, 20, "sgd"))], features_data, **PLAIN)
+    pack = Pack([member(trial(9, 20, "sgd"))], features_data, PackSettings(**PLAIN))
     with pytest.raises((KeyError, ValueError), match="nope"):
         pack.free("nope", tmp_path)
 
@@ -158,7 +159,7 @@ def test_a_state_of_another_rule_loads_its_weights_and_starts_the_rule_afresh(fe
     from packexp.packing.member import MemberState, read_state, write_state
 
     donor, copier = member(trial(0, 20, "adam")), member(trial(1, 30, "momentum", 0.05))
-    Pack([donor], features_data, **PLAIN).train({donor.trial_id: 9})
+    Pack([donor], features_data, PackSettings(**PLAIN)).train({donor.trial_id: 9})
     fresh = copier.state()
     copied = donor.state()
     path = write_state(MemberState(copied.weights, copied.slots, 4, fresh_slots=True),

@@ -12,6 +12,7 @@ import pytest
 
 from packexp.data import synthetic
 from packexp.models import mobilenet
+from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Evaluation, Member, Pack
 from packexp.search_space import Trial, derive_seed
 from tests.helpers import PLAIN, small_cnn
@@ -45,7 +46,7 @@ def train(data: DeviceData, build, trials: list[Trial]
     ds = data.dataset
     members = [Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size)
                for t in trials]
-    pack = Pack(members, data, **PLAIN)
+    pack = Pack(members, data, PackSettings(**PLAIN))
     pack.train({m.trial_id: m.steps_for(1) for m in members})
     return members, pack.evaluate()
 
@@ -103,12 +104,12 @@ def test_a_pack_of_all_three_paper_cnns_matches_each_alone():
                 for i in indices]
 
     packed = members(range(3))
-    pack = Pack(packed, tiny, **PLAIN)
+    pack = Pack(packed, tiny, PackSettings(**PLAIN))
     pack.train({m.trial_id: 2 for m in packed})
     evaluation = pack.evaluate()
     for i, m in enumerate(packed):
         [alone] = members([i])
-        solo = Pack([alone], tiny, **PLAIN)
+        solo = Pack([alone], tiny, PackSettings(**PLAIN))
         solo.train({alone.trial_id: 2})
         for a, b in zip(m.model.get_weights(), alone.model.get_weights(), strict=True):
             np.testing.assert_array_equal(a, b)

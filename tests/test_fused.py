@@ -11,7 +11,7 @@ import pytest
 
 from packexp.data import synthetic
 from packexp.models import mlp3
-from packexp.pack_options import member_key
+from packexp.pack_options import PackSettings, member_key
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.data import Preprocessing
 from packexp.packing.program import why_not_fused
@@ -33,7 +33,7 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def train(digits_data, configs, epochs, fusion, **kw):
     ms = members(digits_data, configs, **kw)
-    pack = Pack(ms, digits_data, fusion=fusion, jit_compile=False, chunk_steps=50)
+    pack = Pack(ms, digits_data, PackSettings(fusion=fusion, jit_compile=False, chunk_steps=50))
     stats = pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate(), stats
 
@@ -83,10 +83,12 @@ def test_fused_training_matches_plain_training(digits_data):
 def test_fused_adam_follows_keras_adam(digits_data):
     configs = [(0, CONFIGS[0]), (6, (45, "adam", 1e-2, "tanh"))]
     ms = members(digits_data, configs)
-    Pack(ms, digits_data, fusion="auto", jit_compile=False).train({m.trial_id: 5 for m in ms})
+    Pack(ms, digits_data,
+         PackSettings(fusion="auto", jit_compile=False)).train({m.trial_id: 5 for m in ms})
     for m, config in zip(ms, configs, strict=True):
         [plain] = members(digits_data, [config])
-        Pack([plain], digits_data, fusion="off", jit_compile=False).train({plain.trial_id: 5})
+        Pack([plain], digits_data,
+             PackSettings(fusion="off", jit_compile=False)).train({plain.trial_id: 5})
         assert_close(m, plain)
 
 
@@ -95,8 +97,8 @@ def test_a_single_member_fuses_only_when_forced(digits_data):
     ``on`` fuses it, which the isolation tests above rely on."""
     [m] = members(digits_data, [(0, CONFIGS[0])])
     assert "nothing to fuse" in why_not_fused([m], "gather", "auto")
-    assert not Pack([m], digits_data, fusion="auto").fused
-    assert Pack([m], digits_data, fusion="on").fused
+    assert not Pack([m], digits_data, PackSettings(fusion="auto")).fused
+    assert Pack([m], digits_data, PackSettings(fusion="on")).fused
 
 
 @pytest.mark.parametrize("fusion", ["auto", "off"])
@@ -108,8 +110,9 @@ def test_auto_xla_compiles_dense_packs_to_float_rounding(digits_data, fusion):
     runs = {}
     for jit in ("auto", False):
         ms = members(digits_data, configs)
-        stats = Pack(ms, digits_data, fusion=fusion, jit_compile=jit, batch_bucket=80,
-                     chunk_steps=30).train({m.trial_id: 45 for m in ms})
+        stats = Pack(ms, digits_data,
+                     PackSettings(fusion=fusion, jit_compile=jit, chunk_steps=30),
+                                  batch_bucket=80).train({m.trial_id: 45 for m in ms})
         runs[jit] = ms, stats
     assert runs["auto"][1].xla and not runs[False][1].xla
     assert runs["auto"][1].fused == runs[False][1].fused == (fusion == "auto")
@@ -127,8 +130,9 @@ def test_auto_xla_compiles_only_where_one_program_serves_the_pack(digits_data, m
     from packexp.packing.cache import PackCache
 
     ms = members(digits_data, list(enumerate(CONFIGS[:2])))
-    pack = Pack(ms, digits_data, fusion="off", jit_compile="auto", misaligned=misaligned,
-                data_sharing=sharing)
+    pack = Pack(ms, digits_data,
+                PackSettings(fusion="off", jit_compile="auto", misaligned=misaligned,
+                             data_sharing=sharing))
     assert pack.jit_compile is xla
     options = {"jit_compile": "auto", "batch_bucket": 80, "misaligned": misaligned,
                "data_sharing": sharing}
@@ -143,7 +147,8 @@ def test_auto_xla_leaves_cnn_packs_uncompiled(digits_data):
     ds = images.dataset
     ms = [Member.create(trial(i, *c), every_layer_cnn, ds.input_shape, ds.num_classes,
                         images.train_size) for i, c in enumerate(CONFIGS[:2])]
-    stats = Pack(ms, images, fusion="off", jit_compile="auto").train({m.trial_id: 2 for m in ms})
+    stats = Pack(ms, images,
+                 PackSettings(fusion="off", jit_compile="auto")).train({m.trial_id: 2 for m in ms})
     assert not stats.xla
 
 
@@ -165,34 +170,35 @@ def test_packs_that_cannot_fuse_say_why(kwargs, reason):
     if "width_of_second" in kwargs:
         ms[1] = members(images, [(1, CONFIGS[1])], width=16)[0]
     assert reason in why_not_fused(ms, kwargs.get("data_sharing", "gather"))
-    pack = Pack(ms, images, fusion="auto", data_sharing=kwargs.get("data_sharing", "gather"))
+    pack = Pack(ms, images,
+                PackSettings(fusion="auto", data_sharing=kwargs.get("data_sharing", "gather")))
     assert not pack.fused
 
 
 def test_misaligned_budgets_leave_finished_members_untouched(digits_data):
     configs = list(enumerate(CONFIGS[:2]))
     ms = members(digits_data, configs)
-    Pack(ms, digits_data, fusion="auto", jit_compile=False, chunk_steps=7).train(
+    Pack(ms, digits_data, PackSettings(fusion="auto", jit_compile=False, chunk_steps=7)).train(
         {"t0": 5, "t1": 30})
     assert (ms[0].step, ms[1].step) == (5, 30)
     alone = members(digits_data, configs[:1])
-    Pack(alone, digits_data, fusion="on", jit_compile=False).train({"t0": 5})
+    Pack(alone, digits_data, PackSettings(fusion="on", jit_compile=False)).train({"t0": 5})
     assert_close(ms[0], alone[0])
 
 
 def test_a_fused_member_frees_to_a_plain_checkpoint(digits_data, tmp_path):
     configs = list(enumerate(CONFIGS[:3]))
     ms = members(digits_data, configs)
-    pack = Pack(ms, digits_data, fusion="auto", jit_compile=False)
+    pack = Pack(ms, digits_data, PackSettings(fusion="auto", jit_compile=False))
     pack.train({m.trial_id: 20 for m in ms})
     path = pack.free("t1", tmp_path)
     [restored] = members(digits_data, [configs[1]])
     restored.restore(path)
     assert restored.step == 20
-    next_pack = Pack([restored], digits_data, fusion="off", jit_compile=False)
+    next_pack = Pack([restored], digits_data, PackSettings(fusion="off", jit_compile=False))
     next_pack.train({"t1": 15})
     [straight] = members(digits_data, [configs[1]])
-    Pack([straight], digits_data, fusion="off", jit_compile=False).train({"t1": 35})
+    Pack([straight], digits_data, PackSettings(fusion="off", jit_compile=False)).train({"t1": 35})
     assert_close(restored, straight)
 
 
@@ -259,7 +265,7 @@ def plain_and_alone(digits_data, pack_members, make) -> None:
     alone for as many steps."""
     for m in pack_members:
         alone = make(m)
-        Pack([alone], digits_data, fusion="off", jit_compile=False).train(
+        Pack([alone], digits_data, PackSettings(fusion="off", jit_compile=False)).train(
             {alone.trial_id: m.step})
         assert alone.step == m.step > 0
         assert_same_weights(m, alone)
@@ -276,7 +282,8 @@ def test_a_custom_layer_keeps_the_pack_plain_exact_and_named_in_the_log(digits_d
 
     ms = [make(trial(i, *c)) for i, c in enumerate(CONFIGS[:2])]
     with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
-        stats = Pack(ms, digits_data, fusion=fusion, jit_compile=False, chunk_steps=50).train(
+        stats = Pack(ms, digits_data,
+                     PackSettings(fusion=fusion, jit_compile=False, chunk_steps=50)).train(
             {m.trial_id: m.steps_for(1) for m in ms})
     assert not stats.fused
     assert "pack of 2 trains unfused: layer my_scale (Scale) has no fused form" in caplog.text
@@ -297,7 +304,8 @@ def test_members_of_different_widths_pack_plainly_and_each_as_alone(digits_data,
     assert [m.model.layers[0].units for m in ms] == [16, 32]
     assert member_key(ms[0].trial) != member_key(ms[1].trial)
     with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
-        stats = Pack(ms, digits_data, fusion="auto", jit_compile=False, chunk_steps=50).train(
+        stats = Pack(ms, digits_data,
+                     PackSettings(fusion="auto", jit_compile=False, chunk_steps=50)).train(
             {m.trial_id: m.steps_for(1) for m in ms})
     assert not stats.fused and "shapes differ" in caplog.text
     plain_and_alone(digits_data, ms, lambda m: make(int(m.trial_id[1:]), m.trial.hparams["width"]))

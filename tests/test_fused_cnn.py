@@ -23,6 +23,7 @@ import pytest
 from packexp import telemetry
 from packexp.data import synthetic
 from packexp.models import mobilenet
+from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import grouped_conv_path
 from packexp.packing.fused_graph import fused_ops
@@ -61,7 +62,8 @@ def cnn_members(data, configs, build=every_layer_cnn) -> list[Member]:
 
 def train(data, configs, steps, fusion, build=every_layer_cnn, conv="auto"):
     ms = cnn_members(data, configs, build)
-    pack = Pack(ms, data, fusion=fusion, jit_compile=False, chunk_steps=7, grouped_conv=conv)
+    pack = Pack(ms, data,
+                PackSettings(fusion=fusion, jit_compile=False, chunk_steps=7, grouped_conv=conv))
     stats = pack.train({m.trial_id: steps for m in ms})
     if stats.fused and len(ms) > 1 and conv != "auto":  # conv is set for CNNs only
         assert stats.grouped_conv == grouped_conv_path(conv)
@@ -185,10 +187,11 @@ def test_without_onednn_fused_cnns_train_on_the_split_path(tmp_path):
 def test_a_finished_fused_cnn_member_keeps_its_batchnorm_statistics(images, conv):
     configs = MIXED[1:3]
     ms = cnn_members(images, configs)
-    Pack(ms, images, fusion="on", jit_compile=False, chunk_steps=4, grouped_conv=conv).train(
+    Pack(ms, images,
+         PackSettings(fusion="on", jit_compile=False, chunk_steps=4, grouped_conv=conv)).train(
         {"t1": 3, "t2": 9})
     [alone] = cnn_members(images, configs[:1])
-    Pack([alone], images, fusion="off", jit_compile=False).train({"t1": 3})
+    Pack([alone], images, PackSettings(fusion="off", jit_compile=False)).train({"t1": 3})
     assert_close(ms[0], alone)
 
 
@@ -305,7 +308,7 @@ def test_what_has_no_fused_form_is_reported_before_tracing(images, body, reason)
     """Each reason names the layer; the pack falls back to plain and trains."""
     ms = cnn_members(images, MIXED[1:3], _functional(body))
     assert reason in why_not_fused(ms, "gather", "on")
-    pack = Pack(ms, images, fusion="on", jit_compile=False)
+    pack = Pack(ms, images, PackSettings(fusion="on", jit_compile=False))
     assert not pack.fused
     assert not pack.train({m.trial_id: 2 for m in ms}).fused
     assert all(m.step == 2 and np.isfinite(m.train_loss) for m in ms)
@@ -323,7 +326,7 @@ def test_several_outputs_do_not_fuse(images):
 
 def test_under_auto_xla_fused_cnns_stay_uncompiled(images):
     ms = cnn_members(images, MIXED[1:3])
-    stats = Pack(ms, images, fusion="on", jit_compile="auto").train(
+    stats = Pack(ms, images, PackSettings(fusion="on", jit_compile="auto")).train(
         {m.trial_id: 6 for m in ms})
     assert stats.fused and not stats.xla
 
@@ -334,7 +337,7 @@ def test_on_a_cpu_auto_leaves_cnns_unfused_and_says_so(images, caplog):
     assert "GPU only" in why_not_fused(ms, "gather", "auto")
     assert why_not_fused(ms, "gather", "on") is None
     with caplog.at_level(logging.INFO, logger="packexp.packing.pack"):
-        stats = Pack(ms, images, fusion="auto", jit_compile=False).train(
+        stats = Pack(ms, images, PackSettings(fusion="auto", jit_compile=False)).train(
             {m.trial_id: 2 for m in ms})
     assert not stats.fused
     assert "pack.fusion=on fuses it anyway" in caplog.text
@@ -347,7 +350,7 @@ def test_layers_without_a_fused_form_keep_the_pack_plain(images):
 
     ms = cnn_members(images, MIXED[:2], with_dropout)
     assert "Dropout" in why_not_fused(ms, "gather", "on")
-    assert not Pack(ms, images, fusion="on").fused
+    assert not Pack(ms, images, PackSettings(fusion="on")).fused
 
 
 @pytest.mark.gpu
@@ -365,6 +368,6 @@ def test_on_a_gpu_auto_fuses_cnns_and_matches_plain(images):
 def test_on_a_gpu_mobilenet_packs_fuse_by_default(images):
     build = functools.partial(mobilenet.build, alpha=0.35)
     ms = cnn_members(images, MIXED[:2], build)
-    pack = Pack(ms, images, fusion="auto", jit_compile=False)
+    pack = Pack(ms, images, PackSettings(fusion="auto", jit_compile=False))
     assert pack.fused
     assert pack.train({m.trial_id: 2 for m in ms}).fused

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from packexp.models import mobilenet
+from packexp.pack_options import PackSettings
 from packexp.packing import Member, Pack, looped
 from packexp.packing.data import Preprocessing
 from packexp.run import run
@@ -46,8 +47,8 @@ def train(images_data, build, trials, loop="auto", epochs=2, chunk_steps=500, pr
     ms = members(images_data, build, trials, preprocessing)
     for m in ms:
         m.set_lr_horizon(epochs)
-    pack = Pack(ms, images_data, fusion="off", jit_compile=False, loop=loop,
-                chunk_steps=chunk_steps)
+    pack = Pack(ms, images_data,
+                PackSettings(fusion="off", jit_compile=False, loop=loop, chunk_steps=chunk_steps))
     stats = pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate(), stats
 

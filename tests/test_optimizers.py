@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from packexp.data import digits
 from packexp.optim import RULES, options_of
-from packexp.pack_options import KERAS_ARGS, OPTIMIZERS
+from packexp.pack_options import KERAS_ARGS, OPTIMIZERS, PackSettings
 from packexp.packing import DeviceData, Pack
 from packexp.packing.optimizers import (
     apply_gradients,
@@ -169,12 +169,12 @@ def test_every_optimizer_trains_in_a_plain_pack_as_it_does_alone():
     configs = [(i, (20 + 7 * i, name, 0.01, "relu"))
                for i, name in enumerate(["adam", *KERAS_ONLY])]
     packed = members(data, configs)
-    pack = Pack(packed, data, fusion="auto", jit_compile=False, chunk_steps=50)
+    pack = Pack(packed, data, PackSettings(fusion="auto", jit_compile=False, chunk_steps=50))
     assert not pack.fused  # no fused rule for most of them: the pack is plain
     pack.train({m.trial_id: m.steps_for(1.0) for m in packed})
     for m, config in zip(packed, configs, strict=True):
         [alone] = members(data, [config])
-        Pack([alone], data, fusion="off", jit_compile=False, chunk_steps=50).train(
+        Pack([alone], data, PackSettings(fusion="off", jit_compile=False, chunk_steps=50)).train(
             {alone.trial_id: alone.steps_for(1.0)})
         assert m.step == alone.step > 0
         for a, b in zip(m.model.get_weights(), alone.model.get_weights(), strict=True):

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from packexp.data import synthetic
 from packexp.models import mlp3
+from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack, batch_indices
 from packexp.packing.data import Preprocessing
 from tests.helpers import CONFIGS, PLAIN, assert_same_weights, mlp_with_dropout, trial
@@ -33,7 +34,7 @@ def members(features_data: DeviceData, configs) -> list[Member]:
 
 def train(features_data, configs, epochs: float, **pack_kw) -> tuple[list[Member], dict]:
     ms = members(features_data, configs)
-    pack = Pack(ms, features_data, **{**PLAIN, **pack_kw})
+    pack = Pack(ms, features_data, PackSettings(**{**PLAIN, **pack_kw}))
     pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
     return ms, pack.evaluate()
 
@@ -62,12 +63,12 @@ def test_pack_mates_do_not_matter(features_data):
 
 def test_switch_mode_measures_its_rebuilds(features_data):
     ms = members(features_data, list(enumerate(CONFIGS[:3])))
-    stats = Pack(ms, features_data, **PLAIN, misaligned="switch").train(
+    stats = Pack(ms, features_data, PackSettings(**PLAIN, misaligned="switch")).train(
         {m.trial_id: m.steps_for(1) for m in ms})
     assert stats.switches == 2  # three distinct budgets: two members leave before the last
     assert stats.switch_overhead_s > 0
     ms = members(features_data, list(enumerate(CONFIGS[:3])))
-    stats = Pack(ms, features_data, **PLAIN, misaligned="mask").train(
+    stats = Pack(ms, features_data, PackSettings(**PLAIN, misaligned="mask")).train(
         {m.trial_id: m.steps_for(1) for m in ms})
     assert stats.switches == 0
     assert stats.steps == max(m.steps_for(1) for m in ms)
@@ -76,7 +77,7 @@ def test_switch_mode_measures_its_rebuilds(features_data):
 def test_continuing_equals_training_straight_through(features_data):
     [straight], _ = train(features_data, [(0, CONFIGS[0])], epochs=2)
     [m] = members(features_data, [(0, CONFIGS[0])])
-    pack = Pack([m], features_data, **PLAIN)
+    pack = Pack([m], features_data, PackSettings(**PLAIN))
     pack.train({m.trial_id: 5})
     pack.train({m.trial_id: m.steps_for(2) - 5})
     assert_same_weights(straight, m)
@@ -133,7 +134,8 @@ def test_member_rejects_a_batch_larger_than_the_data(features_data):
 
 def test_unknown_misaligned_mode(features_data):
     with pytest.raises(ValueError, match="misaligned='pad'"):
-        Pack(members(features_data, [(0, CONFIGS[0])]), features_data, misaligned="pad")
+        Pack(members(features_data, [(0, CONFIGS[0])]), features_data,
+             PackSettings(misaligned="pad"))
 
 
 def image_members(features_data, configs, preprocessing):
@@ -149,12 +151,13 @@ AUGMENT = Preprocessing(mean=(0.5,), std=(0.25,), crop_padding=1, flip=True)
 def test_augmentation_is_seeded_per_member_so_packing_keeps_isolation(image_data):
     configs = list(enumerate(CONFIGS[:3]))
     packed = image_members(image_data, configs, AUGMENT)
-    Pack(packed, image_data, **PLAIN).train({m.trial_id: m.steps_for(2) for m in packed})
+    Pack(packed, image_data,
+         PackSettings(**PLAIN)).train({m.trial_id: m.steps_for(2) for m in packed})
     [alone] = image_members(image_data, configs[2:], AUGMENT)
-    Pack([alone], image_data, **PLAIN).train({alone.trial_id: alone.steps_for(2)})
+    Pack([alone], image_data, PackSettings(**PLAIN)).train({alone.trial_id: alone.steps_for(2)})
     assert_same_weights(alone, packed[2])
     [plain] = image_members(image_data, configs[2:], Preprocessing())
-    Pack([plain], image_data, **PLAIN).train({plain.trial_id: plain.steps_for(2)})
+    Pack([plain], image_data, PackSettings(**PLAIN)).train({plain.trial_id: plain.steps_for(2)})
     assert not np.array_equal(plain.model.get_weights()[0], alone.model.get_weights()[0])
 
 
@@ -180,11 +183,11 @@ def test_slice_mode_feeds_the_leaders_stream_sliced(features_data):
     """The largest-batch member trains as alone; the others see its features_data, not their own."""
     configs = [(2, CONFIGS[2]), (0, CONFIGS[0])]  # batch 70 leads, batch 20 slices
     packed = members(features_data, configs)
-    Pack(packed, features_data, **PLAIN, data_sharing="slice").train(
+    Pack(packed, features_data, PackSettings(**PLAIN, data_sharing="slice")).train(
         {m.trial_id: 6 for m in packed})
     alone = members(features_data, configs)
     for m in alone:
-        Pack([m], features_data, **PLAIN).train({m.trial_id: 6})
+        Pack([m], features_data, PackSettings(**PLAIN)).train({m.trial_id: 6})
     assert_same_weights(alone[0], packed[0])
     assert not np.array_equal(alone[1].model.get_weights()[0], packed[1].model.get_weights()[0])
 
@@ -203,7 +206,8 @@ def test_slice_mode_runs_each_distinct_preprocessing_once(image_data, monkeypatc
     ms[2].preprocessing = Preprocessing()
     for sharing, expected in (("slice", 2), ("gather", 3)):
         calls.clear()
-        Pack(ms, image_data, **PLAIN, data_sharing=sharing).train({m.trial_id: 2 for m in ms})
+        Pack(ms, image_data,
+             PackSettings(**PLAIN, data_sharing=sharing)).train({m.trial_id: 2 for m in ms})
         assert len(calls) == expected, sharing  # traced once: one call per op in the graph
 
 
@@ -219,16 +223,17 @@ def test_dropout_members_pack_as_alone_and_continue_their_draws(features_data, t
     from its checkpoint ends as trained straight through."""
     configs = list(enumerate(CONFIGS[:2]))
     packed = built(features_data, configs, mlp_with_dropout)
-    Pack(packed, features_data, fusion="auto", jit_compile=False, chunk_steps=7).train(
+    Pack(packed, features_data,
+         PackSettings(fusion="auto", jit_compile=False, chunk_steps=7)).train(
         {m.trial_id: 20 for m in packed})
     for m, config in zip(packed, configs, strict=True):
         [alone] = built(features_data, [config], mlp_with_dropout)
-        pack = Pack([alone], features_data, **PLAIN)
+        pack = Pack([alone], features_data, PackSettings(**PLAIN))
         pack.train({alone.trial_id: 8})
         path = pack.free(alone.trial_id, tmp_path)
         [continued] = built(features_data, [config], mlp_with_dropout)
         continued.restore(path)
-        Pack([continued], features_data, **PLAIN).train({continued.trial_id: 12})
+        Pack([continued], features_data, PackSettings(**PLAIN)).train({continued.trial_id: 12})
         assert continued.step == m.step == 20
         assert_same_weights(continued, m)
 
@@ -252,7 +257,7 @@ def test_regularization_losses_are_part_of_each_members_loss(features_data):
         loss = ce + tf.add_n(reference.model.losses)
     expected = [v.numpy() - 0.1 * g.numpy() for v, g in zip(kernel, tape.gradient(loss, kernel),
                                                             strict=True)]
-    Pack([m], features_data, **PLAIN).train({m.trial_id: 1})
+    Pack([m], features_data, PackSettings(**PLAIN)).train({m.trial_id: 1})
     for got, want in zip(m.model.get_weights(), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert m.train_loss == pytest.approx(float(loss), rel=1e-5)
@@ -264,6 +269,7 @@ def test_weight_constraints_are_applied_after_each_update(features_data):
             num_classes, kernel_constraint=keras.constraints.NonNeg())])
 
     ms = built(features_data, list(enumerate(CONFIGS[:2])), constrained)
-    Pack(ms, features_data, fusion="auto", jit_compile=False).train({m.trial_id: 10 for m in ms})
+    Pack(ms, features_data,
+         PackSettings(fusion="auto", jit_compile=False)).train({m.trial_id: 10 for m in ms})
     for m in ms:
         assert m.model.layers[0].kernel.numpy().min() >= 0

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from packexp.data import digits
 from packexp.models import mlp3
-from packexp.pack_options import LR_SCHEDULES, why_not_fusable
+from packexp.pack_options import LR_SCHEDULES, PackSettings, why_not_fusable
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.member import read_state, write_state
 from packexp.packing.program import why_not_fused
@@ -43,7 +43,7 @@ def trained(digits_data, trials, steps, horizon, fusion="off") -> list[Member]:
     ms = build(digits_data, trials)
     for m in ms:
         m.set_lr_horizon(horizon)
-    pack = Pack(ms, digits_data, fusion=fusion, jit_compile=False, chunk_steps=7)
+    pack = Pack(ms, digits_data, PackSettings(fusion=fusion, jit_compile=False, chunk_steps=7))
     pack.train({m.trial_id: steps for m in ms})
     assert pack.fused == (fusion == "on")
     return ms
@@ -78,10 +78,11 @@ def test_the_rate_follows_the_members_own_step(digits_data):
     [m] = build(digits_data, [trial(0, lr_schedule="linear")])
     m.set_lr_horizon(2.0)  # 2 epochs of 47 steps
     assert m.steps_for(2.0) == 94
-    Pack([m], digits_data, fusion="off", jit_compile=False, chunk_steps=11).train({m.trial_id: 47})
+    Pack([m], digits_data,
+         PackSettings(fusion="off", jit_compile=False, chunk_steps=11)).train({m.trial_id: 47})
     assert float(m.optimizer.iterations.numpy()) == 47
     assert float(m.optimizer.learning_rate) == pytest.approx(0.05 * 0.5, rel=1e-6)
-    Pack([m], digits_data, fusion="off", jit_compile=False).train({m.trial_id: 100})
+    Pack([m], digits_data, PackSettings(fusion="off", jit_compile=False)).train({m.trial_id: 100})
     assert float(m.optimizer.learning_rate) == 0.0  # past the horizon it stays at 0
 
 
@@ -104,7 +105,7 @@ def test_continuing_from_a_checkpoint_is_training_in_one_go(digits_data, tmp_pat
     [second] = build(digits_data, [me])
     second.load(me, read_state(path), second.preprocessing)
     second.set_lr_horizon(1.0)
-    Pack([second], digits_data, fusion="off", jit_compile=False, chunk_steps=7).train(
+    Pack([second], digits_data, PackSettings(fusion="off", jit_compile=False, chunk_steps=7)).train(
         {me.trial_id: 18})
     assert_same(second, whole)
     # the schedule's base rate and horizon are in the checkpoint, beside the optimizer's own

@@ -15,6 +15,7 @@ models in that order, so each model always holds trials of one structure.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,6 @@ import numpy as np
 
 from packexp.pack_options import (
     LOOPED,
-    PACK_ARGS,
     PACK_DEFAULTS,
     RUNTIME_HPARAMS,
     PackSettings,
@@ -184,7 +184,7 @@ class PackCache:
                                      or self._fresh.pop(t.trial_id, None)
                                      or self.initial_state(t), template.preprocessing)
                        for t in order]
-            return Pack(members, self.data, **self._options(key)), False
+            return Pack(members, self.data, *self._settings(key)), False
         for trial in order:
             if trial.trial_id.startswith(IDLE):
                 member = self._idle_member(trial, reuse=False) or self.make_member(trial)
@@ -199,13 +199,15 @@ class PackCache:
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
-        return Pack(members, self.data, **self._options(key)), False
+        return Pack(members, self.data, *self._settings(key)), False
 
-    def _options(self, key: tuple) -> dict[str, Any]:
-        options = dict(self.pack_options)
+    def _settings(self, key: tuple) -> tuple[PackSettings, int | None]:
+        """A pack's settings (its fusion is its key's, where the key sets one) and the
+        search's batch bucket."""
+        settings = PackSettings.from_config(self.pack_options)
         if key[-1] is not None:
-            options["fusion"] = key[-1]
-        return options
+            settings = dataclasses.replace(settings, fusion=key[-1])
+        return settings, self.pack_options.get("batch_bucket")
 
     def _template(self, order: Sequence[Trial], fusion: str | None,
                   built: Mapping[str, Member]) -> Member | None:
@@ -231,8 +233,7 @@ class PackCache:
         template = self._templates[structure]
         decision = (structure, len(order), fusion)
         if decision not in self._loops:  # as the pack engine decides, once per size
-            options = self._options(self.key(order, fusion))
-            settings = PackSettings(**{k: options[k] for k in PACK_ARGS if k in options})
+            settings, _ = self._settings(self.key(order, fusion))
             program = choose_program(MemberFacts([template] * len(order)), settings)
             self._loops[decision] = program.kind == LOOPED
         return template if self._loops[decision] else None

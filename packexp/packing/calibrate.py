@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packexp.pack_options import FUSED, PACK_ARGS, PackSettings, choose_program, member_bucket
+from packexp.pack_options import FUSED, PackSettings, choose_program, member_bucket
 from packexp.packing.cache import PackCache
 from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
@@ -66,7 +66,7 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     probe = cache.make_member(trials(1, low)[0])
     cnn = convolutional(probe.model)
     pair = [probe, cache.make_member(trials(1, low)[0])]
-    settings = PackSettings(**{k: v for k, v in cache.pack_options.items() if k in PACK_ARGS})
+    settings = PackSettings.from_config(cache.pack_options)
     facts = MemberFacts(pair)
     fusable = choose_program(facts, settings, "on").kind == FUSED
     # Fused packs are measured where the run's pack.fusion fuses them: under auto not CNNs

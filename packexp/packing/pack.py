@@ -61,47 +61,33 @@ class Pack:
       needs, and each distinct ``Preprocessing`` runs once per step for all who use it.
       Members then see each other's data order, so results depend on pack-mates.
 
-    The keyword arguments are the pack settings, defaulting to a run's
-    (``pack_options.PackSettings``): fused and compiled where ``auto`` chooses;
-    ``fusion="off", jit_compile=False`` gives the plain pack, traced but not compiled.
+    ``settings`` are the pack settings (``pack_options.PackSettings``), a run's defaults
+    unless given: fused and compiled where ``auto`` chooses; ``fusion="off",
+    jit_compile=False`` gives the plain pack, traced but not compiled. ``batch_bucket``: the
+    search's largest batch size, where compiled members' batches are padded to it.
     """
 
-    def __init__(
-        self,
-        members: Sequence[Member],
-        data: DeviceData,
-        *,
-        misaligned: str = PACK_DEFAULTS.misaligned,
-        data_sharing: str = PACK_DEFAULTS.data_sharing,
-        fusion: str = PACK_DEFAULTS.fusion,
-        loop: str = PACK_DEFAULTS.loop,
-        grouped_conv: str = PACK_DEFAULTS.grouped_conv,
-        jit_compile: bool | str = PACK_DEFAULTS.jit_compile,
-        chunk_steps: int = PACK_DEFAULTS.chunk_steps,
-        eval_batch_size: int = PACK_DEFAULTS.eval_batch_size,
-        batch_bucket: int | None = None,
-    ) -> None:
+    def __init__(self, members: Sequence[Member], data: DeviceData,
+                 settings: PackSettings = PACK_DEFAULTS, batch_bucket: int | None = None
+                 ) -> None:
         if not members:
             raise ValueError("a pack needs at least one member")
-        self.settings = PackSettings(misaligned=misaligned, data_sharing=data_sharing,
-                                     fusion=fusion, loop=loop, grouped_conv=grouped_conv,
-                                     jit_compile=jit_compile, chunk_steps=chunk_steps,
-                                     eval_batch_size=eval_batch_size)
+        self.settings = settings
         self.members = list(members)
         self.data = data
-        self.misaligned = misaligned
-        self.data_sharing = data_sharing
-        self.fusion = fusion
-        self.loop = loop
-        self.grouped_conv = grouped_conv
+        self.misaligned = settings.misaligned
+        self.data_sharing = settings.data_sharing
+        self.fusion = settings.fusion
+        self.loop = settings.loop
+        self.grouped_conv = settings.grouped_conv
         self._stream_step = 0
         self._facts = MemberFacts(self.members)
         # auto compiles where one program serves the pack to its end: masked (switching
         # rebuilds the step each time a member finishes, an XLA compile each) and gathered
         # batches (sliced ones are cut at traced sizes).
         self.jit_compile = compiles(self.settings, self._facts.convolutional)
-        self.chunk_steps = chunk_steps
-        self.eval_batch_size = eval_batch_size
+        self.chunk_steps = settings.chunk_steps
+        self.eval_batch_size = settings.eval_batch_size
         # Under XLA a batch of another size is another compile: members whose rows are
         # independent take batches padded to the bucket (the search's largest batch size),
         # their padded rows masked out of the loss, so one compiled program serves them all.

@@ -11,6 +11,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from packexp.pack_options import PackSettings
 from packexp.packing.cache import PackCache
 from packexp.packing.data import DeviceData
 from packexp.packing.looped import uncounted
@@ -137,5 +138,6 @@ def probe_member(trial: Trial, make_member: Callable[[Trial], Member], data: Dev
     """Peak memory growth, in bytes, of building ``trial``'s member and training it alone."""
     with PeakMemory() as peak, uncounted():
         member = make_member(trial)
-        Pack([member], data, **pack_options).train({member.trial_id: steps})
+        Pack([member], data, PackSettings.from_config(pack_options),
+             pack_options.get("batch_bucket")).train({member.trial_id: steps})
     return peak.growth_bytes

@@ -164,6 +164,7 @@ def main() -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
     from packexp.search_space import Trial, derive_seed
     from packexp.telemetry import PeakMemory, tf_gpu_name
@@ -179,7 +180,9 @@ def main() -> None:
                 Member.create(Trial(f"m{i}", hp, (), seed=derive_seed(job["seed"], i)), build,
                               dataset.input_shape, dataset.num_classes, data.train_size)
                 for i, hp in zip(job["indices"], job["members"], strict=True)]
-            pack = Pack(members, data, **{**job["pack_options"], "chunk_steps": job["steps"]})
+            settings = PackSettings.from_config({**job["pack_options"],
+                                                 "chunk_steps": job["steps"]})
+            pack = Pack(members, data, settings)
             pack.train({m.trial_id: max(1, job["warmup_steps"]) for m in members})
             print(READY, flush=True)
             ready = True

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from packexp.checks import positive_int
+from packexp.pack_options import PackSettings
 from packexp.packing import Pack
 from packexp.profile.base import Profile, ProfileContext
 from packexp.profile.checks import int_list
@@ -106,7 +107,7 @@ class SwitchOverheadProfile(Profile):
         start = time.perf_counter()
         for trial in trials:
             member = ctx.member(trial)
-            pack = Pack([member], ctx.data, **options)
+            pack = Pack([member], ctx.data, PackSettings.from_config(options))
             trained.append(pack.train({trial.trial_id: steps}).train_s)
             pack.free(trial.trial_id, tmp)
         return time.perf_counter() - start, trained
@@ -115,7 +116,7 @@ class SwitchOverheadProfile(Profile):
     def _packed(ctx: ProfileContext, trials: Sequence[Trial], steps: int,
                 options: Mapping[str, Any], tmp: Path) -> tuple[float, Any]:
         start = time.perf_counter()
-        pack = Pack([ctx.member(t) for t in trials], ctx.data, **options)
+        pack = Pack([ctx.member(t) for t in trials], ctx.data, PackSettings.from_config(options))
         stats = pack.train({t.trial_id: steps for t in trials})
         for trial in trials:
             pack.free(trial.trial_id, tmp)

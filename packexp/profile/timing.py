@@ -12,6 +12,7 @@ from typing import Any
 import tensorflow as tf
 
 from packexp.errors import ConfigError
+from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class PackTimer:
         if (key, xla) not in self._packs:
             options = {**self.options, **overrides, "jit_compile": xla,
                        "chunk_steps": self.steps}
-            pack = Pack(list(members), data, **options)
+            pack = Pack(list(members), data, PackSettings.from_config(options))
             try:
                 if self.warmup_steps:
                     pack.train({m.trial_id: self.warmup_steps for m in members})
