@@ -42,12 +42,13 @@ def test_the_configs_pack_section_reads_the_pack_settings_defaults():
 
 
 @pytest.mark.tf
-def test_packs_arguments_default_to_the_pack_settings():
+def test_a_pack_takes_the_pack_settings_a_runs_defaults_unless_given():
     from packexp.packing import Pack
 
     parameters = inspect.signature(Pack).parameters
-    assert set(parameters) & set(DEFAULTS) == set(PACK_ARGS)
-    assert {k: parameters[k].default for k in PACK_ARGS} == {k: DEFAULTS[k] for k in PACK_ARGS}
+    assert parameters["settings"].default is PACK_DEFAULTS
+    assert not set(parameters) & set(DEFAULTS)  # no setting is a keyword of its own
+    assert set(PACK_ARGS) <= set(DEFAULTS) and set(PACK_DEFAULTS.pack_options) == set(PACK_ARGS)
 
 
 def test_the_configuration_page_states_the_pack_settings_defaults():
