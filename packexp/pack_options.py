@@ -118,7 +118,7 @@ class PackSettings:
 
     @property
     def pack_options(self) -> dict[str, Any]:
-        """``Pack``'s keyword arguments."""
+        """The settings ``Pack`` reads, as a dict (a pack cache's and a profile's options)."""
         return {k: getattr(self, k) for k in PACK_ARGS}
 
 

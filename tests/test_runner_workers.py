@@ -1,7 +1,8 @@
 """The runner's one loop under two workers whose packs come back out of order (the last sent
 first), on the fake trainer: a synchronous rung is committed in plan order whichever pack
 ends first; an asynchronous plan as each pack ends; and a search killed under them resumes,
-told the journal's facts in the order they happened, to the unbroken run's results."""
+told the journal's facts in the order they happened (to the unbroken run's results under a
+synchronous policy)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 from packexp.executors import LocalExecutor, PackJob
 from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
-from packexp.schedulers import Asha, Hyperband, Pbt, Scheduler
-from packexp.testing.fake_trainer import FakeTrainer, fake_search, outcome
+from packexp.schedulers import Asha, Hyperband, Pbt, Planned, Retire, Scheduler
+from packexp.testing.fake_trainer import SPACE, FakeTrainer, fake_search, outcome
+from packexp.testing.policies import simulate
 
 
 class LastSentFirst(LocalExecutor):
@@ -75,9 +77,8 @@ def test_an_asynchronous_plan_is_committed_as_each_pack_ends(tmp_path, fake_trai
     assert journaled != planned
 
 
-@pytest.mark.parametrize("policy", [Hyperband(9, 3), Asha(9, 3, sample_size=4),
-                                    Pbt(population=4, epochs=6, interval=2)],
-                         ids=["hyperband", "asha", "pbt"])
+@pytest.mark.parametrize("policy", [Hyperband(9, 3), Pbt(population=4, epochs=6, interval=2)],
+                         ids=["hyperband", "pbt"])
 def test_a_search_killed_under_two_workers_resumes_to_the_unbroken_ones(policy, tmp_path,
                                                                        fake_trainer):
     whole = search(tmp_path / "whole", fake_trainer, policy)
@@ -90,3 +91,47 @@ def test_a_search_killed_under_two_workers_resumes_to_the_unbroken_ones(policy, 
     assert outcome(resumed) == outcome(whole)
     assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
     assert resumed.best() == whole.best()
+
+
+@pytest.mark.parametrize("policy", [Hyperband(9, 3), Pbt(population=4, epochs=6, interval=2)],
+                         ids=["hyperband", "pbt"])
+def test_simulate_draws_and_decides_as_the_runner_does(policy, tmp_path, fake_trainer):
+    """``packexp.testing.policies.simulate`` against the runner on the fake trainer (score
+    x / 100, one member diverged): the same plans, of the same configurations, and the same
+    trials ended."""
+    runner = fake_search(tmp_path, fake_trainer, policy.brackets())
+    runner.run(policy)
+
+    def score(trial, epochs):
+        return None if trial.trial_id == fake_trainer.failing else trial.hparams["x"] / 100
+
+    made = simulate(policy, SPACE, score)
+    journaled = [(r["bracket"], r["rung"], sorted(i for p in r["packs"] for i in p))
+                 for r in Journal(tmp_path).read() if r["event"] == "plan"]
+    simulated = [(p.bracket, p.rung, sorted(p.trial_ids)) for p in made
+                 if isinstance(p, Planned)]
+    assert simulated == journaled
+    values = {i: t.hparams for i, t in runner.trials.items()}
+    assert all(dict(t.hparams) == values[t.trial_id] for p in made if isinstance(p, Planned)
+               for t in p.trials if p.rung == 0)
+    ended = {m.trial_id: m.status for m in made if isinstance(m, Retire)}
+    assert ended == {i: t.status for i, t in runner.trials.items() if t.status != "running"}
+
+
+def test_asha_killed_under_two_workers_resumes_what_it_journaled_and_keeps_its_budget(
+        tmp_path, fake_trainer):
+    """Under several workers ASHA's decisions depend on which pack ends first, so a resumed
+    search may promote otherwise than the unbroken one (docs/schedulers.md); it still trains
+    nothing its journal has again, ends every trial and keeps within its budget."""
+    asha = Asha(9, 3, sample_size=4)
+    search(tmp_path / "whole", fake_trainer, asha)
+    fake_trainer.die_at_call, fake_trainer.calls = len(fake_trainer.calls) // 3, []
+    with pytest.raises(KeyboardInterrupt):
+        search(tmp_path / "killed", fake_trainer, asha)
+    records = Journal(tmp_path / "killed").read()
+    fake_trainer.die_at_call, fake_trainer.calls = None, []
+    resumed = search(tmp_path / "killed", fake_trainer, asha, records)
+    journaled = {(r["trial_id"], r["epochs"]) for r in records if r["event"] == "result"}
+    assert journaled and not journaled & set(fake_trainer.trained())
+    assert {t.status for t in resumed.trials.values()} <= {"finished", "killed", "failed"}
+    assert sum(p.epochs_spent for p in resumed.packs) <= asha.max_epochs + 1e-9

@@ -19,7 +19,7 @@ class JournalListener(Listener):
     ``journal``.
 
     It must be the first listener: the order in which the driver commits a pack
-    (``runner.PackedSearch.commit``) is what makes a killed search resumable.
+    (``runner.ledger.Ledger.commit``) is what makes a killed search resumable.
     """
 
     def __init__(self, journal: Journal) -> None:

@@ -67,7 +67,7 @@ def spec(model: Mapping[str, Any], dataset: Mapping[str, Any], members: Sequence
         steps: Steps per timed chunk.
         warmup_steps: Untimed steps after compiling.
         repeats: Timed chunks.
-        pack_options: ``Pack`` keyword arguments.
+        pack_options: The pack settings (``PackSettings.from_config`` reads them).
         sync: Wait for a go line after warming up.
 
     Returns:

@@ -32,7 +32,8 @@ class ProfileContext:
         dataset: The configured dataset, as arrays.
         build_model: The configured model builder ``(input_shape, classes, hparams)``.
         names: Config names of ``model`` and ``dataset``.
-        pack_options: ``Pack`` keyword arguments from ``cfg.pack``, checked.
+        pack_options: The pack settings from ``cfg.pack``, checked (``PackSettings.from_config``
+            reads them).
         run_dir: Where the profile writes its outputs.
     """
 

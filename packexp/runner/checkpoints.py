@@ -5,7 +5,7 @@ Each trial keeps the end state of the rung it last finished, ``<root>/<trial>/r<
 written whole (``write_state`` renames a complete file into place) before any journal record
 names it. A population's replaced member keeps its copy of its donor's state apart, under
 ``<root>/exploits/``, since retiring the member (a diverged one) deletes its own files.
-``PackedSearch.commit`` states when each file is written and deleted.
+``Ledger.commit`` states when each file is written and deleted.
 """
 
 from __future__ import annotations

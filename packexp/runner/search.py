@@ -1,10 +1,7 @@
-"""The runner: one loop for every scheduler. It asks the policy what to do (``packexp/
-schedulers/``), and draws (``draws.py``), packs, trains and commits what it plans, keeps
-checkpoints (``checkpoints.py``) and tells the policy each result. A resume tells the policy
-the journal's facts first (``resume.py``). It records nothing itself: what it does reaches the
-journal, the tracker, the progress display and the results collector as events
-(``packexp/events.py``): a plan's (``packs.py``) before any of its packs trains, a pack's in
-the order ``Ledger.commit`` states (``ledger.py``).
+"""The runner: one loop for every scheduler. It asks the policy (``packexp/schedulers/``),
+draws (``draws.py``), packs (``packs.py``), trains and commits (``ledger.py``) what it plans,
+and tells the policy each result; a resume tells it the journal's facts first (``resume.py``).
+What it does reaches the journal, tracker, display and results as events (``events.py``).
 """
 
 from __future__ import annotations
@@ -46,12 +43,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class PackedSearch:
     """The search a policy decides (``schedulers.Search``): it draws, packs, trains,
-    journals and scores; the policy decides what and when (``run``).
-
-    Every member's result and checkpoint are journaled as soon as its pack is done, so a
-    resumed search (``replay``) skips them. A promoted trial continues from its checkpoint
-    when ``continue_on_promotion``; otherwise it retrains from scratch. Either way its data
-    order and updates are the same, so the scores are too.
+    journals and scores; the policy decides what and when (``run``). A promoted trial
+    continues from its checkpoint when ``continue_on_promotion``, else retrains from scratch
+    with the same data order and updates, so the same scores.
 
     Args:
         listeners: Who hears the events; the journal first (``Ledger.commit``).
@@ -126,15 +120,11 @@ class PackedSearch:
         return self.replayed.members
 
     def run(self, policy: Scheduler) -> None:
-        """Runs the search ``policy`` decides, to its end.
-
-        A resume first tells the policy the journal's facts, in the order they happened, and
-        queues the journaled plans' packs still to train. Then, whenever a worker is free, the
-        policy decides and its decisions are carried out in order; the packs waiting go out
-        highest rung first; each pack is committed as it comes back (a synchronous rung's in
-        plan order) and its results told to the policy. The search ends when nothing is
-        waiting or training and the policy plans nothing more.
-        """
+        """Runs the search ``policy`` decides, to its end: a resume's facts told first (its
+        plans' packs left queued); then, whenever a worker is free, the policy's decisions
+        carried out in order, the highest rung's packs sent first, each pack committed as it
+        comes back (a synchronous rung's in plan order) and its results told to the policy,
+        until nothing waits or trains and the policy plans nothing more."""
         self.brackets = self.draws.brackets = self.packer.brackets = policy.brackets()
         policy.start(self)
         queue = self._replay_into(policy)
@@ -181,14 +171,21 @@ class PackedSearch:
         returns the journaled plans' packs still to train."""
         for fact in self.replayed.facts:
             if isinstance(fact, PlanRecord):
-                self._carry_out(policy.on_plan(self._replanned(fact)), policy, [])
+                self._retire(policy.on_plan(self._replanned(fact)))
             elif isinstance(fact, RungResult):
                 self.ledger.restore(fact)
-                self._carry_out(policy.on_result(fact), policy, [])
+                self._retire(policy.on_result(fact))
             else:
                 self._exploit(fact, journaled=True)
                 policy.on_exploits(fact)
         return self._requeue()
+
+    def _retire(self, decisions: Sequence[Decision]) -> None:
+        """A replayed fact's retirements (a policy decides its plans in ``decide``)."""
+        for decision in decisions:
+            if not isinstance(decision, Retire):
+                raise TypeError(f"on_plan and on_result return Retire decisions, not {decision}")
+            self.ledger.retire(decision.trial_id, decision.status)
 
     def _replanned(self, plan: PlanRecord) -> Planned:
         """A journaled plan, its configurations known again: those it drew (``sampled``), or
@@ -231,6 +228,9 @@ class PackedSearch:
         journals the plan before any pack trains; returns it as made, and its packs."""
         bracket = self._bracket(plan.bracket)
         drawn: list[Trial] = []
+        if plan.draw and plan.key is None and (plan.rung, plan.draw) != (0, bracket.rungs[0].n):
+            raise ValueError(f"{plan}: a synchronous plan draws only its bracket's first rung, "
+                             f"{bracket.rungs[0].n} configurations")
         if plan.draw:
             drawn = self._known(self.draws.bracket(bracket) if plan.key is None else
                                 self.draws.more(plan.draw, self._keyed, len(self.draws.drawn)))

@@ -62,8 +62,7 @@ class Hyperband(HalvingScheduler):
         return self._rungs.decide()
 
     def on_plan(self, plan: Planned) -> list[Retire]:
-        self._rungs.on_plan(plan)
-        return []
+        return self._rungs.on_plan(plan)
 
     def on_result(self, result: RungResult) -> list[Retire]:
         return self._rungs.on_result(result)
@@ -109,9 +108,10 @@ class RungByRung:
         bracket = self.brackets[b]
         return [Plan(bracket.s, 0, draw=bracket.rungs[0].n)]
 
-    def on_plan(self, plan: Planned) -> None:
+    def on_plan(self, plan: Planned) -> list[Retire]:
         """A rung planned: its trials, ordered as this policy decides them (a resume's plan
-        lists them by pack)."""
+        lists them by pack); the rung before's trials it does not hold are killed (again,
+        live: ``decide`` killed them first; a resume learns it here)."""
         b = next(k for k, br in enumerate(self.brackets) if br.s == plan.bracket)
         if plan.rung and self.at == (b, plan.rung - 1):
             ranked = keep_best(self.trials, self.scores, len(self.trials)) if self.halve \
@@ -120,7 +120,11 @@ class RungByRung:
             trials = sorted(plan.trials, key=lambda t: order.get(t.trial_id, math.inf))
         else:
             trials = list(plan.trials)
+        kept = set(plan.trial_ids)
+        dropped = [Retire(t.trial_id, "killed") for t in self.trials
+                   if plan.rung and t.trial_id not in kept]
         self.at, self.trials, self.scores = (b, plan.rung), trials, {}
+        return dropped
 
     def on_result(self, result: RungResult) -> list[Retire]:
         """Notes a result of the rung; once the bracket's last rung is complete, its trials

@@ -135,8 +135,7 @@ class Pbt(Scheduler):
         return [Exploits(decisions[-1].bracket, ended, tuple(exploits)), *decisions]
 
     def on_plan(self, plan: Planned) -> list[Retire]:
-        self._rungs.on_plan(plan)
-        return []
+        return self._rungs.on_plan(plan)
 
     def on_result(self, result: RungResult) -> list[Retire]:
         return self._rungs.on_result(result)

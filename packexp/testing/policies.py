@@ -37,33 +37,54 @@ def simulate(policy: Scheduler, space: SearchSpace,
              fits: Callable[[Mapping[str, Any], Mapping[str, Any]], bool] = lambda a, b: True,
              max_members: int = 8) -> list[Made]:
     """Runs ``policy`` to its end: each plan's trials are scored at once, by ``score(trial,
-    epochs)``, in plan order. Returns what was made, in order: plans, exploits, retirements.
+    epochs)`` (None: the member diverged and ends ``failed``), in plan order. Returns what
+    was made, in order: plans, exploits, retirements.
+
+    Every plan trains at once and nothing waits (``decide(0)``): for a synchronous policy
+    (Hyperband, PBT) the decisions the runner carries out; for ASHA, those of a runner whose
+    packs all train in no time. Configurations are drawn as the runner draws them with the
+    random sampler
+    (``runner.draws.Draws``): a synchronous plan's, its bracket's first rung, none drawn by
+    an earlier bracket again; a keyed plan's, seeded by the plan's number, none drawn by an
+    earlier keyed plan again, renamed ``t<i>`` on from those drawn before.
 
     Args:
-        draw: ``(n, salt) -> n new configurations``; default: ``space.sample``. A keyed plan's
-            draws are renamed ``t<i>`` on from those drawn before, as the runner names them.
+        draw: ``(n, salt) -> n new configurations`` in place of the space's own.
     """
     policy.start(SimpleNamespace(seed=seed, space=space, max_members=max_members, fits=fits))
-    draw = draw or (lambda n, salt: space.sample(n, seed, salt))
     brackets = {b.s: b for b in policy.brackets()}
+    drawn_values: list[dict[str, Any]] = []
+
+    def sample(n: int, salt: int) -> list[Trial]:
+        new = draw(n, salt) if draw else space.sample(n, seed, salt, drawn_values)
+        drawn_values.extend(dict(t.hparams) for t in new)
+        return new
+
     current: dict[str, Trial] = {}
     members: dict[tuple[int, int], list[str]] = {}
     made: list[Made] = []
+    retired: set[str] = set()
     keyed = drawn = 0
 
     def carry_out(decisions: list) -> bool:
         nonlocal keyed, drawn
         for d in decisions:
+            if isinstance(d, Retire) and d.trial_id in retired:
+                continue  # the runner ends a trial once
             made.append(d)
-            if isinstance(d, Exploits):
+            if isinstance(d, Retire):
+                retired.add(d.trial_id)
+            elif isinstance(d, Exploits):
                 after = after_exploits([current[i] for i in members[(d.bracket, d.rung)]],
                                        d.exploits, space)
                 current.update((t.trial_id, t) for t in after)
+                retired.difference_update(e.member for e in d.exploits)  # a diverged one trains on
                 policy.on_exploits(d)
             elif isinstance(d, Plan):
-                new = draw(d.draw, d.bracket if d.key is None else keyed) if d.draw else []
+                n = brackets[d.bracket].rungs[0].n if d.key is None else d.draw
+                new = sample(n, d.bracket if d.key is None else keyed) if d.draw else []
                 if d.key is not None:
-                    new = [dataclasses.replace(t, trial_id=f"t{drawn + i:04d}")
+                    new = [dataclasses.replace(t, trial_id=f"t{drawn + i:04d}", bracket=0)
                            for i, t in enumerate(new)]
                     keyed, drawn = keyed + 1, drawn + len(new)
                 current.update((t.trial_id, t) for t in new)
@@ -73,9 +94,12 @@ def simulate(policy: Scheduler, space: SearchSpace,
                 carry_out(policy.on_plan(planned))
                 epochs = brackets[d.bracket].rungs[d.rung].r
                 for t in trials:
+                    value = score(t, epochs)  # None: the member diverged, and ends failed
+                    if value is None:
+                        carry_out([Retire(t.trial_id, "failed")])
                     carry_out(policy.on_result(RungResult(
-                        t.trial_id, d.bracket, d.rung, epochs, 0, score(t, epochs), None, None,
-                        f"{d.key or f'b{d.bracket}-r{d.rung}'}-p00", None)))
+                        t.trial_id, d.bracket, d.rung, epochs, 0, value, None, None,
+                        f"{d.key or f'b{d.bracket}-r{d.rung}'}-p00", None, value is None)))
         return any(not isinstance(d, Retire) for d in decisions)
 
     while carry_out(policy.decide(0)):
