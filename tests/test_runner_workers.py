@@ -47,6 +47,19 @@ def search(run_dir: Path, trainer: FakeTrainer, policy: Scheduler,
     return found
 
 
+def killed_and_resumed(tmp_path: Path, trainer: FakeTrainer, policy: Scheduler,
+                       part: int) -> tuple[PackedSearch, PackedSearch, list[dict]]:
+    """An unbroken search; the same search killed after ``1/part`` of its packs; the killed
+    one resumed from its journal (returned too)."""
+    whole = search(tmp_path / "whole", trainer, policy)
+    trainer.die_at_call, trainer.calls = len(trainer.calls) // part, []
+    with pytest.raises(KeyboardInterrupt):
+        search(tmp_path / "killed", trainer, policy)
+    records = Journal(tmp_path / "killed").read()
+    trainer.die_at_call, trainer.calls = None, []
+    return whole, search(tmp_path / "killed", trainer, policy, records), records
+
+
 def committed(run_dir: Path) -> list[str]:
     return [r["pack"]["pack_id"] for r in Journal(run_dir).read() if r["event"] == "pack"]
 
@@ -81,13 +94,7 @@ def test_an_asynchronous_plan_is_committed_as_each_pack_ends(tmp_path, fake_trai
                          ids=["hyperband", "pbt"])
 def test_a_search_killed_under_two_workers_resumes_to_the_unbroken_ones(policy, tmp_path,
                                                                        fake_trainer):
-    whole = search(tmp_path / "whole", fake_trainer, policy)
-    fake_trainer.die_at_call, fake_trainer.calls = len(fake_trainer.calls) // 2, []
-    with pytest.raises(KeyboardInterrupt):
-        search(tmp_path / "killed", fake_trainer, policy)
-    records = Journal(tmp_path / "killed").read()
-    fake_trainer.die_at_call, fake_trainer.calls = None, []
-    resumed = search(tmp_path / "killed", fake_trainer, policy, records)
+    whole, resumed, _ = killed_and_resumed(tmp_path, fake_trainer, policy, 2)
     assert outcome(resumed) == outcome(whole)
     assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
     assert resumed.best() == whole.best()
@@ -124,13 +131,7 @@ def test_asha_killed_under_two_workers_resumes_what_it_journaled_and_keeps_its_b
     search may promote otherwise than the unbroken one (docs/schedulers.md); it still trains
     nothing its journal has again, ends every trial and keeps within its budget."""
     asha = Asha(9, 3, sample_size=4)
-    search(tmp_path / "whole", fake_trainer, asha)
-    fake_trainer.die_at_call, fake_trainer.calls = len(fake_trainer.calls) // 3, []
-    with pytest.raises(KeyboardInterrupt):
-        search(tmp_path / "killed", fake_trainer, asha)
-    records = Journal(tmp_path / "killed").read()
-    fake_trainer.die_at_call, fake_trainer.calls = None, []
-    resumed = search(tmp_path / "killed", fake_trainer, asha, records)
+    _, resumed, records = killed_and_resumed(tmp_path, fake_trainer, asha, 3)
     journaled = {(r["trial_id"], r["epochs"]) for r in records if r["event"] == "result"}
     assert journaled and not journaled & set(fake_trainer.trained())
     assert {t.status for t in resumed.trials.values()} <= {"finished", "killed", "failed"}
