@@ -11,6 +11,7 @@ to the largest and masked out of its loss and its BatchNorm statistics) and step
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import keras
@@ -18,10 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim, telemetry
-from packexp.pack_options import (
-    check_choice,
-    why_not_fusable,
-)
+from packexp.pack_options import PackSettings, check_choice, why_not_fusable
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import (
     FusedGraph,
@@ -31,7 +29,9 @@ from packexp.packing.fused_graph import (
 from packexp.packing.fused_ops import Context, Unfusable
 from packexp.packing.member import Member
 from packexp.packing.optimizers import general_update, optimizer_kind
+from packexp.packing.plain import Evaluator, PlainEvaluators
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
+from packexp.packing.stats import PackStats, account
 
 log = logging.getLogger(__name__)
 
@@ -285,3 +285,67 @@ class FusedPack:
         x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
         return tf.function(evaluate, autograph=False,
                            input_signature=(x_spec, tf.TensorSpec([None], tf.int32)))
+
+
+class FusedProgram:
+    """The fused program (``pack_options.FUSED``): the members as one model with a member
+    axis (``FusedPack``), built when the pack first trains and kept while its membership
+    holds. Equal to training alone up to float rounding."""
+
+    def __init__(self, members: Sequence[Member], data: DeviceData, settings: PackSettings,
+                 *, jit_compile: bool, batch_bucket: int | None) -> None:
+        self.members = members
+        self.data = data
+        self.settings = settings
+        self.jit_compile = jit_compile  # as the plain pack decides: Dense models under auto
+        self.batch_bucket = batch_bucket
+        self._fused: FusedPack | None = None
+        self._unbuilt = PlainEvaluators(members, data)  # scores the members before any training
+
+    def reload(self) -> None:
+        if self._fused is not None:
+            self._fused.reload()
+
+    def evaluator(self) -> tuple[Evaluator, bool]:
+        if self._fused is None:
+            return self._unbuilt.get()
+        return self._fused.evaluate, self._fused.trace_eval()  # written back: state is current
+
+    def train(self, remaining: dict[str, int]) -> PackStats:
+        chunk, xla = self.settings.chunk_steps, self.jit_compile
+        if self._fused is None:
+            t0 = time.perf_counter()
+            self._fused = FusedPack(self.members, self.data, jit_compile=xla,
+                                    width=chunk if xla else 1,
+                                    grouped_conv=self.settings.grouped_conv,
+                                    batch=self.batch_bucket if xla else None)
+            trace_s, programs = time.perf_counter() - t0, 1
+        else:
+            trace_s, programs = 0.0, 0
+        fused = self._fused
+        fused.read_horizons()
+        stats = PackStats(members=sum(not m.idle for m in self.members), fused=True,
+                          xla=fused.jit_compile, grouped_conv=fused.grouped_conv,
+                          trace_s=trace_s, programs=programs)
+        # The bucket (one compiled shape), or the largest batch of the members it now holds.
+        batch = fused.bucket or max(m.batch_size for m in self.members)
+        while True:
+            ks = [min(remaining[m.trial_id], chunk) if not m.failed else 0
+                  for m in self.members]
+            n = max(ks)
+            if n == 0:
+                break
+            width = chunk if fused.jit_compile else n  # one shape: one XLA compile
+            idxs = np.zeros((len(self.members), width, batch), np.int32)
+            for i, (m, k) in enumerate(zip(self.members, ks, strict=True)):
+                if k:
+                    idxs[i, :k, : m.batch_size] = m.next_batches(k)
+            t0 = time.perf_counter()
+            mean_losses = fused.run_chunk(idxs, ks)
+            elapsed = time.perf_counter() - t0
+            stats.steps += n
+            stats.train_s += elapsed
+            stats.chunk_step_ms.append(1000 * elapsed / n)
+            account(self.members, ks, mean_losses, remaining)
+        fused.write_back()
+        return stats

@@ -9,8 +9,9 @@ data order, seeds), so one traced program serves every pack of the architecture,
 size, and its trace costs one model's, however many members a pack holds.
 
 Each member runs the operations it would run alone, on its own numbers: packed, alone,
-fresh or on a reused program, it ends bit for bit the same. ``LoopedProgram.for_members``
-keeps the programs (``PROGRAMS``), keyed by ``architecture_key``.
+fresh or on a reused program, it ends bit for bit the same. ``program_for`` keeps an
+architecture's programs (``ArchitectureProgram``) in ``PROGRAMS``, keyed by
+``architecture_key``.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def write_members(members: Sequence[Member], state: LoopedState) -> None:
         m.put_state(MemberState(tuple(parts["weights"]), tuple(parts["slots"]), m.step))
 
 
-class LoopedProgram:
+class ArchitectureProgram:
     """The training and evaluation programs of one architecture, for packs of any size.
 
     Args:
@@ -353,7 +354,7 @@ class LoopedProgram:
         return True
 
 
-PROGRAMS: OrderedDict[tuple, LoopedProgram] = OrderedDict()
+PROGRAMS: OrderedDict[tuple, ArchitectureProgram] = OrderedDict()
 
 
 @contextlib.contextmanager
@@ -369,7 +370,7 @@ def uncounted() -> Iterator[None]:
                 program.reported = False
 
 
-def program_for(members: Sequence[Member], data: DeviceData) -> tuple[LoopedProgram, bool]:
+def program_for(members: Sequence[Member], data: DeviceData) -> tuple[ArchitectureProgram, bool]:
     """The kept program of the members' architecture, or a new one; and whether it is new.
 
     Keyed by ``architecture_key``, the preprocessing and the data's shapes: a kept program
@@ -382,7 +383,7 @@ def program_for(members: Sequence[Member], data: DeviceData) -> tuple[LoopedProg
     if program is not None:
         PROGRAMS.move_to_end(key)
         return program, False
-    program = PROGRAMS[key] = LoopedProgram(template, data)
+    program = PROGRAMS[key] = ArchitectureProgram(template, data)
     while len(PROGRAMS) > KEEP:
         PROGRAMS.popitem(last=False)
     return program, True
@@ -442,3 +443,26 @@ def looped_evaluator(members: Sequence[Member], data: DeviceData,
             x, y, state.weights, state.frozen, state.hparams["choice"]))
 
     return fn, traced
+
+
+class LoopedProgram:
+    """The looped program (``pack_options.LOOPED``): one model of the architecture run once
+    per member inside one program, the members' state stacked (``LoopedState``) and carried
+    from one training call to the next. Bit for bit what each member gets trained alone."""
+
+    def __init__(self, members: Sequence[Member], data: DeviceData, chunk_steps: int) -> None:
+        self.members = members
+        self.data = data
+        self.chunk_steps = chunk_steps
+        self._state: LoopedState | None = None  # the members' state as last trained
+
+    def reload(self) -> None:
+        self._state = None  # stacked again from the members' new state
+
+    def evaluator(self) -> tuple[Callable, bool]:
+        return looped_evaluator(self.members, self.data, self._state)
+
+    def train(self, remaining: dict[str, int]) -> PackStats:
+        stats, self._state = train_looped(self.members, self.data, self._state, remaining,
+                                          self.chunk_steps)
+        return stats

@@ -1,17 +1,50 @@
-"""The facts of built members that choose a pack's program (``pack_options.choose_program``:
-fused, looped or plain), each worked out when the choice first needs it."""
+"""A pack's program: the ``StepProgram`` protocol its three kinds share (plain, fused,
+looped), the facts of built members that choose one (``pack_options.choose_program``), each
+worked out when the choice first needs it, and ``step_program``, which builds the chosen one."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Protocol
 
 from packexp import telemetry
-from packexp.pack_options import PackSettings, choose_program
-from packexp.packing.fused import why_unfusable
+from packexp.pack_options import FUSED, LOOPED, PackSettings, Program, choose_program
+from packexp.packing.data import DeviceData
+from packexp.packing.fused import FusedProgram, why_unfusable
 from packexp.packing.fused_graph import convolutional
-from packexp.packing.looped import why_unloopable
+from packexp.packing.looped import LoopedProgram, why_unloopable
 from packexp.packing.member import Member
+from packexp.packing.plain import Evaluator, PlainProgram
+from packexp.packing.stats import PackStats
+
+
+class StepProgram(Protocol):
+    """How a pack's members train and are scored: ``PlainProgram``, ``FusedProgram`` or
+    ``LoopedProgram``. A program holds its members as they are when it is built; the pack
+    builds a new one when its membership changes."""
+
+    def train(self, remaining: dict[str, int]) -> PackStats:
+        """Trains each member its ``remaining`` steps (trial_id to steps), counting them
+        down as it goes; returns what it measured."""
+
+    def evaluator(self) -> tuple[Evaluator, bool]:
+        """The members' evaluation of one validation batch, and whether it was traced now."""
+
+    def reload(self) -> None:
+        """Takes in new member states loaded into the same models and optimizers."""
+
+
+def step_program(program: Program, members: Sequence[Member], data: DeviceData,
+                 settings: PackSettings, batch_bucket: int | None) -> StepProgram:
+    """Builds the program ``choose_program`` chose for ``members``."""
+    if program.kind == FUSED:
+        return FusedProgram(members, data, settings, jit_compile=program.xla,
+                            batch_bucket=batch_bucket)
+    if program.kind == LOOPED:
+        return LoopedProgram(members, data, settings.chunk_steps)
+    return PlainProgram(members, data, settings, jit_compile=program.xla,
+                        batch_bucket=batch_bucket)
 
 
 class MemberFacts:
