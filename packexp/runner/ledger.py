@@ -186,12 +186,13 @@ class Ledger:
         self.emit(MembersExploited(decision.bracket, decision.rung, epochs,
                                    tuple(decision.exploits),
                                    {t.trial_id: dict(t.hparams) for t in after}, journaled))
-        before = {t.trial_id: t.hparams for t in members}
+        before = {t.trial_id: t for t in members}
+        now = {t.trial_id: t for t in after}
         for e in (e for e in decision.exploits if e.member not in done):
-            step = steps_for(epochs, int(e.hparams["batch_size"]), train_size)
+            step = steps_for(epochs, now[e.member].batch_size, train_size)
             start = self.store.donor_start(
                 e.member, decision.rung, e.donor,
                 lambda d=e.donor: (self.states.get(d)
                                    or read_state(self.book.trials[d].last.checkpoint)),
-                step, before[e.donor].get("optimizer") != e.hparams.get("optimizer"))
+                step, before[e.donor].optimizer != now[e.member].optimizer)
             self.starts[e.member] = (start, step)  # in memory: a Ray worker may not see path
