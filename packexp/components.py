@@ -29,6 +29,7 @@ from packexp.config import (
 )
 from packexp.device import apply_threads
 from packexp.events import Listener
+from packexp.objectives import Objective
 from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
@@ -52,6 +53,7 @@ class Components:
     scheduler: Scheduler
     strategy: Strategy
     sampler: Sampler
+    objective: Objective
     dataset: Any
     build_model: Callable[..., Any]
     max_members: int
@@ -62,7 +64,7 @@ class Components:
         """Instantiates and checks the search's parts; with ``probe``, builds the model for
         every value of its hyper-parameters so a bad one fails before any training. The
         thread counts are set here, before TensorFlow's runtime starts."""
-        space, scheduler, strategy = check_search(cfg)
+        space, scheduler, strategy, objective = check_search(cfg)
         sampler = instantiate(cfg.sampler, "sampler")
         dataset = instantiate(cfg.dataset, "dataset")
         mark("data")
@@ -74,7 +76,7 @@ class Components:
             probe_model(build_model, dataset, space)
         check_preprocessing(cfg.preprocess, space, dataset.input_shape)
         mark("model")
-        return cls(cfg, space, scheduler, strategy, sampler, dataset, build_model,
+        return cls(cfg, space, scheduler, strategy, sampler, objective, dataset, build_model,
                    member_cap(cfg.pack.max_members),
                    {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")})
 

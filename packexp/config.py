@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from packexp.checks import flag, positive_int
 from packexp.errors import ConfigError
+from packexp.objectives import Objective
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import Choice, IntRange, SearchSpace, Trial
 
@@ -236,13 +237,13 @@ def check_space(space: SearchSpace) -> None:
 
 
 
-def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any]:
-    """A search's settings that need no TensorFlow, checked: its space, scheduler, strategy
-    and pack settings (``task=tune`` and ``task=plan``). ``python -m packexp`` checks them
-    before TensorFlow loads, so a bad value is reported at once.
+def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
+    """A search's settings that need no TensorFlow, checked: its space, scheduler, strategy,
+    objective and pack settings (``task=tune`` and ``task=plan``). ``python -m packexp``
+    checks them before TensorFlow loads, so a bad value is reported at once.
 
     Returns:
-        The search space, the scheduler and the strategy.
+        The search space, the scheduler, the strategy and the objective.
     """
     space: SearchSpace = instantiate(cfg.search_space, "search_space")
     check_space(space)
@@ -250,10 +251,11 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any]:
     scheduler.check_space(space)
     scheduler.check_schedule()
     strategy = instantiate(cfg.strategy, "strategy")
+    objective = instantiate(cfg.objective, "objective")
     member_cap(cfg.pack.max_members)
     pack_settings(cfg.pack)
     reuse_setting(cfg.pack)
-    return space, scheduler, strategy
+    return space, scheduler, strategy, objective
 
 
 def probe_optimizers(space: SearchSpace) -> None:

@@ -174,19 +174,27 @@ class PlanRecord:
 
 @dataclass(frozen=True)
 class Best:
-    """The trial and rung with the highest validation accuracy seen, and the values it
-    trained with; in a population, also the schedule (``schedulers.pbt.schedule``) that made
-    its weights. ``results.json``'s ``best`` is ``to_dict()``."""
+    """The trial and rung best by the search's objective, and the values it trained with; in
+    a population, also the schedule (``schedulers.pbt.schedule``) that made its weights.
+    ``value``: its objective's ``metric`` there (Optuna's ``best_value``). ``results.json``'s
+    ``best`` is ``to_dict()``."""
 
     trial_id: str
     hparams: Mapping[str, Any]
-    val_accuracy: float
+    val_accuracy: float | None
     epochs: float  # whole epochs as an int: 3, not 3.0 (R=10 has 10/9)
     schedule: list[dict[str, Any]] | None = None
+    metric: str = "val_accuracy"
+    value: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.value is None and self.metric == "val_accuracy":
+            object.__setattr__(self, "value", self.val_accuracy)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"trial_id": self.trial_id, "hparams": dict(self.hparams),
-               "val_accuracy": self.val_accuracy, "epochs": self.epochs}
+               "val_accuracy": self.val_accuracy, "epochs": self.epochs,
+               "metric": self.metric, "value": self.value}
         if self.schedule is not None:
             out["schedule"] = self.schedule
         return out
@@ -252,7 +260,7 @@ class Exploit:
     donor: str
     hparams: Mapping[str, Any]
     before: Mapping[str, Any]  # the member's hyper-parameters until now
-    score: float | None  # the member's validation accuracy at the interval's end
+    score: float | None  # the member's objective value at the interval's end
     donor_score: float | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -329,14 +337,16 @@ class MemberScored(Event):
 
 @dataclass(frozen=True)
 class PackFinished(Event):
-    """A pack whose members are all scored; ``best``: the search's best score so far;
-    ``epochs_spent``: the epochs every pack so far trained, summed (the search's budget used)."""
+    """A pack whose members are all scored; ``best``: the search's best value so far of its
+    objective's ``metric``; ``epochs_spent``: the epochs every pack so far trained, summed
+    (the search's budget used)."""
 
     handler: ClassVar[str] = "on_pack_finished"
     pack: PackRecord
     index: int
     best: float | None = None
     epochs_spent: float | None = None
+    metric: str = "val_accuracy"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from packexp.events import Exploit, RungResult
+from packexp.objectives import ACCURACY
 from packexp.schedulers import Exploits, Plan, Planned
 from packexp.schedulers.pbt import (
     Pbt,
@@ -187,7 +188,8 @@ def test_a_policy_told_its_exploits_makes_no_new_ones():
     """A resume tells the policy the journaled exploits: it plans the next interval without
     deciding any again."""
     policy = Pbt(population=4, epochs=4, interval=2)
-    policy.start(SimpleNamespace(seed=7, space=SPACE, max_members=8, fits=lambda a, b: True))
+    policy.start(SimpleNamespace(seed=7, space=SPACE, max_members=8, fits=lambda a, b: True,
+                                 objective=ACCURACY))
     [first] = policy.decide(0)
     assert first == Plan(0, 0, draw=4)
     population = members(4)

@@ -15,6 +15,7 @@ from packexp.events import (
     TrialEnded,
     TrialRecord,
 )
+from packexp.objectives import ACCURACY, Objective
 from packexp.schedulers.pbt import schedule
 from packexp.search_space import Trial
 
@@ -22,10 +23,12 @@ from packexp.search_space import Trial
 class ResultsCollector(Listener):
     """The search's trials (``TrialRecord``) and packs (``PackRecord``), as events tell them.
 
-    The driver reads it too: a trial's last checkpoint and its status.
+    The runner reads it too: a trial's last checkpoint and its status, and the best by
+    ``objective`` (what the search tunes for; ``objectives``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, objective: Objective = ACCURACY) -> None:
+        self.objective = objective
         self.trials: dict[str, TrialRecord] = {}
         self.packs: list[PackRecord] = []
 
@@ -54,17 +57,20 @@ class ResultsCollector(Listener):
         self.trials[event.trial_id].status = event.status
 
     def best(self) -> Best | None:
-        """The trial and rung with the highest validation accuracy seen, and the values it
-        trained with; in a population, also the schedule that made its weights."""
-        scored = [(r.val_accuracy, r.epochs, t) for t in self.trials.values()
-                  for r in t.rungs if r.val_accuracy is not None]
+        """The trial and rung best by the objective (of two as good, the later epoch), and
+        the values it trained with; in a population, also the schedule that made its
+        weights."""
+        objective = self.objective
+        scored = [(objective.score(r), r.epochs, t, r) for t in self.trials.values()
+                  for r in t.rungs if objective.score(r) is not None]
         if not scored:
             return None
-        acc, epochs, trial = max(scored, key=lambda s: (s[0], s[1]))
+        _, epochs, trial, result = max(scored, key=lambda s: (s[0], s[1]))
         lineage = None
         if any(t.lineage for t in self.trials.values()):
             lineage = schedule(trial.trial_id, epochs,
                                {t.trial_id: t.lineage for t in self.trials.values()},
                                {t.trial_id: t.hparams for t in self.trials.values()})
-        return Best(trial.trial_id, trial.hparams_at(epochs), acc,
-                    int(epochs) if float(epochs).is_integer() else epochs, lineage)
+        return Best(trial.trial_id, trial.hparams_at(epochs), result.val_accuracy,
+                    int(epochs) if float(epochs).is_integer() else epochs, lineage,
+                    objective.metric, objective.value(result))

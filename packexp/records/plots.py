@@ -1,4 +1,5 @@
-"""Pictures of a search from its results: a Gantt chart of packs, best accuracy over time."""
+"""Pictures of a search from its results: a Gantt chart of packs, the best objective value over
+time."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from packexp.records.results import objective_of
 
 log = logging.getLogger(__name__)
 
@@ -273,30 +276,44 @@ def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
 
 
 def evaluations(results: Mapping[str, Any]) -> list[tuple[float, float, int, float]]:
-    """Every scored rung as (seconds since the search started when its pack ended,
-    validation accuracy, bracket, epochs), in time order."""
+    """Every scored rung as (seconds since the search started when its pack ended, its
+    objective value, bracket, epochs), in time order."""
+    objective = objective_of(results)
     spans = pack_spans(results["packs"])
     ended = {p["pack_id"]: end for p, (_, end) in zip(results["packs"], spans, strict=True)}
-    return sorted((ended[r["pack_id"]], r["val_accuracy"], t["bracket"], r["epochs"])
+    return sorted((ended[r["pack_id"]], objective.value(RungView(r)), t["bracket"],
+                   r["epochs"])
                   for t in results["trials"] for r in t["rungs"]
-                  if r["val_accuracy"] is not None and r["pack_id"] in ended)
+                  if objective.value(RungView(r)) is not None and r["pack_id"] in ended)
+
+
+class RungView:
+    """A ``results.json`` rung read by attribute, as ``Objective.value`` reads a result."""
+
+    def __init__(self, rung: Mapping[str, Any]) -> None:
+        self._rung = rung
+
+    def __getattr__(self, name: str) -> Any:
+        return self._rung.get(name)
 
 
 def best_so_far_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """(seconds, best validation accuracy so far) at each pack's end that improved it."""
+    """(seconds, best objective value so far) at each pack's end that improved it."""
+    objective = objective_of(results)
     points: list[tuple[float, float]] = []
-    for when, acc, _, _ in evaluations(results):
-        if points and acc <= points[-1][1]:
+    for when, value, _, _ in evaluations(results):
+        if points and objective.signed(value) <= objective.signed(points[-1][1]):
             continue
         if points and points[-1][0] == when:  # the same pack's members: its best
-            points[-1] = (when, acc)
+            points[-1] = (when, value)
         else:
-            points.append((when, acc))
+            points.append((when, value))
     return points
 
 
 def best_so_far_figure(results: Mapping[str, Any]) -> Any:
-    """Best validation accuracy found against wall time, over every evaluation as a dot."""
+    """The best objective value found against wall time, over every evaluation as a dot."""
+    objective = objective_of(results)
     points = evaluations(results)
     best = best_so_far_points(results)
     fig, ax = _figure((9, 5))
@@ -315,10 +332,11 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
         ax.legend(loc="best", fontsize=8)
     ax.set_xlim(0, end * 1.05)
     ax.set_xlabel("seconds since the search started")
-    ax.set_ylabel("validation accuracy")
-    ax.set_ylim(0, 1.02)
+    ax.set_ylabel(objective.name)
+    if objective.metric == "val_accuracy":
+        ax.set_ylim(0, 1.02)
     ax.grid(linewidth=0.3)
-    ax.set_title(f"Best validation accuracy over wall time ({results.get('strategy', '?')} "
+    ax.set_title(f"Best {objective.label} over wall time ({results.get('strategy', '?')} "
                  f"packing, {results.get('model', '?')} on {results.get('dataset', '?')})",
                  fontsize=10)
     fig.tight_layout()

@@ -19,21 +19,22 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
         return
     from rich.table import Table
 
-    from packexp.records.results import records
+    from packexp.records.results import objective_of, records
 
     trials, _ = records(results)
-    rows = sorted(((t.last.val_accuracy, t.last.epochs, t) for t in trials
-                   if t.last and t.last.val_accuracy is not None),
+    objective = objective_of(results)
+    rows = sorted(((objective.score(t.last), t.last.epochs, t) for t in trials
+                   if t.last and objective.score(t.last) is not None),
                   key=lambda row: (-row[0], -row[1]))[:top_k]
     table = Table(title=f"Best configurations ({results['strategy']} packing, "
                         f"{results['model']} on {results['dataset']}, seed {results['seed']})")
     names = list(trials[0].hparams) if trials else []
-    for column in ["trial", *names, "epochs", "val_accuracy"]:
+    for column in ["trial", *names, "epochs", objective.metric]:
         table.add_column(column, justify="right" if column != "trial" else "left")
-    for acc, epochs, trial in rows:
+    for score, epochs, trial in rows:
         values = trial.hparams_at(epochs)  # a population's member: those it ended with
         table.add_row(trial.trial_id, *(_cell(values[n]) for n in names),
-                      f"{epochs:g}", f"{acc:.4f}")
+                      f"{epochs:g}", f"{objective.signed(score):.4f}")
     console = _console(160)
     console.print(table)
     console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "

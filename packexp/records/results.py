@@ -12,17 +12,21 @@ from typing import Any
 import numpy as np
 
 from packexp.events import Best, PackRecord, TrialRecord
+from packexp.objectives import ACCURACY, Objective
 
 # A pack's time by phase, in its record and summed over the search (see README).
 PHASES = PackRecord.PHASES
 
 
 def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: Best | None,
-                   *, wall_time_s: float, **facts: Any) -> dict[str, Any]:
+                   *, wall_time_s: float, objective: Objective = ACCURACY,
+                   **facts: Any) -> dict[str, Any]:
     """``results.json``: ``facts`` (names, seed, schedule, timings the task measured), the
-    totals over ``packs``, every trial (``events.TrialRecord``) and pack, and the best."""
+    objective, the totals over ``packs``, every trial (``events.TrialRecord``) and pack, and
+    the best."""
     phases = {k: round(sum(getattr(p, k) for p in packs), 4) for k in PHASES}
-    return {**facts, "wall_time_s": round(wall_time_s, 3), "phases": phases,
+    return {**facts, "objective": objective.to_dict(),
+            "wall_time_s": round(wall_time_s, 3), "phases": phases,
             "train_share": round(phases["train_s"] / wall_time_s, 4) if wall_time_s > 0
             else None,
             "reused_packs": sum(p.reused for p in packs),
@@ -31,9 +35,14 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: Bes
             "reused_members": sum(p.reused_members for p in packs),
             "prediction_error": prediction_error(packs),
             "epochs_spent": round(sum(p.epochs_spent for p in packs), 4),
-            "anytime": anytime(trials, packs),
+            "anytime": anytime(trials, packs, objective),
             "trials": [t.to_dict() for t in trials], "packs": [p.to_dict() for p in packs],
             "best": best.to_dict() if best else None}
+
+
+def objective_of(results: Mapping[str, Any]) -> Objective:
+    """The objective a search's ``results.json`` ranked by (an older run's: accuracy)."""
+    return Objective(**results["objective"]) if results.get("objective") else ACCURACY
 
 
 def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRecord]]:
@@ -43,17 +52,18 @@ def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRec
             [PackRecord.from_dict(p) for p in results["packs"]])
 
 
-def anytime(trials: Sequence[Any], packs: Sequence[PackRecord]) -> list[dict[str, Any]]:
-    """The best validation accuracy so far at each pack's end, in the order packs finished:
+def anytime(trials: Sequence[Any], packs: Sequence[PackRecord],
+            objective: Objective = ACCURACY) -> list[dict[str, Any]]:
+    """The best objective value so far at each pack's end, in the order packs finished:
     against the search's wall time (``elapsed_s``, a resumed run's sessions laid end to
     end) and the epochs spent so far (``epochs``, every member's trained epochs summed), so
     searches compare at equal time or budget."""
     offsets = session_offsets([(p.session, p.elapsed_s) for p in packs])
-    by_pack: dict[str, float] = {}
+    by_pack: dict[str, float] = {}  # each pack's best score
     for t in trials:
         for r in t.rungs:
-            if r.val_accuracy is not None and math.isfinite(r.val_accuracy):
-                by_pack[r.pack_id] = max(by_pack.get(r.pack_id, -math.inf), r.val_accuracy)
+            if (score := objective.score(r)) is not None:
+                by_pack[r.pack_id] = max(by_pack.get(r.pack_id, -math.inf), score)
     points, spent, best = [], 0.0, None
     for p in packs:
         spent += p.epochs_spent
@@ -62,7 +72,7 @@ def anytime(trials: Sequence[Any], packs: Sequence[PackRecord]) -> list[dict[str
         elapsed = None if p.elapsed_s is None else round(
             p.elapsed_s + offsets.get(p.session, 0.0), 4)
         points.append({"pack_id": p.pack_id, "elapsed_s": elapsed,
-                       "epochs": round(spent, 4), "best": best})
+                       "epochs": round(spent, 4), "best": objective.signed(best)})
     return points
 
 
@@ -85,8 +95,12 @@ def session_offsets(ends: Sequence[tuple[int | None, float | None]]) -> dict[int
 
 def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
     """The parent run's summary metrics of a search's ``results.json``."""
-    best = results["best"]["val_accuracy"] if results["best"] else math.nan
-    return {"wall_time_s": results["wall_time_s"], "best_val_accuracy": best,
+    best = results["best"] or {}
+    value = best.get("value", best.get("val_accuracy"))  # an older run's best has no value
+    return {"wall_time_s": results["wall_time_s"],
+            "best_val_accuracy": math.nan if best.get("val_accuracy") is None
+            else best["val_accuracy"],
+            "best_value": math.nan if value is None else value,
             "startup_s": results.get("startup_s"), "train_share": results["train_share"],
             **{f"startup_{k}_s": v for k, v in (results.get("startup") or {}).items()},
             "calibration_s": results.get("calibration_s"),

@@ -10,6 +10,7 @@ from typing import Any
 
 from packexp.events import TrialRecord
 from packexp.records.journal import Journal, JournalError
+from packexp.records.results import objective_of
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
@@ -22,8 +23,9 @@ class SearchResult:
 
     Attributes:
         run_dir: Its run directory (``results.json``, ``plan.json``, the plots, the journal).
-        best: The best trial and rung: ``trial_id``, ``hparams``, ``val_accuracy``,
-            ``epochs``; None if no trial was scored.
+        best: The best trial and rung by the search's objective: ``trial_id``,
+            ``hparams``, ``val_accuracy``, ``epochs``, ``metric`` and ``value`` (the
+            objective's metric there); None if no trial was scored.
         trials: A pandas DataFrame, one row per trial and rung it was scored at
             (``TRIAL_COLUMNS``, then one column per hyper-parameter, named as in the search
             space; ``hparams.<name>`` for one named as a column before it).
@@ -43,6 +45,21 @@ class SearchResult:
     @property
     def best_val_accuracy(self) -> float | None:
         return self.best["val_accuracy"] if self.best else None
+
+    @property
+    def objective(self) -> dict[str, str]:
+        """What the search tuned for: ``metric`` and ``mode`` (``max`` or ``min``)."""
+        return objective_of(self.results).to_dict()
+
+    @property
+    def best_value(self) -> float | None:
+        """The best trial's objective value (Optuna's ``Study.best_value``)."""
+        return self.best.get("value", self.best["val_accuracy"]) if self.best else None
+
+    @property
+    def best_params(self) -> dict[str, Any] | None:
+        """The best trial's hyper-parameters (Optuna's ``Study.best_params``)."""
+        return dict(self.best["hparams"]) if self.best else None
 
     @property
     def wall_time_s(self) -> float:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from packexp.objectives import Objective
 from packexp.samplers import Observation, Sampler
 from packexp.schedulers import Bracket
 from packexp.search_space import SearchSpace, Trial
@@ -39,7 +40,8 @@ class Draws:
         earlier = self._earlier(bracket)
         before = [t for t in self.book.trials.values() if t.bracket in earlier]
         trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
-                                     observed(before), [dict(t.hparams) for t in before])
+                                     observed(before, self.book.objective),
+                                     [dict(t.hparams) for t in before])
         if len(trials) < bracket.rungs[0].n:
             log.warning("bracket %d wants %d configurations; the space has only %d",
                         bracket.s, bracket.rungs[0].n, len(trials))
@@ -55,7 +57,8 @@ class Draws:
         ``first`` in the order drawn, seeded by ``salt`` (the plan that draws them)."""
         trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
                   for i, t in enumerate(self.sampler.sample(
-                      self.space, n, self.seed, salt, observed(self.book.trials.values()),
+                      self.space, n, self.seed, salt,
+                      observed(self.book.trials.values(), self.book.objective),
                       [t.hparams for t in self.drawn.values()]))]
         self.adopt(trials)
         return trials
@@ -73,7 +76,8 @@ class Draws:
         return trials
 
 
-def observed(trials: Iterable[Any]) -> list[Observation]:
-    """Every scored rung of ``trials`` (``TrialRecord``s): what a sampler learns from."""
-    return [Observation(dict(t.hparams), r.epochs, r.val_accuracy)
-            for t in trials for r in t.rungs if r.val_accuracy is not None]
+def observed(trials: Iterable[Any], objective: Objective) -> list[Observation]:
+    """Every scored rung of ``trials`` (``TrialRecord``s), scored by ``objective``: what a
+    sampler learns from."""
+    return [Observation(dict(t.hparams), r.epochs, objective.score(r))
+            for t in trials for r in t.rungs if objective.score(r) is not None]

@@ -122,8 +122,9 @@ class Ledger:
                                            result.checkpoint)
             results.append(result)
         best, packs = self.book.best(), self.book.packs
-        self.emit(PackFinished(pack, len(packs), best.val_accuracy if best else None,
-                               round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4)))
+        self.emit(PackFinished(pack, len(packs), best.value if best else None,
+                               round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4),
+                               self.book.objective.metric))
         self.store.delete(stale)
         for m in members:
             if m.failed:

@@ -26,6 +26,7 @@ from packexp.events import (
 from packexp.executors import Executor, LocalExecutor, PackJob
 from packexp.interrupts import raise_if_interrupted
 from packexp.listeners.results import ResultsCollector
+from packexp.objectives import Objective
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.draws import Draws
 from packexp.runner.ledger import Ledger
@@ -94,6 +95,11 @@ class PackedSearch:
                              self.cache, self.space, self.ledger, self._emit,
                              self.continue_on_promotion, self.lr_horizon, self.train_size,
                              self.brackets)
+
+    @property
+    def objective(self) -> Objective:
+        """What the search tunes for: the book's, which ranks the best by it too."""
+        return self.book.objective
 
     def _emit(self, event: Event) -> None:
         getattr(self.book, event.handler)(event)  # the book first: the search reads it

@@ -12,11 +12,12 @@ from packexp.search_space import SearchSpace, Trial
 
 @dataclass(frozen=True)
 class Observation:
-    """One scored rung of an earlier bracket: a configuration, its epochs, its score."""
+    """One scored rung of an earlier bracket: a configuration, its epochs, its score (by the
+    search's objective, higher is better: ``Objective.score``)."""
 
     hparams: dict[str, Any]
     epochs: float
-    val_accuracy: float
+    score: float
 
 
 class Sampler:

@@ -83,7 +83,7 @@ class TpeSampler(Sampler):
 
 
 def ask(space: SearchSpace, observed: Sequence[Observation], seed: int) -> dict[str, Any]:
-    """One configuration from a TPE fitted on ``observed`` (higher accuracy is better)."""
+    """One configuration from a TPE fitted on ``observed`` (a higher score is better)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -93,7 +93,7 @@ def ask(space: SearchSpace, observed: Sequence[Observation], seed: int) -> dict[
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.add_trials([optuna.trial.create_trial(params=dict(o.hparams), distributions=spaces,
-                                                value=o.val_accuracy) for o in observed])
+                                                value=o.score) for o in observed])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         params = study.ask(spaces).params

@@ -182,7 +182,7 @@ class Asha(HalvingScheduler):
         return self._unpromotable()
 
     def on_result(self, result: RungResult) -> list[Retire]:
-        self.state.record(result.trial_id, result.rung, result.val_accuracy)
+        self.state.record(result.trial_id, result.rung, self.search.objective.score(result))
         done = [Retire(result.trial_id, "finished")] if result.rung == self.state.top else []
         return done + self._unpromotable()
 

@@ -23,6 +23,7 @@ from packexp.pack_options import LR_HORIZONS
 
 if TYPE_CHECKING:
     from packexp.events import Exploit, RungResult
+    from packexp.objectives import Objective
     from packexp.search_space import SearchSpace, Trial
 
 
@@ -100,6 +101,7 @@ class Search(Protocol):
 
     seed: int  # the run's root seed
     space: SearchSpace
+    objective: Objective  # what ranks the results (``objectives``)
 
     @property
     def max_members(self) -> int:

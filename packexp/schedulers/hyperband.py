@@ -22,6 +22,7 @@ from packexp.search_space import Trial
 
 if TYPE_CHECKING:
     from packexp.events import RungResult
+    from packexp.objectives import Objective
 
 
 class Hyperband(HalvingScheduler):
@@ -56,7 +57,7 @@ class Hyperband(HalvingScheduler):
 
     def start(self, search: Search) -> None:
         super().start(search)
-        self._rungs = RungByRung(self.brackets())
+        self._rungs = RungByRung(self.brackets(), search.objective)
 
     def decide(self, queued: int) -> list[Decision]:
         return self._rungs.decide()
@@ -71,10 +72,12 @@ class Hyperband(HalvingScheduler):
 class RungByRung:
     """Successive halving over ``brackets``, one after another, each rung waiting for its
     every result: the state a synchronous policy keeps (``Hyperband``; a population's rungs
-    too, none halved)."""
+    too, none halved). ``scores``: the rung's results by ``objective`` (higher is better)."""
 
-    def __init__(self, brackets: Sequence[Bracket], halve: bool = True) -> None:
+    def __init__(self, brackets: Sequence[Bracket], objective: Objective,
+                 halve: bool = True) -> None:
         self.brackets = list(brackets)
+        self.objective = objective
         self.halve = halve
         self.at: tuple[int, int] | None = None  # (bracket index, rung) planned last
         self.trials: list[Trial] = []  # its trials, in the order decided
@@ -132,7 +135,7 @@ class RungByRung:
         if self.at is None or (self.brackets[self.at[0]].s, self.at[1]) != (result.bracket,
                                                                            result.rung):
             return []  # not the rung planned last: nothing it decides waits on it
-        self.scores[result.trial_id] = result.val_accuracy
+        self.scores[result.trial_id] = self.objective.score(result)
         b, i = self.at
         if self.complete and i + 1 == len(self.brackets[b].rungs):
             return [Retire(t.trial_id, "finished") for t in self.trials]

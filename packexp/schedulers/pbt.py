@@ -19,6 +19,7 @@ import numpy as np
 from packexp.checks import is_number, positive_int
 from packexp.errors import ConfigError
 from packexp.events import Exploit, RungResult
+from packexp.objectives import ACCURACY, Objective
 from packexp.schedulers.base import (
     Bracket,
     Decision,
@@ -115,7 +116,7 @@ class Pbt(Scheduler):
 
     def start(self, search: Search) -> None:
         super().start(search)
-        self._rungs = RungByRung(self.brackets(), halve=False)
+        self._rungs = RungByRung(self.brackets(), search.objective, halve=False)
         self._exploited: set[int] = set()
 
     def decide(self, queued: int) -> list[Decision]:
@@ -131,7 +132,7 @@ class Pbt(Scheduler):
         rng = np.random.default_rng(derive_seed(self.search.seed, 0x9B7, ended))
         exploits = self.exploits({t.trial_id: dict(t.hparams) for t in members},
                                  self._rungs.scores, self.search.space, rng,
-                                 self.search.fits)
+                                 self.search.fits, self.search.objective)
         return [Exploits(decisions[-1].bracket, ended, tuple(exploits)), *decisions]
 
     def on_plan(self, plan: Planned) -> list[Retire]:
@@ -145,12 +146,17 @@ class Pbt(Scheduler):
 
     def exploits(self, hparams: Mapping[str, Mapping[str, Any]],
                scores: Mapping[str, float | None], space: SearchSpace,
-               rng: np.random.Generator, fits: Fits = lambda a, b: True) -> list[Exploit]:
-        """The exploits of one interval's end: who copies whom, with which new values."""
+               rng: np.random.Generator, fits: Fits = lambda a, b: True,
+               objective: Objective = ACCURACY) -> list[Exploit]:
+        """The exploits of one interval's end: who copies whom, with which new values.
+        ``scores``: each member's by ``objective`` (higher is better); an exploit records
+        the objective's values."""
+        value = objective.signed
         return [Exploit(member, donor, explore(hparams[donor], space, rng,
                                                self.perturbation_factors,
                                                self.resample_probability, fits),
-                        dict(hparams[member]), scores.get(member), scores.get(donor))
+                        dict(hparams[member]), value(scores.get(member)),
+                        value(scores.get(donor)))
                 for member, donor in pairs(scores, self.replaced(), rng)]
 
     def plan_facts(self) -> dict[str, Any]:

@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 def tune(cfg: DictConfig, run_dir: Path) -> float:
     """Packed Hyperband over ``cfg.search_space`` (with ``resume=true``, the search journaled
-    in ``run_dir`` continued); writes ``results.json``; returns the best validation accuracy."""
+    in ``run_dir`` continued); writes ``results.json``; returns the best objective value
+    (``cfg.objective``'s metric: by default the best validation accuracy)."""
     job_started = command_started()
     parts = Components.build(cfg)
     scheduler, executor = parts.scheduler, parts.executor(run_dir)
@@ -65,7 +66,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             if calibration:  # on the run now: an interrupted search shows it too
                 tracker.on_summary(Summary(tags={f"calibration_{k}": v
                                                  for k, v in calibration.items()}))
-            book = ResultsCollector()
+            book = ResultsCollector(parts.objective)
             with SearchProgress(scheduler) as progress:
                 listeners = Listeners([JournalListener(journal), tracker, progress, *own])
                 search = PackedSearch(
@@ -84,7 +85,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 search.run(scheduler)
                 search.finish()
             results = search_results(
-                book.trials.values(), book.packs, book.best(),
+                book.trials.values(), book.packs, book.best(), objective=parts.objective,
                 wall_time_s=time.perf_counter() - started + earlier_sessions_s(records),
                 **parts.facts(), calibration_s=round(calibration_s, 3), calibration=calibration,
                 resumed=bool(records),
@@ -98,7 +99,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)
-    return float(search_metrics(results)["best_val_accuracy"])
+    return float(search_metrics(results)["best_value"])
 
 
 def prepare(parts: Components, cache: Any, executor: Any, facts: Any,

@@ -16,7 +16,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from packexp.events import Listener, Listeners, TrialEnded
-from packexp.listeners import JournalListener
+from packexp.listeners import JournalListener, ResultsCollector
+from packexp.objectives import ACCURACY, Objective
 from packexp.pack_options import member_key, steps_for
 from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
@@ -100,7 +101,8 @@ class FakeTrainer:
             state = State(t.trial_id, steps_for(epochs, t.hparams["batch_size"], TRAIN_SIZE))
             members.append(MemberResult(t, state, failed, None if failed else 1.0))
             evaluation[t.trial_id] = SimpleNamespace(
-                val_accuracy=None if failed else t.hparams["x"] / 100, val_loss=0.5)
+                val_accuracy=None if failed else t.hparams["x"] / 100,
+                val_loss=None if failed else t.hparams["x"] / 50)  # ranks opposite to accuracy
         self.calls.append({"ids": [t.trial_id for t in group], "epochs": epochs,
                            "states": dict(states), "fusion": fusion, "lr_horizon": lr_horizon,
                            "returned": {m.trial_id: m.state for m in members if not m.failed},
@@ -169,10 +171,11 @@ class FakeCache:
 
 def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket] | None = None,
                 strategy: Strategy | None = None, continue_on_promotion: bool = True,
-                sampler: Sampler | None = None) -> PackedSearch:
+                sampler: Sampler | None = None, objective: Objective = ACCURACY) -> PackedSearch:
     """A search of two-member packs over ``SPACE`` on ``trainer``, journaling to ``run_dir``
     (continued if it has a journal); Hyperband's brackets at R=9 unless ``brackets``. Its
-    listeners are the journal's and an ``Ended``."""
+    listeners are the journal's and an ``Ended``. The trainer scores a trial of ``x`` with
+    accuracy ``x/100`` and loss ``x/50``: the loss objective ranks trials the other way."""
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir)
     if not journal.exists:
@@ -183,6 +186,7 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
                         listeners=Listeners([JournalListener(journal), Ended()]),
                         checkpoints=run_dir / "checkpoints", seed=0,
                         tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,
+                        book=ResultsCollector(objective),
                         train_size=TRAIN_SIZE,
                         brackets=HYPERBAND.brackets() if brackets is None else brackets,
                         sampler=sampler or Sampler())

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from packexp.events import RungResult
+from packexp.objectives import ACCURACY, Objective
 from packexp.schedulers import Exploits, Plan, Planned, Retire, Scheduler
 from packexp.schedulers.pbt import after_exploits
 from packexp.search_space import SearchSpace, Trial
@@ -35,10 +36,11 @@ def simulate(policy: Scheduler, space: SearchSpace,
              score: Callable[[Trial, float], float | None], seed: int = 0,
              draw: Callable[[int, int], list[Trial]] | None = None,
              fits: Callable[[Mapping[str, Any], Mapping[str, Any]], bool] = lambda a, b: True,
-             max_members: int = 8) -> list[Made]:
+             max_members: int = 8, objective: Objective = ACCURACY) -> list[Made]:
     """Runs ``policy`` to its end: each plan's trials are scored at once, by ``score(trial,
-    epochs)`` (None: the member diverged and ends ``failed``), in plan order. Returns what
-    was made, in order: plans, exploits, retirements.
+    epochs)`` (the value of ``objective``'s metric; None: the member diverged and ends
+    ``failed``), in plan order. Returns what was made, in order: plans, exploits,
+    retirements.
 
     Every plan trains at once and nothing waits (``decide(0)``): for a synchronous policy
     (Hyperband, PBT) the decisions the runner carries out; for ASHA, those of a runner whose
@@ -51,7 +53,8 @@ def simulate(policy: Scheduler, space: SearchSpace,
     Args:
         draw: ``(n, salt) -> n new configurations`` in place of the space's own.
     """
-    policy.start(SimpleNamespace(seed=seed, space=space, max_members=max_members, fits=fits))
+    policy.start(SimpleNamespace(seed=seed, space=space, max_members=max_members, fits=fits,
+                                 objective=objective))
     brackets = {b.s: b for b in policy.brackets()}
     drawn_values: list[dict[str, Any]] = []
 
@@ -97,9 +100,12 @@ def simulate(policy: Scheduler, space: SearchSpace,
                     value = score(t, epochs)  # None: the member diverged, and ends failed
                     if value is None:
                         carry_out([Retire(t.trial_id, "failed")])
+                    metrics = {"val_accuracy": None, "val_loss": None, "train_loss": None,
+                               objective.metric: value}
                     carry_out(policy.on_result(RungResult(
-                        t.trial_id, d.bracket, d.rung, epochs, 0, value, None, None,
-                        f"{d.key or f'b{d.bracket}-r{d.rung}'}-p00", None, value is None)))
+                        t.trial_id, d.bracket, d.rung, epochs, 0, **metrics,
+                        pack_id=f"{d.key or f'b{d.bracket}-r{d.rung}'}-p00", checkpoint=None,
+                        failed=value is None)))
         return any(not isinstance(d, Retire) for d in decisions)
 
     while carry_out(policy.decide(0)):

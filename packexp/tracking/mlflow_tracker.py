@@ -116,7 +116,7 @@ class MlflowTracker(Tracker):
              "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
 
     def on_pack_finished(self, event: PackFinished) -> None:
-        self.log_pack(event.index, event.pack, event.best, event.epochs_spent)
+        self.log_pack(event.index, event.pack, event.best, event.epochs_spent, event.metric)
 
     def on_members_exploited(self, event: MembersExploited) -> None:
         """A population's values as stepped metrics of each member's run, ``hparam_<name>``
@@ -238,15 +238,15 @@ class MlflowTracker(Tracker):
                    [(k, float(v), now, step) for k, v in metrics.items() if v is not None], now)
         self._logged.add(trial_id)
 
-    def log_pack(self, index: int, pack: PackRecord,
-                 best_val_accuracy: float | None = None,
-                 epochs_spent: float | None = None) -> None:
+    def log_pack(self, index: int, pack: PackRecord, best: float | None = None,
+                 epochs_spent: float | None = None, metric: str = "val_accuracy") -> None:
         """One finished pack's measurements on the parent run, ``step`` = ``index``.
 
-        Also logs the best validation accuracy so far and the resource readings taken since
-        the last call, so the UI plots them against wall time while the search runs; and the
-        epochs spent so far, with the best so far again as ``best_so_far_by_epochs``, whose
-        ``step`` is those epochs (rounded), to plot it against the budget used.
+        Also logs the best value so far of the objective's ``metric`` (as
+        ``best_so_far_<metric>``) and the resource readings taken since the last call, so the
+        UI plots them against wall time while the search runs; and the epochs spent so far,
+        with the best so far again as ``best_so_far_by_epochs``, whose ``step`` is those
+        epochs (rounded), to plot it against the budget used.
         """
         now = _now_ms()
         values: dict[str, float | None] = {k: getattr(pack, k) for k in (
@@ -258,11 +258,11 @@ class MlflowTracker(Tracker):
         values["fused"] = float(pack.fused)
         values["reused"] = float(pack.reused)
         values["reused_members"] = pack.reused_members
-        values["best_so_far_val_accuracy"] = best_val_accuracy
+        values[f"best_so_far_{metric}"] = best
         values["epochs_spent"] = epochs_spent
         metrics = [(k, float(v), now, index) for k, v in values.items() if v is not None]
-        if best_val_accuracy is not None and epochs_spent is not None:
-            metrics.append(("best_so_far_by_epochs", float(best_val_accuracy), now,
+        if best is not None and epochs_spent is not None:
+            metrics.append(("best_so_far_by_epochs", float(best), now,
                             round(epochs_spent)))
         self._post("log a pack", "log_metrics", metrics)
         self._flush_samples()

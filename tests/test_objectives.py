@@ -1,0 +1,138 @@
+"""The objective (``conf/objective/``): what every ranking reads, and what the results report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from packexp.config import check_search
+from packexp.errors import ConfigError
+from packexp.events import Best, PackRecord, RungResult
+from packexp.objectives import ACCURACY, Objective
+from packexp.records.plots import best_so_far_points
+from packexp.records.results import anytime, objective_of, search_metrics
+from packexp.runner.draws import observed
+from packexp.schedulers import Asha, Exploits, Hyperband, Planned
+from packexp.schedulers.pbt import Pbt
+from packexp.search_space import SearchSpace, Trial
+from packexp.testing.fake_trainer import HYPERBAND, fake_search, install_fake_trainer
+from packexp.testing.policies import DONOR, SPACE, simulate
+from tests.helpers import compose_config
+
+LOSS = Objective("val_loss", "min")
+
+
+def result(val_accuracy=None, val_loss=None, train_loss=None) -> RungResult:
+    return RungResult("t0", 0, 0, 1.0, 1, val_accuracy, val_loss, train_loss, "p", None)
+
+
+def test_a_score_is_the_metric_signed_so_that_higher_is_better():
+    assert ACCURACY.score(result(val_accuracy=0.8)) == 0.8
+    assert LOSS.score(result(val_loss=0.3)) == -0.3 and LOSS.value(result(val_loss=0.3)) == 0.3
+    assert LOSS.signed(LOSS.score(result(val_loss=0.3))) == 0.3
+    for missing in (None, math.nan, math.inf):  # a diverged member ranks last
+        assert LOSS.score(result(val_loss=missing)) is None
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("objective.metric=auc", r"^objective\.metric='auc': must be val_accuracy or val_loss "
+                             r"or train_loss$"),
+    ("objective.mode=lowest", r"^objective\.mode='lowest': must be max or min$"),
+])
+def test_a_bad_objective_is_one_line_naming_the_key(override, line):
+    with pytest.raises(ConfigError, match=line):
+        check_search(compose_config([override]))
+
+
+def test_the_config_group_chooses_the_objective():
+    assert check_search(compose_config([]))[3] == ACCURACY
+    assert check_search(compose_config(["objective=loss"]))[3] == LOSS
+    assert check_search(compose_config(["objective.metric=train_loss",
+                                        "objective.mode=min"]))[3] == Objective("train_loss",
+                                                                                  "min")
+
+
+def by_x(trial, epochs) -> float:
+    return float(trial.hparams["x"])
+
+
+@pytest.mark.parametrize("policy", [lambda: Hyperband(9, 3), lambda: Asha(9, 3)],
+                         ids=["hyperband", "asha"])
+def test_halving_under_a_min_objective_keeps_what_max_keeps_of_the_negated_metric(policy):
+    """Minimising a loss of x decides exactly as maximising -x: the same plans, kills and
+    ends, in the same order."""
+    space = SearchSpace({"x": list(range(100))})
+    minimised = simulate(policy(), space, by_x, objective=LOSS)
+    maximised = simulate(policy(), space, lambda t, e: -by_x(t, e))
+    assert minimised == maximised
+    last = [p for p in minimised if isinstance(p, Planned)][-1]
+    assert last.trials  # something was promoted: the test ranks real choices
+    first = next(p for p in minimised if isinstance(p, Planned))
+    promoted = next(p for p in minimised if isinstance(p, Planned)
+                    and p.bracket == first.bracket and p.rung == 1)
+    assert sorted(t.hparams["x"] for t in promoted.trials) == sorted(
+        t.hparams["x"] for t in first.trials)[:len(promoted.trials)]  # the lowest losses
+
+
+def test_a_population_exploits_the_lowest_loss_and_records_the_losses():
+    members = [Trial(f"m{i}", {**DONOR, "learning_rate": 0.001 * (i + 1)}, (), seed=i)
+               for i in range(6)]
+    loss = {t.trial_id: 0.1 * (i + 1) for i, t in enumerate(members)}  # m0 the lowest
+    made = simulate(Pbt(population=6, epochs=4, interval=2), SPACE,
+                    lambda t, e: loss[t.trial_id], seed=7, draw=lambda n, salt: members[:n],
+                    objective=LOSS)
+    exploits = [e for m in made if isinstance(m, Exploits) for e in m.exploits]
+    assert {e.member for e in exploits} == {"m4", "m5"}  # the two highest losses replaced
+    assert {e.donor for e in exploits} <= {"m0", "m1"}  # by the two lowest
+    for e in exploits:  # the journal records the losses themselves
+        assert e.score == loss[e.member] and e.donor_score == loss[e.donor]
+
+
+def test_a_sampler_learns_from_scores_where_higher_is_better(tmp_path, fake_trainer):
+    search = fake_search(tmp_path, fake_trainer, objective=LOSS)
+    search.run(HYPERBAND)
+    seen = observed(search.trials.values(), LOSS)
+    assert seen and all(o.score == -o.hparams["x"] / 50 for o in seen)
+
+
+def test_a_search_under_the_loss_objective_finds_the_lowest_loss(tmp_path, monkeypatch):
+    """The fake trainer's loss ranks trials opposite to its accuracy: the best by loss is the
+    lowest x the search scored at its most epochs, and the results say so."""
+    search = fake_search(tmp_path / "loss", install_fake_trainer(monkeypatch), objective=LOSS)
+    search.run(HYPERBAND)
+    best = search.best()
+    scored = [(r.val_loss, -r.epochs, i) for i, t in search.trials.items() for r in t.rungs
+              if r.val_loss is not None]
+    assert (best.value, -best.epochs, best.trial_id) == min(scored)
+    assert best.metric == "val_loss" and best.val_accuracy == best.value / 2
+    by_accuracy = fake_search(tmp_path / "acc", install_fake_trainer(monkeypatch))
+    by_accuracy.run(HYPERBAND)
+    assert by_accuracy.best().trial_id != best.trial_id  # the two rank trials the other way
+    assert best.trial_id in [i for i, t in search.trials.items() if t.status == "finished"]
+
+
+def test_the_results_rank_and_report_by_the_objective():
+    results = {"objective": LOSS.to_dict(), "best": Best("t1", {}, 0.6, 3, None, "val_loss",
+                                                          0.2).to_dict()}
+    assert objective_of(results) == LOSS and objective_of({}) == ACCURACY
+    metrics = search_metrics({**results, "wall_time_s": 1.0, "train_share": 0.5,
+                              "prediction_error": None, "phases": {}, "packs": [],
+                              "trials": []})
+    assert metrics["best_value"] == 0.2 and metrics["best_val_accuracy"] == 0.6
+
+
+def test_best_so_far_falls_under_a_min_objective():
+    class Record:
+        def __init__(self, rungs):
+            self.rungs = rungs
+
+    packs = [PackRecord(f"p{i}", 0, 0, 1.0, ["t0"], started_s=float(i), elapsed_s=float(i + 1))
+             for i in range(3)]
+    rungs = [RungResult("t0", 0, 0, 1.0, 1, None, loss, None, f"p{i}", None)
+             for i, loss in enumerate([0.5, 0.7, 0.2])]
+    points = anytime([Record(rungs)], packs, LOSS)
+    assert [p["best"] for p in points] == [0.5, 0.5, 0.2]
+    results = {"objective": LOSS.to_dict(), "packs": [p.to_dict() for p in packs],
+               "trials": [{"bracket": 0, "rungs": [r.to_dict() for r in rungs]}]}
+    assert [v for _, v in best_so_far_points(results)] == [0.5, 0.2]
