@@ -21,6 +21,7 @@ from packexp.config import (
     check_search,
     component_name,
     instantiate,
+    load_dataset,
     member_cap,
     pack_settings,
     preprocessing_for,
@@ -66,7 +67,7 @@ class Components:
         thread counts are set here, before TensorFlow's runtime starts."""
         space, scheduler, strategy, objective = check_search(cfg)
         sampler = instantiate(cfg.sampler, "sampler")
-        dataset = instantiate(cfg.dataset, "dataset")
+        dataset = load_dataset(cfg, objective)
         mark("data")
         build_model = instantiate(cfg.model, "model")
         check_pairing(cfg, build_model, dataset)

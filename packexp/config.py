@@ -123,6 +123,23 @@ def dataset_source(cfg: DictConfig) -> str | None:
 
 
 
+def load_dataset(cfg: DictConfig, objective: Objective) -> Any:
+    """The dataset ``cfg.dataset`` names, read for ``objective``: a regression's targets as
+    real values, where the dataset's loader takes them (``regression``: a user's table or
+    arrays); a regression of class labels is refused in one line."""
+    if not objective.regression:
+        return instantiate(cfg.dataset, "dataset")
+    try:
+        loader = hydra.utils.get_method(str(cfg.dataset.get("_target_")))
+    except Exception:
+        return instantiate(cfg.dataset, "dataset")
+    if "regression" not in inspect.signature(loader).parameters:
+        raise ConfigError(f"objective.metric={objective.metric}: a regression needs real-valued "
+                          f"targets, and dataset={component_name(cfg, 'dataset')} has classes; "
+                          "use dataset=table or dataset=arrays")
+    return instantiate(cfg.dataset, "dataset", regression=True)
+
+
 def check_pairing(cfg: DictConfig, build_model: Callable, dataset: Any) -> None:
     """A model that takes only images, on a dataset of feature vectors, stops with one line."""
     from packexp.models import needs_images

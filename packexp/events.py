@@ -41,14 +41,23 @@ class RungResult:
     pack_id: str
     checkpoint: str | None
     failed: bool = False
+    val_mse: float | None = None  # a regression's metrics (``val_loss`` is its MSE too)
+    val_mae: float | None = None
+    val_r2: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Its fields; a regression's metrics only where measured (a classification's
+        records stay as they were)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if v is not None or k not in REGRESSION_ONLY}
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> RungResult:
         return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)
                       if f.name in record})
+
+
+REGRESSION_ONLY = ("val_mse", "val_mae", "val_r2")
 
 
 @dataclass(frozen=True)

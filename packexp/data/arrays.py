@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from packexp.data import Dataset, split
+from packexp.data import Dataset, split, split_values
 from packexp.errors import ConfigError
 
 KEYS = ("x", "y", "x_val", "y_val")
@@ -22,6 +22,7 @@ def load(
     val_fraction: float = 0.2,
     standardize: bool = True,
     seed: int = 0,
+    regression: bool = False,
 ) -> Dataset:
     """Loads the arrays ``x`` and ``y`` (and optionally ``x_val``, ``y_val``) of a .npz file.
 
@@ -31,6 +32,7 @@ def load(
             no ``x_val``.
         standardize: Scale each feature by the training split's mean and std (not images).
         seed: Seed of the split.
+        regression: ``y`` holds real values, not classes (``objective=regression`` sets it).
     """
     source = f"dataset.path={path}"
     if path is None or not Path(path).expanduser().is_file():
@@ -57,7 +59,7 @@ def load(
                 raise ConfigError(f"{source}: cannot read array {key!r} "
                                   f"({' '.join(str(e).split())})") from None
     return from_arrays(**arrays, name="arrays", source=source, val_fraction=val_fraction,
-                       standardize=standardize, seed=seed)
+                       standardize=standardize, seed=seed, regression=regression)
 
 
 def from_arrays(
@@ -71,6 +73,7 @@ def from_arrays(
     val_fraction: float = 0.2,
     standardize: bool = True,
     seed: int = 0,
+    regression: bool = False,
 ) -> Dataset:
     """A Dataset of checked arrays; every problem is a one-line ConfigError naming ``source``.
 
@@ -85,9 +88,12 @@ def from_arrays(
         val_fraction: Share held out for validation when ``x_val`` is not given.
         standardize: Scale each feature by the training split's mean and std (not images).
         seed: Seed of the split.
+        regression: ``y`` (and ``y_val``) are real-valued targets: float32, split at random
+            (not stratified).
 
     Returns:
-        float32 features (or the uint8 images as given) and int32 labels in ``0..k-1``.
+        float32 features (or the uint8 images as given) and int32 labels in ``0..k-1``, or
+        with ``regression`` float32 targets.
     """
     if not isinstance(standardize, bool):
         raise ValueError(f"standardize={standardize!r}: must be true or false")
@@ -101,6 +107,12 @@ def from_arrays(
         if x_val.shape[1:] != x.shape[1:]:
             raise ConfigError(f"{source}: x_val has shape {x_val.shape} and x {x.shape}; "
                               "their rows must have the same shape")
+    if regression:
+        y, y_val = _values(y, "y", source), None if y_val is None else _values(y_val, "y_val",
+                                                                               source)
+        data = (split_values(name, x, y, val_fraction, seed) if x_val is None
+                else Dataset(name, x, y, x_val, y_val, num_classes=1, regression=True))
+        return _standardized(data) if standardize and x.ndim == 2 else _as_float32(data)
     classes, codes = _classes(y, y_val, source)
     if x_val is None:
         data = _split(name, x, codes[: len(y)], classes, val_fraction, seed, source)
@@ -154,6 +166,19 @@ def _labels(y: Any, key: str, rows: int, source: str) -> np.ndarray:
         raise ConfigError(f"{source}: {key} has a missing label (nan) at row "
                           f"{np.flatnonzero(np.isnan(y))[0]}")
     return y
+
+
+def _values(y: np.ndarray, key: str, source: str) -> np.ndarray:
+    """Real-valued targets as float32, every one a finite number."""
+    if y.dtype.kind not in "biuf":
+        raise ConfigError(f"{source}: {key} has {y.dtype} values; a regression's targets must "
+                          "be numbers")
+    y = y.astype(np.float64)
+    if not np.isfinite(y).all():
+        row = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ConfigError(f"{source}: {key} has {y[row]} at row {row}; a regression's targets "
+                          "must be finite numbers")
+    return y.astype(np.float32)
 
 
 def _classes(y: np.ndarray, y_val: np.ndarray | None, source: str) -> tuple[np.ndarray, np.ndarray]:

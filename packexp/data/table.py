@@ -22,8 +22,10 @@ def load(
     val_fraction: float = 0.2,
     standardize: bool = True,
     seed: int = 0,
+    regression: bool = False,
 ) -> Dataset:
-    """Loads a table whose ``target`` column holds the labels; classes are its sorted values.
+    """Loads a table whose ``target`` column holds the labels; classes are its sorted values
+    (with ``regression``, the target column's real values).
 
     Args:
         path: A ``.csv`` file with a header line, or a ``.parquet``/``.pq`` file.
@@ -32,6 +34,8 @@ def load(
         val_fraction: Share held out for validation, stratified by class.
         standardize: Scale each feature by the training split's mean and std.
         seed: Seed of the split.
+        regression: The target column holds real values, not classes: float32 targets, a
+            random split (``objective=regression`` sets it).
 
     Returns:
         float32 ``[n, len(features)]`` features and int32 labels, as
@@ -66,7 +70,8 @@ def load(
         raise ConfigError(f"dataset.target={target}: missing label at {_row(path, missing[0])} of "
                           f"{path}")
     return from_arrays(x, frame[target].to_numpy(), name="table", source=source,
-                       val_fraction=val_fraction, standardize=standardize, seed=seed)
+                       val_fraction=val_fraction, standardize=standardize, seed=seed,
+                       regression=regression)
 
 
 def _read(path: str | None, source: str) -> pd.DataFrame:

@@ -15,17 +15,24 @@ from typing import Any
 
 from packexp.checks import one_of
 
-#: The metrics each member's rung result holds, computed in the packed evaluation program
-#: (validation) or in training (``train_loss``: the mean loss of the rung's last chunk).
-METRICS = ("val_accuracy", "val_loss", "train_loss")
+#: The metrics each member's rung result holds, computed per member in the packed evaluation
+#: program (validation) or in training (``train_loss``: the mean loss of the rung's last
+#: chunk). A classification's: accuracy and cross-entropy; a regression's: mean squared error
+#: (its loss), mean absolute error and R².
+CLASSIFICATION = ("val_accuracy", "val_loss", "train_loss")
+REGRESSION = ("val_mse", "val_mae", "val_r2", "val_loss", "train_loss")
+METRICS = (*CLASSIFICATION, *REGRESSION[:3])
 MODES = ("max", "min")
 NAMES = {"val_accuracy": "validation accuracy", "val_loss": "validation loss",
-         "train_loss": "training loss"}
+         "train_loss": "training loss", "val_mse": "validation MSE",
+         "val_mae": "validation MAE", "val_r2": "validation R²"}
 
 
 @dataclass(frozen=True)
 class Objective:
-    """``metric`` of each member's result (``METRICS``), ``max``imised or ``min``imised."""
+    """``metric`` of each member's result (``METRICS``), ``max``imised or ``min``imised. A
+    regression metric (``val_mse``, ``val_mae``, ``val_r2``) makes the search a regression:
+    real-valued targets, one output, squared-error loss."""
 
     metric: str = "val_accuracy"
     mode: str = "max"
@@ -53,6 +60,11 @@ class Objective:
         return value if self.mode == "max" else -value
 
     @property
+    def regression(self) -> bool:
+        """Whether the search is a regression (its metric is one only a regression has)."""
+        return self.metric in REGRESSION[:3]
+
+    @property
     def name(self) -> str:
         """The metric in words: ``validation loss``."""
         return NAMES[self.metric]
@@ -61,7 +73,7 @@ class Objective:
     def label(self) -> str:
         """How the plots title it: ``validation accuracy``, ``validation loss (lower is
         better)``; the mode is said where it is not the metric's usual one."""
-        usual = "max" if self.metric.endswith("accuracy") else "min"
+        usual = "max" if self.metric in ("val_accuracy", "val_r2") else "min"
         return self.name if self.mode == usual else (
             f"{self.name} ({'higher' if self.mode == 'max' else 'lower'} is better)")
 

@@ -24,6 +24,11 @@ class DeviceData:
             self.y_val = tf.constant(dataset.y_val)
 
     @property
+    def regression(self) -> bool:
+        """Whether targets are real values (one output, squared error), not classes."""
+        return self.dataset.regression
+
+    @property
     def train_size(self) -> int:
         return int(self.dataset.x_train.shape[0])
 

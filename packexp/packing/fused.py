@@ -32,6 +32,7 @@ from packexp.packing.optimizers import general_update, optimizer_kind
 from packexp.packing.plain import Evaluator, PlainEvaluators
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 from packexp.packing.stats import PackStats, account
+from packexp.packing.targets import error_sums, squared_errors
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ class FusedPack:
         x_all, y_all = self.data.x_train, self.data.y_train
         preprocess = self.members[0].preprocessing.evaluation  # fused packs never augment
         padded = self.padded
+        regression = self.data.regression
         trainable = self.graph.trainable
         n = self.members_n
 
@@ -212,8 +214,9 @@ class FusedPack:
                 tape.watch(weights)
                 logits = self.graph(x, ctx)
                 # Keras's own loss, as the plain pack uses, so the two agree to rounding.
-                per_row = keras.losses.sparse_categorical_crossentropy(y, logits,
-                                                                       from_logits=True)
+                per_row = (squared_errors(y, logits) if regression else
+                           keras.losses.sparse_categorical_crossentropy(y, logits,
+                                                                        from_logits=True))
                 losses = tf.reduce_sum(per_row * rows, axis=1) / sizes
                 total = tf.reduce_sum(tf.where(active, losses, 0.0))
             grads = tape.gradient(total, weights)
@@ -272,9 +275,13 @@ class FusedPack:
         return (tf.where(keep, w - delta, w), tf.where(keep, m1, m), tf.where(keep, v1, v))
 
     def _compile_eval(self):
+        regression = self.data.regression
+
         def evaluate(x, y):
             x = self.graph.inputs(self.members[0].preprocessing.evaluation(x), shared=True)
             logits = self.graph(x, Context(self.members_n, self.graph.variables()))
+            if regression:  # each member's squared and absolute errors summed
+                return error_sums(y[None], logits)
             pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
             correct = tf.reduce_sum(tf.cast(tf.equal(pred, y[None]), tf.float32), axis=1)
             labels = tf.broadcast_to(y[None], tf.shape(pred))
@@ -284,7 +291,7 @@ class FusedPack:
 
         x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
         return tf.function(evaluate, autograph=False,
-                           input_signature=(x_spec, tf.TensorSpec([None], tf.int32)))
+                           input_signature=(x_spec, tf.TensorSpec([None], self.data.y_val.dtype)))
 
 
 class FusedProgram:

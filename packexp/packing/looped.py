@@ -37,6 +37,7 @@ from packexp.packing.member import Member, MemberState
 from packexp.packing.optimizers import RuleOptimizer, general_update
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 from packexp.packing.stats import PackStats, account
+from packexp.packing.targets import error_sums, squared_errors
 
 # Programs kept in this process, least recently used dropped first.
 KEEP = 8
@@ -207,6 +208,7 @@ class ArchitectureProgram:
         optimizer: RuleOptimizer = template.optimizer  # type: ignore[assignment]
         self.groups = [list(g) for g in optimizer._groups]
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self.regression = data.regression
         weights = self.model.trainable_variables
         self._shapes = [tuple(v.shape) for v in weights]
         self._sizes = [int(np.prod(s)) for s in self._shapes]
@@ -232,8 +234,8 @@ class ArchitectureProgram:
             tf.TensorSpec([None], tf.int64), hparams_spec, self._arrays_spec))
         self.evaluate = tf.function(self._evaluate, autograph=False, input_signature=(
             tf.TensorSpec([None, *data.x_val.shape[1:]], data.x_val.dtype),
-            tf.TensorSpec([None], tf.int32), self._arrays_spec[0], self._arrays_spec[1],
-            tf.TensorSpec([None], tf.int32)))
+            tf.TensorSpec([None], data.y_val.dtype), self._arrays_spec[0],
+            self._arrays_spec[1], tf.TensorSpec([None], tf.int32)))
         self.trace_s = 0.0
         self.eval_trace_s = 0.0
         self.eval_traced = False
@@ -291,7 +293,8 @@ class ArchitectureProgram:
             tape.watch(weights)
             logits, frozen, extra = self.model.stateless_call(
                 weights, list(frozen), x, training=True, return_losses=True)
-            loss = self._loss(y, logits)
+            loss = (tf.reduce_mean(squared_errors(y, logits)) if self.regression
+                    else self._loss(y, logits))
             extra = [tf.reduce_sum(tf.cast(t, loss.dtype)) for t in extra]
             loss = tf.add_n([loss, *extra]) if extra else loss
         grads = tape.gradient(loss, weights)
@@ -332,6 +335,9 @@ class ArchitectureProgram:
             with choosing(self.model, choice[i]):
                 logits, _ = self.model.stateless_call([w[i] for w in weights],
                                                       [f[i] for f in frozen], x, training=False)
+            if self.regression:  # its squared and absolute errors summed
+                squared, absolute = error_sums(y, logits)
+                return i + 1, correct.write(i, squared), losses.write(i, absolute)
             pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
             correct = correct.write(i, tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)))
             per_example = keras.losses.sparse_categorical_crossentropy(y, logits,
@@ -377,7 +383,7 @@ def program_for(members: Sequence[Member], data: DeviceData) -> tuple[Architectu
     that does not match is never used."""
     template = members[0]
     key = (architecture_key(template.model), template.preprocessing,
-           tuple(data.x_train.shape[1:]), str(data.x_train.dtype),
+           tuple(data.x_train.shape[1:]), str(data.x_train.dtype), data.regression,
            tuple(tuple(g) for g in template.optimizer._groups))
     program = PROGRAMS.get(key)
     if program is not None:

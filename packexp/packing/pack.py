@@ -24,6 +24,7 @@ from packexp.packing.data import DeviceData
 from packexp.packing.member import Member
 from packexp.packing.program import MemberFacts, StepProgram, step_program
 from packexp.packing.stats import Evaluation, PackStats
+from packexp.packing.targets import regression_metrics
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Pack:
         return self.program.kind == LOOPED
 
     def evaluate(self) -> dict[str, Evaluation]:
-        """Each member's validation accuracy and loss; None for failed members."""
+        """Each member's validation metrics (``Evaluation``); None for failed members."""
         out = {m.trial_id: Evaluation(None, None) for m in self.members if m.failed}
         t0 = time.perf_counter()
         fn, traced = self.step_program.evaluator()  # every member, idle and failed included
@@ -155,6 +156,12 @@ class Pack:
             loss_sum += s
         for m, c, s in zip(scored, correct, loss_sum, strict=True):
             if m.failed or m.idle:
+                continue
+            if self.data.regression:  # c and s: the squared and the absolute errors summed
+                metrics = regression_metrics(float(c), float(s), self.data.dataset.y_val)
+                ok = all(math.isfinite(v) for v in metrics.values())
+                out[m.trial_id] = (Evaluation(None, metrics["val_mse"], **metrics) if ok
+                                   else Evaluation(None, None))
                 continue
             loss = s / n
             ok = math.isfinite(loss)

@@ -19,9 +19,11 @@ from packexp.packing.fused_graph import couples_rows
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 from packexp.packing.stats import PackStats, account
+from packexp.packing.targets import error_sums, squared_errors
 
 #: One validation batch's evaluation: (inputs, labels) to each member's correct count and
-#: loss sum, as arrays with one value per member.
+#: loss sum (a regression's: its squared and absolute errors summed), as arrays with one
+#: value per member.
 Evaluator = Callable[[Any, Any], tuple[np.ndarray, np.ndarray]]
 
 
@@ -167,13 +169,19 @@ class PlainProgram:
                     for m in members]
 
         pads = [self._pads(m) for m in members]
+        regression = self.data.regression
 
         def member_loss(i: int, batch, sizes) -> tf.Tensor:
             m = members[i]
             inputs, labels = batch()
             with self._choosing(m):
                 logits = m.model(inputs, training=True)
-            if pads[i]:  # the mean over the member's own rows; padded rows weigh nothing
+            if regression:  # the mean squared error over the member's own rows
+                per_row = squared_errors(labels, logits)
+                loss = (tf.reduce_sum(per_row * tf.cast(
+                    tf.range(tf.shape(labels)[0]) < sizes[i], tf.float32))
+                    / tf.cast(sizes[i], tf.float32) if pads[i] else tf.reduce_mean(per_row))
+            elif pads[i]:  # the mean over the member's own rows; padded rows weigh nothing
                 rows = tf.cast(tf.range(tf.shape(labels)[0]) < sizes[i], tf.float32)
                 per_row = keras.losses.sparse_categorical_crossentropy(labels, logits,
                                                                        from_logits=True)
@@ -270,11 +278,18 @@ class PlainEvaluators:
         return fn, traced
 
     def _trace(self, members: list[Member]):
+        regression = self.data.regression
+
         def evaluate(x, y):
-            correct, losses = [], []
+            correct, losses = [], []  # a regression's: squared and absolute errors summed
             for m in members:
                 with choosing(m.model):  # never compiled
                     logits = m.model(m.preprocessing.evaluation(x), training=False)
+                if regression:
+                    squared, absolute = error_sums(y, logits)
+                    correct.append(squared)
+                    losses.append(absolute)
+                    continue
                 pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
                 correct.append(tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)))
                 per_example = keras.losses.sparse_categorical_crossentropy(
@@ -283,6 +298,6 @@ class PlainEvaluators:
             return tf.stack(correct), tf.stack(losses)
 
         x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
-        fn = tf.function(evaluate, input_signature=(x_spec, tf.TensorSpec([None], tf.int32)),
-                         autograph=False)
+        y_spec = tf.TensorSpec([None], self.data.y_val.dtype)
+        fn = tf.function(evaluate, input_signature=(x_spec, y_spec), autograph=False)
         return fn.get_concrete_function()

@@ -41,8 +41,15 @@ class PackStats:
 
 @dataclass(frozen=True)
 class Evaluation:
+    """A member's validation metrics: a classification's accuracy and cross-entropy, or a
+    regression's mean squared error (``val_loss`` too), mean absolute error and R²; None
+    where the member failed or the metric is not its problem's."""
+
     val_accuracy: float | None
     val_loss: float | None
+    val_mse: float | None = None
+    val_mae: float | None = None
+    val_r2: float | None = None
 
 
 def account(group: list[Member], ks: list[int], mean_losses: np.ndarray,

@@ -15,6 +15,7 @@ from packexp.records.results import objective_of
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
                  "val_loss", "train_loss", "pack_id")
+REGRESSION_COLUMNS = ("val_mse", "val_mae", "val_r2")  # after val_loss, in a regression's
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +61,10 @@ class SearchResult:
     def best_params(self) -> dict[str, Any] | None:
         """The best trial's hyper-parameters (Optuna's ``Study.best_params``)."""
         return dict(self.best["hparams"]) if self.best else None
+
+    def trials_dataframe(self) -> Any:
+        """``trials``, by the name Optuna's ``Study.trials_dataframe()`` has."""
+        return self.trials
 
     @property
     def wall_time_s(self) -> float:
@@ -112,6 +117,10 @@ def trial_table(results: dict[str, Any]) -> Any:
     one row with its rung empty)."""
     import pandas as pd
 
+    columns = TRIAL_COLUMNS
+    if objective_of(results).regression:
+        at = TRIAL_COLUMNS.index("val_loss") + 1
+        columns = (*TRIAL_COLUMNS[:at], *REGRESSION_COLUMNS, *TRIAL_COLUMNS[at:])
     rows = []
     for trial in results["trials"]:
         head = {"trial_id": trial["trial_id"], "bracket": trial["bracket"],
@@ -119,10 +128,10 @@ def trial_table(results: dict[str, Any]) -> Any:
         record = TrialRecord.from_dict(trial)
         for rung in trial["rungs"] or [{}]:  # a population's member: the rung's values
             values = record.hparams_at(rung.get("epochs", 0.0))
-            rows.append({**head, **{k: rung.get(k) for k in TRIAL_COLUMNS[3:]},
-                         **{f"hparams.{k}" if k in TRIAL_COLUMNS else k: v
+            rows.append({**head, **{k: rung.get(k) for k in columns[3:]},
+                         **{f"hparams.{k}" if k in columns else k: v
                             for k, v in values.items()}})
-    return pd.DataFrame(rows, columns=None if rows else list(TRIAL_COLUMNS))
+    return pd.DataFrame(rows, columns=None if rows else list(columns))
 
 
 def pack_table(results: dict[str, Any]) -> Any:

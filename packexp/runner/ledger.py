@@ -113,7 +113,9 @@ class Ledger:
             result = RungResult(
                 m.trial_id, bracket.s, rung, epochs, m.step, ev.val_accuracy, ev.val_loss,
                 m.train_loss if m.train_loss is not None and math.isfinite(m.train_loss)
-                else None, pack_id, checkpoints[m.trial_id], m.failed)
+                else None, pack_id, checkpoints[m.trial_id], m.failed,
+                getattr(ev, "val_mse", None), getattr(ev, "val_mae", None),
+                getattr(ev, "val_r2", None))
             before = self.book.trials[m.trial_id].last
             self.emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,

@@ -1,0 +1,142 @@
+"""Regression (``objective=regression``): real-valued targets, one output, squared error; each
+program keeps isolation as it does for classes (plain and looped exact, fused to rounding)."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+from packexp.config import load_dataset
+from packexp.data.arrays import from_arrays
+from packexp.errors import ConfigError
+from packexp.objectives import Objective
+from tests.helpers import CONFIGS, compose_config, packexp, trial
+
+REGRESSION = Objective("val_mse", "min")
+
+
+def friedman(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import make_friedman1
+
+    return make_friedman1(n_samples=n, noise=1.0, random_state=seed)
+
+
+def test_regression_targets_are_float32_values_split_at_random():
+    x, y = friedman()
+    data = from_arrays(x, y, name="t", source="test", regression=True)
+    assert data.regression and data.num_classes == 1
+    assert data.y_train.dtype == np.float32 and data.y_val.dtype == np.float32
+    assert len(data.y_val) == 80 and len(np.unique(data.y_train)) == 320  # no classes made
+    assert sorted(np.concatenate([data.y_train, data.y_val])) == sorted(y.astype(np.float32))
+
+
+def test_a_regression_of_text_targets_or_class_datasets_is_one_line():
+    x, _ = friedman(20)
+    with pytest.raises(ConfigError, match=r"^test: y has <U1 values; a regression's targets "
+                                          r"must be numbers$"):
+        from_arrays(x, np.array(["a"] * 20), name="t", source="test", regression=True)
+    with pytest.raises(ConfigError, match=r"^objective\.metric=val_mse: a regression needs "
+                                          r"real-valued targets, and dataset=digits has "
+                                          r"classes; use dataset=table or dataset=arrays$"):
+        load_dataset(compose_config(["objective=regression"]), REGRESSION)
+
+
+@pytest.fixture(scope="module")
+def values():
+    from packexp.packing import DeviceData
+
+    x, y = friedman()
+    return DeviceData(from_arrays(x, y, name="friedman1", source="test", regression=True))
+
+
+def train(data, configs, epochs=2, **settings):
+    from packexp.models import mlp3
+    from packexp.pack_options import PackSettings
+    from packexp.packing import Member, Pack
+
+    build = functools.partial(mlp3.build, width=16)
+    ds = data.dataset
+    ms = [Member.create(trial(i, *c), build, ds.input_shape, 1, data.train_size)
+          for i, c in configs]
+    pack = Pack(ms, data, PackSettings(**settings))
+    stats = pack.train({m.trial_id: m.steps_for(epochs) for m in ms})
+    return ms, pack.evaluate(), stats
+
+
+def assert_same(a, b) -> None:
+    assert a.step == b.step
+    for x, y in zip(a.model.get_weights(), b.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(a.optimizer.variables, b.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+
+
+CONFIGS_R = [(i, (b, o, lr / 10, a)) for i, (b, o, lr, a) in enumerate(CONFIGS)]
+PLAIN = {"fusion": "off", "jit_compile": False, "loop": "off", "chunk_steps": 7}
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("engine", [{"loop": "off"}, {"loop": "auto"}], ids=["plain", "looped"])
+def test_a_packed_regression_member_ends_bit_for_bit_as_alone(values, engine):
+    packed, evaluation, stats = train(values, CONFIGS_R, **{**PLAIN, **engine})
+    assert stats.looped == (engine["loop"] == "auto")
+    assert len({m.step for m in packed}) == len(packed), "budgets must be misaligned"
+    for config, member in zip(CONFIGS_R, packed, strict=True):
+        [alone], alone_evaluation, _ = train(values, [config], **PLAIN)
+        assert_same(alone, member)
+        assert alone_evaluation[member.trial_id] == evaluation[member.trial_id]
+
+
+@pytest.mark.tf
+def test_the_metrics_are_each_members_own_errors(values):
+    members, evaluation, _ = train(values, CONFIGS_R[:2], **PLAIN)
+    y = values.dataset.y_val.astype(np.float64)
+    for m in members:
+        predicted = m.model(values.dataset.x_val, training=False).numpy()[:, 0].astype(np.float64)
+        e = evaluation[m.trial_id]
+        assert e.val_accuracy is None and e.val_loss == e.val_mse
+        assert e.val_mse == pytest.approx(np.mean((predicted - y) ** 2), rel=1e-5)
+        assert e.val_mae == pytest.approx(np.mean(np.abs(predicted - y)), rel=1e-5)
+        assert e.val_r2 == pytest.approx(
+            1 - np.sum((predicted - y) ** 2) / np.sum((y - y.mean()) ** 2), rel=1e-5)
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("engine", [{"fusion": "on", "jit_compile": False},
+                                    {"fusion": "off", "jit_compile": True}], ids=["fused", "xla"])
+def test_fused_and_compiled_regression_packs_agree_with_plain_to_rounding(values, engine):
+    """Other kernels, so float rounding differs; squared error on targets of a few units
+    amplifies it more than cross-entropy does, hence 1e-3 (classification: 1e-4)."""
+    configs = CONFIGS_R[1:]  # Adam's updates amplify rounding (tests/test_fused.py says why)
+    packed, packed_evaluation, stats = train(values, configs, **engine)
+    assert stats.fused == (engine["fusion"] == "on") and stats.xla == engine["jit_compile"]
+    for config, member in zip(configs, packed, strict=True):
+        [plain], plain_evaluation, _ = train(values, [config], **PLAIN)
+        for a, b in zip(member.model.get_weights(), plain.model.get_weights(), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+        assert packed_evaluation[member.trial_id].val_mse == pytest.approx(
+            plain_evaluation[member.trial_id].val_mse, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_a_regression_search_from_a_csv_ranks_by_the_lowest_mse(tmp_path):
+    import pandas as pd
+
+    x, y = friedman(600)
+    table = pd.DataFrame(x, columns=[f"f{i}" for i in range(10)]).assign(y=y)
+    table.to_csv(tmp_path / "friedman1.csv", index=False)
+    out = packexp("objective=regression", "dataset=table", f"dataset.path={tmp_path}/friedman1.csv",
+                  "dataset.target=y", "scheduler.R=3", "tracking=none",
+                  f"hydra.run.dir={tmp_path / 'run'}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["objective"] == {"metric": "val_mse", "mode": "min"}
+    rungs = [r for t in results["trials"] for r in t["rungs"] if r["val_mse"] is not None]
+    assert all(r["val_accuracy"] is None and r["val_loss"] == r["val_mse"] for r in rungs)
+    assert all({"val_mae", "val_r2"} <= set(r) for r in rungs)
+    best = results["best"]
+    assert best["metric"] == "val_mse" and best["value"] == min(r["val_mse"] for r in rungs)
+    assert "val_mse" in out.stdout  # the summary's table ranks by it
