@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp import conf_dir
 from packexp.errors import ConfigError
+from packexp.objectives import REGRESSION_METRICS
 from packexp.records.search_result import SearchResult, load
 
 __all__ = ["SearchResult", "load", "tune"]
@@ -50,8 +51,9 @@ def tune(model: str | Callable[..., Any] | None = None,
             split into training and validation by ``seed`` as digits is, or
             ``(x_train, y_train, x_val, y_val)``. ``x`` is 2-D features (standardised on the
             training split) or uint8 images ``[n, h, w, c]``; labels any values, mapped to
-            0..k-1 in sorted order. The arrays are kept in the run directory
-            (``data.npz``, read as ``dataset=arrays`` reads a file).
+            0..k-1 in sorted order (under ``objective="regression"``, real values). The
+            arrays are kept in the run directory (``data.npz``, read as ``dataset=arrays``
+            reads a file).
         search_space: A config name from ``conf/search_space/`` or a dict in the YAML's
             form: ``{"params": {...}, "categorical": [...]}``, or the ``params`` alone.
         overrides: Hydra overrides as on the command line (``["scheduler.R=27"]``).
@@ -64,8 +66,9 @@ def tune(model: str | Callable[..., Any] | None = None,
         verbose: Show the progress bar and the summary the command line prints; by default
             the call prints nothing but warnings (the result holds the same).
         **settings: Any other override by its top-level key: a config group's option
-            (``strategy="knn"``), a value (``seed=3``, ``resume=True``) or a dict of
-            values (``scheduler={"R": 27}`` is ``scheduler.R=27``).
+            (``strategy="knn"``, ``objective="regression"``), a value (``seed=3``,
+            ``resume=True``) or a dict of values (``scheduler={"R": 27}`` is
+            ``scheduler.R=27``; ``objective={"metric": "val_loss", "mode": "min"}``).
 
     Raises:
         ConfigError: A config key or value, or the data, cannot be used; the message is
@@ -330,9 +333,11 @@ def write_arrays(cfg: DictConfig, arrays: tuple[np.ndarray, ...]) -> None:
     from packexp.data.arrays import from_arrays
 
     d = cfg.dataset
+    regression = cfg.objective.get("metric") in REGRESSION_METRICS
     try:
         from_arrays(*arrays[:2], *arrays[2:], name="arrays", source="packexp.tune(data=...)",
-                    val_fraction=d.val_fraction, standardize=d.standardize, seed=cfg.seed)
+                    val_fraction=d.val_fraction, standardize=d.standardize, seed=cfg.seed,
+                    regression=regression)
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise

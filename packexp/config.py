@@ -15,6 +15,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from packexp.budget import Budget
 from packexp.checks import flag, positive_int
 from packexp.errors import ConfigError
 from packexp.objectives import Objective
@@ -269,6 +270,7 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
     scheduler.check_schedule()
     strategy = instantiate(cfg.strategy, "strategy")
     objective = instantiate(cfg.objective, "objective")
+    budget_of(cfg)
     member_cap(cfg.pack.max_members)
     pack_settings(cfg.pack)
     reuse_setting(cfg.pack)
@@ -353,6 +355,15 @@ def check_logits(model: Any, dataset: Any) -> None:
         raise ConfigError(f"{where}: the model returns {got} for a batch of 2; it must return "
                           f"logits [batch, {dataset.num_classes}]")
 
+
+
+def budget_of(cfg: DictConfig) -> Budget:
+    """The search's budget (``budget.time_s``, ``budget.trials``), checked: one line naming
+    the key."""
+    try:
+        return Budget(**OmegaConf.to_container(cfg.get("budget") or {}, resolve=True))
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"budget.{' '.join(str(e).split())}") from None
 
 
 def reuse_setting(pack: DictConfig) -> int:

@@ -389,11 +389,13 @@ class TrialEnded(Event):
 
 @dataclass(frozen=True)
 class SearchFinished(Event):
-    """The search is over and ``results.json`` written."""
+    """The search is over and ``results.json`` written; ``stopped``: why it stopped early
+    (its budget), None when it ran to its end."""
 
     handler: ClassVar[str] = "on_search_finished"
     results: Mapping[str, Any]
     wall_time_s: float
+    stopped: str | None = None
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
 # train included: the same plan gives the same numbers in any process; where calibrations
 # and downloads are kept, which packexp.tune moves to its home: a resume reads its
 # calibration from the run directory).
-RESUME_FREE = ("resume", "summary_top_k", "tracking.", "executor.", "listeners",
+RESUME_FREE = ("resume", "summary_top_k", "budget.", "tracking.", "executor.", "listeners",
                "strategy.calibration_dir", "dataset.cache_dir", "device.probe_dir")
 
 

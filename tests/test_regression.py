@@ -140,3 +140,21 @@ def test_a_regression_search_from_a_csv_ranks_by_the_lowest_mse(tmp_path):
     best = results["best"]
     assert best["metric"] == "val_mse" and best["value"] == min(r["val_mse"] for r in rungs)
     assert "val_mse" in out.stdout  # the summary's table ranks by it
+
+
+@pytest.mark.tf
+def test_tune_takes_the_objective_by_name_or_as_a_dict(tmp_path):
+    import packexp
+
+    x, y = friedman(300)
+    by_name = packexp.tune(data=(x, y), objective="regression", run_dir=tmp_path / "name",
+                           tracking="none", scheduler={"R": 3})
+    assert by_name.objective == {"metric": "val_mse", "mode": "min"}
+    table = by_name.trials_dataframe()
+    assert {"val_mse", "val_mae", "val_r2"} <= set(table.columns)
+    assert by_name.best_value == table["val_mse"].min()
+    assert by_name.best_params == by_name.best["hparams"]
+    by_dict = packexp.tune(data=(x, y), objective={"metric": "val_r2", "mode": "max"},
+                           run_dir=tmp_path / "dict", tracking="none", scheduler={"R": 3})
+    assert by_dict.objective == {"metric": "val_r2", "mode": "max"}
+    assert by_dict.best_value == by_dict.trials_dataframe()["val_r2"].max()

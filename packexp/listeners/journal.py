@@ -41,4 +41,7 @@ class JournalListener(Listener):
             self.journal.append("exploit", **event.to_dict())
 
     def on_search_finished(self, event: SearchFinished) -> None:
-        self.journal.append("finished", wall_time_s=event.wall_time_s)
+        if event.stopped is not None:  # not finished: resume=true goes on from here
+            self.journal.append("stopped", reason=event.stopped, wall_time_s=event.wall_time_s)
+        else:
+            self.journal.append("finished", wall_time_s=event.wall_time_s)

@@ -21,7 +21,8 @@ from packexp.checks import one_of
 #: (its loss), mean absolute error and R².
 CLASSIFICATION = ("val_accuracy", "val_loss", "train_loss")
 REGRESSION = ("val_mse", "val_mae", "val_r2", "val_loss", "train_loss")
-METRICS = (*CLASSIFICATION, *REGRESSION[:3])
+REGRESSION_METRICS = REGRESSION[:3]  # the metrics that make a search a regression
+METRICS = (*CLASSIFICATION, *REGRESSION_METRICS)
 MODES = ("max", "min")
 NAMES = {"val_accuracy": "validation accuracy", "val_loss": "validation loss",
          "train_loss": "training loss", "val_mse": "validation MSE",
@@ -62,7 +63,7 @@ class Objective:
     @property
     def regression(self) -> bool:
         """Whether the search is a regression (its metric is one only a regression has)."""
-        return self.metric in REGRESSION[:3]
+        return self.metric in REGRESSION_METRICS
 
     @property
     def name(self) -> str:

@@ -37,6 +37,9 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                       f"{epochs:g}", f"{objective.signed(score):.4f}")
     console = _console(160)
     console.print(table)
+    if results.get("stopped"):
+        console.print(f"stopped early ({results['stopped']}); resume=true with a larger budget "
+                      "goes on where it stopped")
     console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "
                   f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
                   f"models and steps; {results.get('reused_members', 0)} members of other packs "

@@ -8,26 +8,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packexp.budget import NO_BUDGET, Budget
 from packexp.events import (
     Best,
     Event,
     Listeners,
     PackRecord,
-    PackStarted,
     PlanRecord,
     RungResult,
     TrialRecord,
 )
-from packexp.executors import Executor, LocalExecutor, PackJob
-from packexp.interrupts import raise_if_interrupted
+from packexp.executors import Executor, LocalExecutor
 from packexp.listeners.results import ResultsCollector
 from packexp.objectives import Objective
 from packexp.runner.checkpoints import CheckpointStore
+from packexp.runner.dispatch import Dispatch
 from packexp.runner.draws import Draws
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
@@ -74,14 +74,13 @@ class PackedSearch:
     sampler: Sampler = field(default_factory=Sampler)  # a bracket's configurations
     started: float = field(default_factory=time.perf_counter)
     session: int = 0  # resumes before this one: started_s and elapsed_s restart each session
-    first_pack_at: float | None = None  # time.time() when the first pack began
     replayed: Replayed = field(default_factory=Replayed)  # the journal a resume read
+    budget: Budget = NO_BUDGET  # when to stop early
+    earlier_s: float = 0.0  # seconds the sessions before this one searched (a resume's)
+    stopped: str | None = None  # why the search stopped early; None: it ran to its end
     _current: dict[str, Trial] = field(default_factory=dict)  # each trial as it trains next
     _members: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # rung -> plan's
     _keyed: int = 0  # keyed plans so far: the next one's draw is seeded by this number
-    _sent: dict[str, tuple[Queued, float | None]] = field(default_factory=dict)  # in flight
-    _order: dict[str, list[str]] = field(default_factory=dict)  # ordered plan -> sent keys
-    _back: dict[str, tuple[PackJob, list]] = field(default_factory=dict)  # back, not committed
 
     def __post_init__(self) -> None:
         if self.executor is None:
@@ -95,6 +94,13 @@ class PackedSearch:
                              self.cache, self.space, self.ledger, self._emit,
                              self.continue_on_promotion, self.lr_horizon, self.train_size,
                              self.brackets)
+        self.dispatch = Dispatch(self.executor, self.ledger, self.packer, self._emit,
+                                 self._bracket)
+
+    @property
+    def first_pack_at(self) -> float | None:
+        """``time.time()`` when the first pack began; None before."""
+        return self.dispatch.first_pack_at
 
     @property
     def objective(self) -> Objective:
@@ -137,17 +143,22 @@ class PackedSearch:
         try:
             while True:
                 while self.executor.free():
-                    made = self._carry_out(policy.decide(len(queue)), policy, queue)
+                    decisions = policy.decide(len(queue))
+                    if (decisions or queue) and (stop := self.budget.out_of_time(
+                            self.earlier_s + time.perf_counter() - self.started)):
+                        self.stopped = stop  # the packs in flight finish; nothing new starts
+                        break
+                    made = self._carry_out(decisions, policy, queue)
                     if policy.releases_states:  # queued packs hold their members' states
                         self.ledger.states.clear()
                     if queue:
                         queue.sort(key=lambda q: -q.rung)  # stable: plan order within a rung
-                        self._dispatch(queue.pop(0))
+                        self.dispatch.send(queue.pop(0))
                     elif not made:
                         break
                 if not self.executor.busy():
                     break
-                for result in self._collect():
+                for result in self.dispatch.collect():
                     self._carry_out(policy.on_result(result), policy, queue)
         finally:
             self.executor.cancel()
@@ -161,6 +172,10 @@ class PackedSearch:
             if isinstance(decision, Retire):
                 self.ledger.retire(decision.trial_id, decision.status)
                 continue
+            if isinstance(decision, Plan) and decision.draw and (stop := self.budget.refuses_draw(
+                    len(self.book.trials), decision.draw)):
+                self.stopped = stop  # what was promised trains on; nothing new is drawn
+                return made
             made = True
             if isinstance(decision, Exploits):
                 self._exploit(decision)
@@ -250,40 +265,6 @@ class PackedSearch:
         planned, context = self.packer.pack(trials, bracket, plan.rung)
         return made, self.packer.announce(plan.key, bracket, plan.rung, [
             (j, g, f) for j, (g, f) in enumerate(planned)], context, sampled=drawn)
-
-    def _dispatch(self, queued: Queued) -> None:
-        """Sends a planned pack to a free worker."""
-        raise_if_interrupted()  # a Ctrl-C that a finalizer swallowed stops the search here
-        self._emit(PackStarted(queued.index, queued.job.key, queued.job.group))
-        if self.first_pack_at is None:
-            self.first_pack_at = time.time()
-        self._sent[queued.job.key] = queued, self.packer.predict(queued.job, queued.context)
-        if queued.ordered:
-            self._order.setdefault(queued.plan, []).append(queued.job.key)
-        self.executor.submit(queued.job)
-
-    def _collect(self) -> Iterator[RungResult]:
-        """Waits for the next pack to come back; commits it part by part (a pack split out of
-        memory has several), yielding each member's result after its part is committed, so
-        the policy hears them before the next part is. A synchronous rung's packs are
-        committed in plan order: one back early waits for those sent before it."""
-        job, runs = self.executor.next_done()
-        self._back[job.key] = job, runs
-        queued, _ = self._sent[job.key]
-        order = self._order.get(queued.plan)
-        keys = [job.key]
-        if order is not None:
-            keys = []
-            while order and order[0] in self._back:
-                keys.append(order.pop(0))
-        for key in keys:
-            job, runs = self._back.pop(key)
-            queued, predicted = self._sent.pop(key)
-            bracket = self._bracket(queued.bracket)
-            for part, pack_run in enumerate(runs):
-                yield from self.ledger.commit(bracket, queued.rung, job.epochs,
-                                              key + (f"-{part}" if len(runs) > 1 else ""),
-                                              pack_run, predicted if len(runs) == 1 else None)
 
     def fits(self, donor: Mapping[str, Any], hparams: Mapping[str, Any]) -> bool:
         """Whether a member of ``hparams`` can take the state of one of ``donor``: both are

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from packexp import startup
 from packexp.components import Components
+from packexp.config import budget_of
 from packexp.device import ProbeFiles, device_capacity, facts_here
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
@@ -77,13 +78,17 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     lr_horizon=scheduler.horizon_epochs, probe_seconds=probes.seconds,
                     train_size=cache.data.train_size, brackets=scheduler.brackets(),
                     executor=executor, sampler=parts.sampler, session=sessions(records),
-                    started=started)
+                    started=started, budget=budget_of(cfg),
+                    earlier_s=earlier_sessions_s(records))
                 if records:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)
                     executor.discard(journaled_checkpoints(records))
                 search.run(scheduler)
-                search.finish()
+                if search.stopped is None:  # a stopped search's trials go on when resumed
+                    search.finish()
+                else:
+                    log.info("search stopped early: %s", search.stopped)
             results = search_results(
                 book.trials.values(), book.packs, book.best(), objective=parts.objective,
                 wall_time_s=time.perf_counter() - started + earlier_sessions_s(records),
@@ -95,7 +100,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 else startup.phases(job_started, search.first_pack_at),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
                 memory_probes=probes.summary(),
-                workers=executor.usage())
+                workers=executor.usage(), stopped=search.stopped)
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)
@@ -126,7 +131,7 @@ def finish(results: dict, run_dir: Path, listeners: Listeners) -> None:
     search has finished, the tracker its summary metrics and files."""
     with held():  # a results.json whose search the journal has not finished would resume
         write_json(run_dir / "results.json", results)
-        listeners.emit(SearchFinished(results, results["wall_time_s"]))
+        listeners.emit(SearchFinished(results, results["wall_time_s"], results.get("stopped")))
     pictures = [(p, "plots") for p in write_plots(results, run_dir)]
     listeners.emit(Summary(search_metrics(results), [
         (run_dir / "results.json", None), (run_dir / "plan.json", None), *pictures]))

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from packexp.budget import NO_BUDGET, Budget
 from packexp.events import Listener, Listeners, TrialEnded
 from packexp.listeners import JournalListener, ResultsCollector
 from packexp.objectives import ACCURACY, Objective
@@ -171,7 +172,8 @@ class FakeCache:
 
 def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket] | None = None,
                 strategy: Strategy | None = None, continue_on_promotion: bool = True,
-                sampler: Sampler | None = None, objective: Objective = ACCURACY) -> PackedSearch:
+                sampler: Sampler | None = None, objective: Objective = ACCURACY,
+                budget: Budget = NO_BUDGET) -> PackedSearch:
     """A search of two-member packs over ``SPACE`` on ``trainer``, journaling to ``run_dir``
     (continued if it has a journal); Hyperband's brackets at R=9 unless ``brackets``. Its
     listeners are the journal's and an ``Ended``. The trainer scores a trial of ``x`` with
@@ -186,7 +188,7 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
                         listeners=Listeners([JournalListener(journal), Ended()]),
                         checkpoints=run_dir / "checkpoints", seed=0,
                         tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,
-                        book=ResultsCollector(objective),
+                        book=ResultsCollector(objective), budget=budget,
                         train_size=TRAIN_SIZE,
                         brackets=HYPERBAND.brackets() if brackets is None else brackets,
                         sampler=sampler or Sampler())

@@ -1,0 +1,108 @@
+"""Budgets (``budget.time_s``, ``budget.trials``): a search stops at a pack boundary, says why,
+and a resume with a larger budget ends as an unbroken run with that budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from packexp.budget import Budget
+from packexp.config import check_search
+from packexp.errors import ConfigError
+from packexp.records.journal import Journal
+from packexp.testing.fake_trainer import HYPERBAND, fake_search, outcome
+from tests.helpers import compose_config
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("budget.time_s=-1", r"^budget\.time_s=-1: must be null or a number of seconds > 0$"),
+    ("budget.trials=0", r"^budget\.trials=0: must be null or an integer >= 1$"),
+    ("budget.trials=2.5", r"^budget\.trials=2\.5: must be null or an integer >= 1$"),
+])
+def test_a_bad_budget_is_one_line_naming_the_key(override, line):
+    with pytest.raises(ConfigError, match=line):
+        check_search(compose_config([override]))
+
+
+def test_the_budget_says_why_it_stops():
+    assert Budget().out_of_time(1e9) is None and Budget().refuses_draw(10**6, 10) is None
+    assert Budget(time_s=60).out_of_time(59.9) is None
+    assert Budget(time_s=60).out_of_time(61.25) == "budget.time_s=60: 61.2 s searched"
+    assert Budget(trials=12).refuses_draw(9, 3) is None
+    assert Budget(trials=12).refuses_draw(9, 5) == (
+        "budget.trials=12: 9 configurations drawn, the next plan draws 5")
+
+
+def resumed(run_dir, fake_trainer, budget: Budget):
+    search = fake_search(run_dir, fake_trainer, budget=budget)
+    search.replay(Journal(run_dir).read())
+    search.run(HYPERBAND)
+    return search
+
+
+def test_a_trials_budget_draws_no_plan_beyond_it_and_a_resume_goes_on(tmp_path, fake_trainer):
+    """R=9 draws 9, 5 and 3 configurations by bracket: a budget of 12 stops before the second
+    bracket, with the first trained to its end; a resume with 17 ends as an unbroken run."""
+    whole = fake_search(tmp_path / "whole", fake_trainer, budget=Budget(trials=17))
+    whole.run(HYPERBAND)
+    assert whole.stopped is None and len(whole.trials) == 17
+    stopped = fake_search(tmp_path / "cut", fake_trainer, budget=Budget(trials=12))
+    stopped.run(HYPERBAND)
+    assert stopped.stopped == "budget.trials=12: 9 configurations drawn, the next plan draws 5"
+    assert len(stopped.trials) == 9
+    assert {t.rungs[-1].epochs for t in stopped.trials.values()
+            if t.status == "finished"} == {9.0}  # the first bracket ran to its end
+    again = resumed(tmp_path / "cut", fake_trainer, Budget(trials=17))
+    assert again.stopped is None
+    again.finish()
+    whole.finish()
+    assert outcome(again) == outcome(whole)
+
+
+def test_a_time_budget_starts_nothing_new_and_a_resume_goes_on(tmp_path, fake_trainer):
+    whole = fake_search(tmp_path / "whole", fake_trainer)
+    whole.run(HYPERBAND)
+    whole.finish()
+    spent = fake_search(tmp_path / "cut", fake_trainer, budget=Budget(time_s=60))
+    spent.earlier_s = 60.0  # an earlier session searched the whole budget
+    spent.run(HYPERBAND)
+    assert spent.stopped.startswith("budget.time_s=60: 60.") and not spent.trials
+    again = resumed(tmp_path / "cut", fake_trainer, Budget(time_s=3600))
+    assert again.stopped is None
+    again.finish()
+    assert outcome(again) == outcome(whole)
+
+
+def test_a_search_that_ends_within_its_budget_is_not_stopped(tmp_path, fake_trainer):
+    search = fake_search(tmp_path, fake_trainer, budget=Budget(time_s=3600, trials=17))
+    search.run(HYPERBAND)
+    assert search.stopped is None and len(search.trials) == 17
+
+
+@pytest.mark.slow
+def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path):
+    """experiment=quick draws 3 then 2 configurations: a budget of 4 stops after the first
+    bracket; resumed with 5 it ends with the trials and scores of an unbroken run."""
+    import json
+
+    from tests.helpers import packexp, run_whole
+
+    quick = ("experiment=quick", "tracking=none")
+    whole = json.loads((run_whole(tmp_path / "whole", *quick) / "results.json").read_text())
+    cut = tmp_path / "cut"
+    first = packexp(*quick, "budget.trials=4", f"hydra.run.dir={cut}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "stopped early (budget.trials=4: 3 configurations drawn" in first.stdout
+    stopped = [r for r in Journal(cut).read() if r["event"] in ("stopped", "finished")]
+    assert [r["event"] for r in stopped] == ["stopped"]
+    assert json.loads((cut / "results.json").read_text())["stopped"] == stopped[0]["reason"]
+    again = packexp(*quick, "resume=true", "budget.trials=5", f"hydra.run.dir={cut}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed = json.loads((cut / "results.json").read_text())
+    assert resumed["stopped"] is None and Journal(cut).read()[-1]["event"] == "finished"
+
+    def scores(results):
+        return {t["trial_id"]: (t["hparams"], t["status"],
+                                [(r["epochs"], r["val_accuracy"]) for r in t["rungs"]])
+                for t in results["trials"]}
+
+    assert scores(resumed) == scores(whole)
