@@ -1,7 +1,8 @@
 """packexp: packed neural-network training for hyper-parameter search.
 
 From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
-``packexp.load(run_dir)`` reads a finished one back (README, "From Python").
+``packexp.load(run_dir)`` reads a finished one back (README, "From Python");
+``packexp.to_optuna(run_dir, storage)`` writes it as an Optuna study.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ def conf_dir() -> str:
     packaged = here / "conf"
     return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")
 
-__all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load", "tune"]
+__all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load",
+           "to_optuna", "tune"]
 
 # Loaded when first used: ``import packexp`` stays light for the command line and workers.
 _LAZY = {"tune": "packexp.api", "load": "packexp.records.search_result",
+         "to_optuna": "packexp.records.optuna_study",
          "SearchResult": "packexp.records.search_result", "TrackingError": "packexp.tracking.base"}
 
 

@@ -37,7 +37,7 @@ def test_a_score_is_the_metric_signed_so_that_higher_is_better():
 
 @pytest.mark.parametrize(("override", "line"), [
     ("objective.metric=auc", r"^objective\.metric='auc': must be val_accuracy or val_loss "
-                             r"or train_loss$"),
+                             r"or train_loss or val_mse or val_mae or val_r2$"),
     ("objective.mode=lowest", r"^objective\.mode='lowest': must be max or min$"),
 ])
 def test_a_bad_objective_is_one_line_naming_the_key(override, line):
@@ -136,3 +136,46 @@ def test_best_so_far_falls_under_a_min_objective():
     results = {"objective": LOSS.to_dict(), "packs": [p.to_dict() for p in packs],
                "trials": [{"bracket": 0, "rungs": [r.to_dict() for r in rungs]}]}
     assert [v for _, v in best_so_far_points(results)] == [0.5, 0.2]
+
+
+def test_a_search_exported_to_optuna_loads_back_with_its_trials_and_direction(tmp_path,
+                                                                               fake_trainer):
+    """The fake search's results.json and Hydra's kept config, written as a study to SQLite
+    and read back by ``optuna.load_study``, as optuna-dashboard reads it."""
+    import json
+
+    import optuna
+    import yaml
+
+    from packexp.records.optuna_study import to_optuna
+    from packexp.records.results import search_results
+    from packexp.testing.fake_trainer import SPACE
+
+    search = fake_search(tmp_path, fake_trainer, objective=LOSS)
+    search.run(HYPERBAND)
+    search.finish()
+    results = search_results(search.trials.values(), search.packs, search.best(),
+                             wall_time_s=1.0, objective=LOSS)
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"search_space": {
+        "_target_": "packexp.search_space.SearchSpace", "params": {
+            k: list(v.values) for k, v in SPACE.dims.items()}}}))
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    to_optuna(tmp_path, storage, study_name="s")
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert study.direction == optuna.study.StudyDirection.MINIMIZE
+    assert study.metric_names == ["val_loss"]
+    assert len(study.trials) == len(search.trials)
+    by_id = {t.user_attrs["trial_id"]: t for t in study.trials}
+    states = {"finished": "COMPLETE", "killed": "PRUNED", "failed": "FAIL"}
+    for trial_id, record in search.trials.items():
+        t = by_id[trial_id]
+        assert t.state.name == states[record.status] and t.params == record.hparams
+        assert t.intermediate_values == {round(r.epochs): r.val_loss for r in record.rungs
+                                         if r.val_loss is not None}
+        if t.state.name == "COMPLETE":
+            assert t.value == record.rungs[-1].val_loss
+    complete = [r.rungs[-1].val_loss for r in search.trials.values() if r.status == "finished"]
+    assert study.best_value == min(complete)
+    assert {t.state.name for t in study.trials} == {"COMPLETE", "PRUNED", "FAIL"}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packexp.records.results import objective_of
+from packexp.records.results import RungView, objective_of
 
 log = logging.getLogger(__name__)
 
@@ -285,16 +285,6 @@ def evaluations(results: Mapping[str, Any]) -> list[tuple[float, float, int, flo
                    r["epochs"])
                   for t in results["trials"] for r in t["rungs"]
                   if objective.value(RungView(r)) is not None and r["pack_id"] in ended)
-
-
-class RungView:
-    """A ``results.json`` rung read by attribute, as ``Objective.value`` reads a result."""
-
-    def __init__(self, rung: Mapping[str, Any]) -> None:
-        self._rung = rung
-
-    def __getattr__(self, name: str) -> Any:
-        return self._rung.get(name)
 
 
 def best_so_far_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
