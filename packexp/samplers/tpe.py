@@ -31,17 +31,22 @@ class TpeSampler(Sampler):
             the model says, so the whole space stays explored.
         min_points: Results a budget needs before its model is used; null: the number of
             hyper-parameters plus one, BOHB's N_min.
+        fresh_tries: How many times the model is asked for a configuration not drawn before
+            (a finite grid's no-repeat rule) before a random one replaces its pick.
     """
 
     learns = True
 
-    def __init__(self, random_fraction: float = 1 / 3, min_points: int | None = None) -> None:
+    def __init__(self, random_fraction: float = 1 / 3, min_points: int | None = None,
+                 fresh_tries: int = 1) -> None:
         if not 0 <= random_fraction <= 1:
             raise ConfigError(f"sampler.random_fraction={random_fraction!r}: must be between "
                               "0 and 1")
         positive_int("sampler.min_points", min_points, 2, optional=True, error=ConfigError)
+        positive_int("sampler.fresh_tries", fresh_tries, error=ConfigError)
         self.random_fraction = random_fraction
         self.min_points = min_points
+        self.fresh_tries = fresh_tries
 
     def sample(self, space: SearchSpace, n: int, seed: int, bracket: int,
                history: Sequence[Observation],
@@ -62,8 +67,14 @@ class TpeSampler(Sampler):
 
         picked = []
         for i, trial in enumerate(trials):
-            hparams = (trial.hparams if coin.random() < self.random_fraction
-                       else ask(space, fitted, derive_seed(seed, bracket, STREAM + 1 + i)))
+            hparams = trial.hparams
+            if coin.random() >= self.random_fraction:
+                hparams = ask(space, fitted, derive_seed(seed, bracket, STREAM + 1 + i))
+                for retry in range(1, self.fresh_tries):  # the model asked again, afresh
+                    if fresh(hparams):
+                        break
+                    hparams = ask(space, fitted, derive_seed(seed, bracket, STREAM + 1 + i,
+                                                             retry))
             if not fresh(hparams):  # the first random draw still unused instead
                 hparams = next((t.hparams for t in trials if fresh(t.hparams)), hparams)
             used.add(space.grid_index(hparams))
