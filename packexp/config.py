@@ -270,6 +270,7 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
     scheduler.check_schedule()
     strategy = instantiate(cfg.strategy, "strategy")
     objective = instantiate(cfg.objective, "objective")
+    scheduler.check_objective(objective)
     budget_of(cfg)
     member_cap(cfg.pack.max_members)
     pack_settings(cfg.pack)

@@ -44,12 +44,13 @@ class RungResult:
     val_mse: float | None = None  # a regression's metrics (``val_loss`` is its MSE too)
     val_mae: float | None = None
     val_r2: float | None = None
+    params: int | None = None  # the member's parameter count, where the objective ranks by it
 
     def to_dict(self) -> dict[str, Any]:
-        """Its fields; a regression's metrics only where measured (a classification's
-        records stay as they were)."""
+        """Its fields; a regression's metrics and the parameter count only where recorded (a
+        classification's records ranked by accuracy stay as they were)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if v is not None or k not in REGRESSION_ONLY}
+                if v is not None or k not in WHERE_RECORDED}
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> RungResult:
@@ -57,7 +58,7 @@ class RungResult:
                       if f.name in record})
 
 
-REGRESSION_ONLY = ("val_mse", "val_mae", "val_r2")
+WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params")  # absent from a dict when None
 
 
 @dataclass(frozen=True)

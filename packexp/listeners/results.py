@@ -15,7 +15,7 @@ from packexp.events import (
     TrialEnded,
     TrialRecord,
 )
-from packexp.objectives import ACCURACY, Objective
+from packexp.objectives import ACCURACY, Objective, fronts
 from packexp.schedulers.pbt import schedule
 from packexp.search_space import Trial
 
@@ -55,6 +55,23 @@ class ResultsCollector(Listener):
 
     def on_trial_ended(self, event: TrialEnded) -> None:
         self.trials[event.trial_id].status = event.status
+
+    def front(self) -> list[dict] | None:
+        """Under several objectives, the Pareto front of the trials at their last scored
+        rungs (each trial once): ``trial_id``, ``hparams``, ``epochs`` and each goal's value,
+        in the order the trials were drawn; None under one objective."""
+        objective = self.objective
+        if not objective.several:
+            return None
+        last = [(t, scored[-1]) for t in self.trials.values()
+                if (scored := [r for r in t.rungs if objective.scores(r) is not None])]
+        if not last:
+            return []
+        front = fronts([objective.scores(r) for _, r in last])[0]
+        return [{"trial_id": t.trial_id, "hparams": t.hparams_at(r.epochs),
+                 "epochs": int(r.epochs) if float(r.epochs).is_integer() else r.epochs,
+                 **{name: getattr(r, name) for name, _ in objective.goals}}
+                for t, r in (last[i] for i in front)]
 
     def best(self) -> Best | None:
         """The trial and rung best by the objective (of two as good, the later epoch), and

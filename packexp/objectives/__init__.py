@@ -1,16 +1,19 @@
-"""What a search tunes for: one metric of each member's rung results, and whether higher or
-lower is better. Pure Python; one file per objective in ``conf/objective/``.
+"""What a search tunes for: one metric of each member's rung results, or several, and whether
+higher or lower is better. Pure Python; one file per objective in ``conf/objective/``.
 
 Everything that ranks reads the objective: Hyperband's halving, ASHA's promotions, a
 population's exploits, TPE, the best, the summary and the results. Each ranks by ``score``,
 the metric signed so that higher is better (a loss is negated), and reports ``value``, the
 metric as measured. A member whose metric is missing or not a number (it diverged) ranks last.
+Under several metrics halving and promotion rank by non-dominated front, then by crowding
+distance (``order``), as MO-ASHA does.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from packexp.checks import one_of
@@ -22,33 +25,71 @@ from packexp.checks import one_of
 CLASSIFICATION = ("val_accuracy", "val_loss", "train_loss")
 REGRESSION = ("val_mse", "val_mae", "val_r2", "val_loss", "train_loss")
 REGRESSION_METRICS = REGRESSION[:3]  # the metrics that make a search a regression
-METRICS = (*CLASSIFICATION, *REGRESSION_METRICS)
+#: ``params``: the member's parameter count (its model's weights, trainable or not), which
+#: depends on nothing but its own configuration.
+METRICS = (*CLASSIFICATION, *REGRESSION_METRICS, "params")
 MODES = ("max", "min")
 NAMES = {"val_accuracy": "validation accuracy", "val_loss": "validation loss",
          "train_loss": "training loss", "val_mse": "validation MSE",
-         "val_mae": "validation MAE", "val_r2": "validation R²"}
+         "val_mae": "validation MAE", "val_r2": "validation R²", "params": "parameters"}
 
 
 @dataclass(frozen=True)
 class Objective:
-    """``metric`` of each member's result (``METRICS``), ``max``imised or ``min``imised. A
-    regression metric (``val_mse``, ``val_mae``, ``val_r2``) makes the search a regression:
-    real-valued targets, one output, squared-error loss."""
+    """``metric`` of each member's result (``METRICS``), ``max``imised or ``min``imised; or
+    several, ``metrics``: ``[{name, mode}, ...]``, the first of which stands for the rest
+    where one number is wanted (``metric`` and ``mode`` are then its; TPE's model, the
+    best-so-far curve). A regression metric (``val_mse``, ``val_mae``, ``val_r2``) makes the
+    search a regression: real-valued targets, one output, squared-error loss."""
 
     metric: str = "val_accuracy"
     mode: str = "max"
+    metrics: Sequence[Mapping[str, str]] | None = field(default=None, compare=False)
+    goals: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        one_of("metric", self.metric, METRICS)
-        one_of("mode", self.mode, MODES)
+        if self.metrics is None:
+            goals = ((one_of("metric", self.metric, METRICS), one_of("mode", self.mode, MODES)),)
+        else:
+            if isinstance(self.metrics, str | Mapping) or not self.metrics:
+                raise ValueError(f"metrics={self.metrics!r}: must be a list of "
+                                 "{name: <metric>, mode: max|min}")
+            goals = tuple(_goal(i, m) for i, m in enumerate(self.metrics))
+            if len({name for name, _ in goals}) < len(goals):
+                raise ValueError(f"metrics: {[n for n, _ in goals]} names a metric twice")
+            object.__setattr__(self, "metric", goals[0][0])
+            object.__setattr__(self, "mode", goals[0][1])
+        if any(n in REGRESSION_METRICS for n, _ in goals) and any(
+                n == "val_accuracy" for n, _ in goals):
+            raise ValueError("metrics: val_accuracy is a classification's, val_mse, val_mae and "
+                             "val_r2 a regression's; a search is one or the other")
+        object.__setattr__(self, "goals", goals)
+        object.__setattr__(self, "metrics", None)
+
+    @property
+    def several(self) -> bool:
+        """Whether it ranks by several metrics (a Pareto front)."""
+        return len(self.goals) > 1
+
+    def scores(self, result: Any) -> tuple[float, ...] | None:
+        """Every goal's score (higher is better); None where any is missing."""
+        out = []
+        for name, mode in self.goals:
+            value = _finite(getattr(result, name, None))
+            if value is None:
+                return None
+            out.append(value if mode == "max" else -value)
+        return tuple(out)
+
+    def rank_score(self, result: Any) -> float | tuple[float, ...] | None:
+        """What the policies rank a result by (``order``): ``score``, or under several
+        metrics every goal's."""
+        return self.scores(result) if self.several else self.score(result)
 
     def value(self, result: Any) -> float | None:
         """The metric of ``result`` (a ``RungResult`` or anything with the attribute); None
         where it is missing or not a number."""
-        value = getattr(result, self.metric, None)
-        if value is None or not math.isfinite(value):
-            return None
-        return float(value)
+        return _finite(getattr(result, self.metric, None))
 
     def score(self, result: Any) -> float | None:
         """``value`` signed so that higher is better; None ranks last."""
@@ -78,8 +119,82 @@ class Objective:
         return self.name if self.mode == usual else (
             f"{self.name} ({'higher' if self.mode == 'max' else 'lower'} is better)")
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
+        if self.several:
+            return {"metrics": [{"name": n, "mode": m} for n, m in self.goals]}
         return {"metric": self.metric, "mode": self.mode}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Objective:
+        return cls(metrics=record["metrics"]) if "metrics" in record else cls(**record)
+
+
+def _goal(i: int, metric: Any) -> tuple[str, str]:
+    if not isinstance(metric, Mapping) or set(metric) - {"name", "mode"} or "name" not in metric:
+        raise ValueError(f"metrics[{i}]={metric!r}: must be {{name: <metric>, mode: max|min}}")
+    return (one_of(f"metrics[{i}].name", metric["name"], METRICS),
+            one_of(f"metrics[{i}].mode", metric.get("mode", "max"), MODES))
+
+
+def _finite(value: Any) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def order(scores: Sequence[float | tuple[float, ...] | None]) -> list[int]:
+    """Positions of ``scores`` from best to worst (higher is better). Numbers rank by value;
+    tuples (several goals) by non-dominated front, then, within a front, by crowding distance
+    (the larger first: the front's ends, then its sparser parts), as MO-ASHA ranks. Missing
+    scores (None or NaN) rank last; ties keep their order, so the ranking is deterministic."""
+    valid = [i for i, s in enumerate(scores) if s is not None and not _nan(s)]
+    rest = [i for i in range(len(scores)) if i not in set(valid)]
+    if not valid or not isinstance(scores[valid[0]], tuple):
+        return sorted(valid, key=lambda i: (-scores[i], i)) + rest  # type: ignore[operator]
+    ranked: list[int] = []
+    for front in fronts([scores[i] for i in valid]):  # type: ignore[misc]
+        distance = crowding([scores[valid[j]] for j in front])  # type: ignore[misc]
+        ranked += [valid[j] for _, j in sorted(zip(distance, front, strict=True),
+                                               key=lambda d: (-d[0], d[1]))]
+    return ranked + rest
+
+
+def _nan(score: float | tuple[float, ...]) -> bool:
+    return any(math.isnan(s) for s in score) if isinstance(score, tuple) else math.isnan(score)
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether ``a`` is at least as good as ``b`` in every goal and better in one."""
+    return all(x >= y for x, y in zip(a, b, strict=True)) and any(
+        x > y for x, y in zip(a, b, strict=True))
+
+
+def fronts(points: Sequence[Sequence[float]]) -> list[list[int]]:
+    """The points' non-dominated fronts, first the Pareto front; each in the points' order."""
+    left, out = list(range(len(points))), []
+    while left:
+        front = [i for i in left if not any(dominates(points[j], points[i]) for j in left)]
+        out.append(front)
+        left = [i for i in left if i not in front]
+    return out
+
+
+def crowding(points: Sequence[Sequence[float]]) -> list[float]:
+    """Each point's crowding distance within its front (NSGA-II): infinite at each goal's
+    ends, else the sum over goals of its neighbours' gap, normalised by the goal's range."""
+    n = len(points)
+    distance = [0.0] * n
+    if n <= 2:
+        return [math.inf] * n
+    for g in range(len(points[0])):
+        by = sorted(range(n), key=lambda i: points[i][g])
+        low, high = points[by[0]][g], points[by[-1]][g]
+        distance[by[0]] = distance[by[-1]] = math.inf
+        if high == low:
+            continue
+        for k in range(1, n - 1):
+            distance[by[k]] += (points[by[k + 1]][g] - points[by[k - 1]][g]) / (high - low)
+    return distance
 
 
 #: The default: validation accuracy, higher is better (packexp's behaviour before objectives).

@@ -160,12 +160,14 @@ class Pack:
             if self.data.regression:  # c and s: the squared and the absolute errors summed
                 metrics = regression_metrics(float(c), float(s), self.data.dataset.y_val)
                 ok = all(math.isfinite(v) for v in metrics.values())
-                out[m.trial_id] = (Evaluation(None, metrics["val_mse"], **metrics) if ok
+                out[m.trial_id] = (Evaluation(None, metrics["val_mse"], **metrics,
+                                              params=m.model.count_params()) if ok
                                    else Evaluation(None, None))
                 continue
             loss = s / n
             ok = math.isfinite(loss)
-            out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None)
+            out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None,
+                                         params=m.model.count_params())
         return out
 
     def free(self, trial_id: str, directory: str | Path) -> str:

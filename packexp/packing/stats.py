@@ -50,6 +50,7 @@ class Evaluation:
     val_mse: float | None = None
     val_mae: float | None = None
     val_r2: float | None = None
+    params: int | None = None  # the member's parameter count
 
 
 def account(group: list[Member], ks: list[int], mean_losses: np.ndarray,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from packexp.objectives import NAMES as NAME
 from packexp.records.results import RungView, objective_of
 
 log = logging.getLogger(__name__)
@@ -17,6 +18,7 @@ TIMELINE = "timeline.png"
 PREDICTED = "predicted.png"
 BEST_SO_FAR = "best_so_far.png"
 POPULATION = "population.png"
+PARETO = "pareto.png"
 
 # A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
 # blindness); the keys are packexp.records.results.PHASES, and a test keeps the two in step.
@@ -34,8 +36,8 @@ PHASE_LABELS = {
 
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """Draws ``timeline.png``, ``best_so_far.png``, where packs carry a cost model's
-    ``predicted_s`` ``predicted.png``, and for a population (``scheduler=pbt``)
-    ``population.png`` into ``out_dir``.
+    ``predicted_s`` ``predicted.png``, for a population (``scheduler=pbt``)
+    ``population.png``, and under several objectives ``pareto.png`` into ``out_dir``.
 
     A plot that cannot be drawn is a warning: pictures never fail a finished search.
 
@@ -48,6 +50,8 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         drawings.append((PREDICTED, predicted_vs_measured))
     if any(t.get("lineage") for t in results["trials"]):
         drawings.append((POPULATION, population))
+    if results.get("pareto_front"):
+        drawings.append((PARETO, pareto))
     for name, draw in drawings:
         try:
             written.append(draw(results, Path(out_dir) / name))
@@ -367,6 +371,43 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def pareto(results: Mapping[str, Any], path: Path) -> Path:
+    """Saves ``pareto_figure(results)`` to ``path``."""
+    pareto_figure(results).savefig(path, dpi=110)
+    return path
+
+
+def pareto_figure(results: Mapping[str, Any]) -> Any:
+    """Every trial at its last scored rung in the first two goals, the Pareto front joined."""
+    objective = objective_of(results)
+    (x_name, _), (y_name, _) = objective.goals[:2]
+    points = []
+    for t in results["trials"]:
+        scored = [r for r in t["rungs"] if objective.scores(RungView(r)) is not None]
+        if scored:
+            points.append((t["trial_id"], scored[-1][x_name], scored[-1][y_name]))
+    front = {e["trial_id"] for e in results["pareto_front"]}
+    fig, ax = _figure((7, 5))
+    ax.scatter([p[1] for p in points if p[0] not in front],
+               [p[2] for p in points if p[0] not in front], s=18, alpha=0.5, color="0.55",
+               label="trial (its last scored rung)")
+    on = sorted((p for p in points if p[0] in front), key=lambda p: p[1])
+    ax.plot([p[1] for p in on], [p[2] for p in on], "o-", color="#D55E00",
+            label=f"Pareto front ({len(on)} trials)")
+    for trial_id, x, y in on:
+        ax.annotate(trial_id, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel(NAME.get(x_name, x_name))
+    ax.set_ylabel(NAME.get(y_name, y_name))
+    if "params" in (x_name, y_name):  # model sizes span orders of magnitude
+        (ax.set_xscale if x_name == "params" else ax.set_yscale)("log")
+    ax.grid(linewidth=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(f"Pareto front ({' and '.join(f'{n} {m}' for n, m in objective.goals)})",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def population(results: Mapping[str, Any], path: Path) -> Path:

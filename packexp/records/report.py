@@ -37,6 +37,13 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                       f"{epochs:g}", f"{objective.signed(score):.4f}")
     console = _console(160)
     console.print(table)
+    if results.get("pareto_front"):
+        front = results["pareto_front"]
+        names = [n for n, _ in objective.goals]
+        console.print(f"Pareto front of {' and '.join(names)} ({len(front)} trials, "
+                      "plots/pareto.png): " + ", ".join(
+                          f"{e['trial_id']} (" + ", ".join(f"{e[n]:.4g}" for n in names) + ")"
+                          for e in front))
     if results.get("stopped"):
         console.print(f"stopped early ({results['stopped']}); resume=true with a larger budget "
                       "goes on where it stopped")

@@ -58,6 +58,15 @@ class SearchResult:
         return self.best.get("value", self.best["val_accuracy"]) if self.best else None
 
     @property
+    def best_trials(self) -> list[dict[str, Any]]:
+        """Under several objectives, the Pareto front: each trial not dominated in every
+        goal by another, at its last scored rung (``trial_id``, ``hparams``, ``epochs`` and
+        each goal's value); under one, ``[best]`` (Optuna's ``Study.best_trials``)."""
+        if "pareto_front" in self.results:
+            return list(self.results["pareto_front"])
+        return [self.best] if self.best else []
+
+    @property
     def best_params(self) -> dict[str, Any] | None:
         """The best trial's hyper-parameters (Optuna's ``Study.best_params``)."""
         return dict(self.best["hparams"]) if self.best else None

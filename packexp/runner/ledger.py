@@ -55,6 +55,10 @@ class Ledger:
     starts: dict[str, tuple[Any, int]] = field(default_factory=dict)
     _probed: float = 0.0
 
+    @property
+    def _counts_params(self) -> bool:
+        return any(name == "params" for name, _ in self.book.objective.goals)
+
     def finish(self) -> None:
         """Ends the trials still running as ``killed``: the search is over."""
         for trial_id, record in self.book.trials.items():
@@ -115,7 +119,8 @@ class Ledger:
                 m.train_loss if m.train_loss is not None and math.isfinite(m.train_loss)
                 else None, pack_id, checkpoints[m.trial_id], m.failed,
                 getattr(ev, "val_mse", None), getattr(ev, "val_mae", None),
-                getattr(ev, "val_r2", None))
+                getattr(ev, "val_r2", None),
+                getattr(ev, "params", None) if self._counts_params else None)
             before = self.book.trials[m.trial_id].last
             self.emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,

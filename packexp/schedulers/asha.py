@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.checks import is_number, positive_int
 from packexp.errors import ConfigError
+from packexp.objectives import order
 from packexp.schedulers.base import (
     Bracket,
     Decision,
@@ -182,7 +183,8 @@ class Asha(HalvingScheduler):
         return self._unpromotable()
 
     def on_result(self, result: RungResult) -> list[Retire]:
-        self.state.record(result.trial_id, result.rung, self.search.objective.score(result))
+        self.state.record(result.trial_id, result.rung,
+                          self.search.objective.rank_score(result))
         done = [Retire(result.trial_id, "finished")] if result.rung == self.state.top else []
         return done + self._unpromotable()
 
@@ -224,17 +226,15 @@ def promotable(results: Sequence[Sequence[tuple[str, float | None]]],
     """
     out = []
     for k in range(len(results) - 2, -1, -1):
-        def rank(i: int, scores=results[k]) -> tuple[float, int]:
-            score = scores[i][1]
-            return (-score if _valid(score) else math.inf, i)
-
-        top = sorted(range(len(results[k])), key=rank)[:len(results[k]) // eta]
+        top = order([score for _, score in results[k]])[:len(results[k]) // eta]
         out += [(results[k][i][0], k + 1) for i in top
                 if _valid(results[k][i][1]) and results[k][i][0] not in promoted[k]]
     return out
 
 
-def _valid(score: float | None) -> bool:
+def _valid(score: float | tuple[float, ...] | None) -> bool:
+    if isinstance(score, tuple):
+        return not any(math.isnan(s) for s in score)
     return score is not None and not math.isnan(score)
 
 

@@ -190,6 +190,9 @@ class Scheduler(abc.ABC):
     def check_space(self, space: SearchSpace) -> None:  # noqa: B027 (most take any space)
         """Refuses a search space this scheduler cannot search (a ``ConfigError``)."""
 
+    def check_objective(self, objective: Objective) -> None:  # noqa: B027 (most rank any)
+        """Refuses an objective this scheduler cannot rank by (a ``ConfigError``)."""
+
     def check_schedule(self) -> None:  # noqa: B027 (a schedule may be any shape)
         """Refuses settings under which the schedule never stops a configuration early (a
         ``ConfigError`` naming the key and the nearest value that works): a search a user

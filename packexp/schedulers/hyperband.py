@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from packexp.errors import ConfigError
+from packexp.objectives import order
 from packexp.schedulers.base import (
     Bracket,
     Decision,
@@ -119,8 +120,8 @@ class RungByRung:
         if plan.rung and self.at == (b, plan.rung - 1):
             ranked = keep_best(self.trials, self.scores, len(self.trials)) if self.halve \
                 else self.trials
-            order = {t.trial_id: k for k, t in enumerate(ranked)}
-            trials = sorted(plan.trials, key=lambda t: order.get(t.trial_id, math.inf))
+            position = {t.trial_id: k for k, t in enumerate(ranked)}
+            trials = sorted(plan.trials, key=lambda t: position.get(t.trial_id, math.inf))
         else:
             trials = list(plan.trials)
         kept = set(plan.trial_ids)
@@ -135,7 +136,7 @@ class RungByRung:
         if self.at is None or (self.brackets[self.at[0]].s, self.at[1]) != (result.bracket,
                                                                            result.rung):
             return []  # not the rung planned last: nothing it decides waits on it
-        self.scores[result.trial_id] = self.objective.score(result)
+        self.scores[result.trial_id] = self.objective.rank_score(result)
         b, i = self.at
         if self.complete and i + 1 == len(self.brackets[b].rungs):
             return [Retire(t.trial_id, "finished") for t in self.trials]
@@ -143,17 +144,11 @@ class RungByRung:
 
 
 def keep_best(
-    trials: Sequence[Trial], scores: Mapping[str, float | None], k: int
+    trials: Sequence[Trial], scores: Mapping[str, float | tuple[float, ...] | None], k: int
 ) -> list[Trial]:
-    """The ``k`` trials with the highest score; failed (None or NaN) ones rank last.
+    """The ``k`` trials with the highest score (several goals: by front, then crowding,
+    ``objectives.order``); failed (None or NaN) ones rank last.
 
     Ties keep sampling order, so the choice is deterministic.
     """
-
-    def rank(item: tuple[int, Trial]) -> tuple[float, int]:
-        i, trial = item
-        score = scores.get(trial.trial_id)
-        valid = score is not None and not math.isnan(score)
-        return (-score if valid else math.inf, i)
-
-    return [t for _, t in sorted(enumerate(trials), key=rank)[:k]]
+    return [trials[i] for i in order([scores.get(t.trial_id) for t in trials])[:k]]

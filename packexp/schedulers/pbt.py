@@ -105,6 +105,13 @@ class Pbt(Scheduler):
                           f"interval ends before the last epoch, so no member is ever "
                           f"exploited; the largest interval that works is {self.R - 1}")
 
+    def check_objective(self, objective: Objective) -> None:
+        """A population copies the best into the worst: it needs one order, not a front."""
+        if objective.several:
+            raise ConfigError(f"objective.metrics: scheduler=pbt ranks by one metric, and "
+                              f"{[n for n, _ in objective.goals]} are several; use one "
+                              "(objective.metric=...) or scheduler=hyperband or asha")
+
     def check_space(self, space: SearchSpace) -> None:
         """A population finds its learning rate's schedule itself; an ``lr_schedule``, whose
         progress counts its member's updates, would be moved by an exploit that changes the

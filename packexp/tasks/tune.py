@@ -100,7 +100,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 else startup.phases(job_started, search.first_pack_at),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
                 memory_probes=probes.summary(),
-                workers=executor.usage(), stopped=search.stopped)
+                workers=executor.usage(), stopped=search.stopped,
+                **({} if (front := book.front()) is None else {"pareto_front": front}))
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)

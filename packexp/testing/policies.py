@@ -33,14 +33,14 @@ Made = Planned | Exploits | Retire
 
 
 def simulate(policy: Scheduler, space: SearchSpace,
-             score: Callable[[Trial, float], float | None], seed: int = 0,
+             score: Callable[[Trial, float], float | Mapping[str, float] | None], seed: int = 0,
              draw: Callable[[int, int], list[Trial]] | None = None,
              fits: Callable[[Mapping[str, Any], Mapping[str, Any]], bool] = lambda a, b: True,
              max_members: int = 8, objective: Objective = ACCURACY) -> list[Made]:
     """Runs ``policy`` to its end: each plan's trials are scored at once, by ``score(trial,
-    epochs)`` (the value of ``objective``'s metric; None: the member diverged and ends
-    ``failed``), in plan order. Returns what was made, in order: plans, exploits,
-    retirements.
+    epochs)`` (the value of ``objective``'s metric, or a dict of every metric's under
+    several; None: the member diverged and ends ``failed``), in plan order. Returns what
+    was made, in order: plans, exploits, retirements.
 
     Every plan trains at once and nothing waits (``decide(0)``): for a synchronous policy
     (Hyperband, PBT) the decisions the runner carries out; for ASHA, those of a runner whose
@@ -101,7 +101,8 @@ def simulate(policy: Scheduler, space: SearchSpace,
                     if value is None:
                         carry_out([Retire(t.trial_id, "failed")])
                     metrics = {"val_accuracy": None, "val_loss": None, "train_loss": None,
-                               objective.metric: value}
+                               **(value if isinstance(value, Mapping)
+                                  else {objective.metric: value})}
                     carry_out(policy.on_result(RungResult(
                         t.trial_id, d.bracket, d.rung, epochs, 0, **metrics,
                         pack_id=f"{d.key or f'b{d.bracket}-r{d.rung}'}-p00", checkpoint=None,

@@ -15,6 +15,7 @@ from packexp.events import (
     PackFinished,
     PackRecord,
     RungPlanned,
+    SearchFinished,
     Summary,
     TrialEnded,
 )
@@ -148,6 +149,14 @@ class MlflowTracker(Tracker):
 
     def on_trial_ended(self, event: TrialEnded) -> None:
         self.end_trial(event.trial_id, STATUS[event.status])
+
+    def on_search_finished(self, event: SearchFinished) -> None:
+        """Under several objectives, tags each trial run of the Pareto front
+        ``pareto_front=true``: filter the front in the UI with ``tags.pareto_front = 'true'``."""
+        for entry in event.results.get("pareto_front") or []:
+            if entry["trial_id"] in self._logged:
+                self._post("tag the Pareto front", "log_trial_rung", entry["trial_id"], {},
+                           {"pareto_front": "true"}, [], _now_ms())
 
     def on_summary(self, event: Summary) -> None:
         if event.metrics or event.tags:
