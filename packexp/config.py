@@ -17,10 +17,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from packexp.budget import Budget
 from packexp.checks import flag, positive_int
+from packexp.dimensions import Choice, IntRange
 from packexp.errors import ConfigError
 from packexp.objectives import Objective
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
-from packexp.search_space import Choice, IntRange, SearchSpace, Trial
+from packexp.search_space import SearchSpace, Trial
 
 
 def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) -> Any:
@@ -317,7 +318,7 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
     values = {k: dim.values if isinstance(dim, Choice) else (dim.low, dim.high)
               for k, dim in space.dims.items()}
     variants = [first] + [{**first, k: v} for k, vs in model_hparams(values).items()
-                          for v in vs if v != first[k]]
+                          for v in vs if v != first.get(k)]
     where = f"model: cannot build for {dataset.name} {list(dataset.input_shape)}"
     built = None  # the first configuration's model
     for i, hparams in enumerate(variants):

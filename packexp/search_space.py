@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import abc
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from packexp.dimensions import Choice, Dimension, dimension
 from packexp.errors import ConfigError
 from packexp.pack_options import RUNTIME_HPARAMS, activation_of, lr_schedule_of, rule_for
 
@@ -67,217 +67,6 @@ def derive_seed(*entropy: int) -> int:
 GRID_LIMIT = 2**63 - 1
 
 
-class Dimension(abc.ABC):
-    """One hyper-parameter: its values, how one is drawn, and its place in the embedding."""
-
-    kind: ClassVar[str]
-    name: str
-    values: Sequence[Any] | None  # every value, in order; None for a continuum
-
-    @property
-    def size(self) -> int | float:
-        return math.inf if self.values is None else len(self.values)
-
-    @property
-    @abc.abstractmethod
-    def first(self) -> Any:
-        """The first value: a choice's first, a range's ``low``."""
-
-    @abc.abstractmethod
-    def value(self, index: int) -> Any:
-        """The value at ``index`` of ``values``, as a plain Python value."""
-
-    @abc.abstractmethod
-    def sample(self, rng: np.random.Generator) -> Any:
-        """One value drawn from ``rng``, as a plain Python value."""
-
-    @abc.abstractmethod
-    def coordinate(self, value: Any) -> tuple[float, ...]:
-        """The value's place in the embedding whose L1 distance is the kNN distance."""
-
-    @property
-    def where(self) -> str:
-        return f"search_space.params.{self.name}"
-
-
-@dataclass(frozen=True)
-class Choice(Dimension):
-    """A value list, in order: ``[a, b, c]`` or ``{kind: choice, values: [a, b, c]}``.
-
-    A numeric choice's coordinate is the value's index in the list; a categorical one's is a
-    one-hot vector scaled by 1/2, so two different values are at distance 1.
-    """
-
-    kind: ClassVar[str] = "choice"
-    name: str
-    values: tuple[Any, ...]
-    categorical: bool = False
-
-    def __post_init__(self) -> None:
-        values = self.values
-        if isinstance(values, str | Mapping) or not isinstance(values, Sequence) or not values:
-            raise ConfigError(f"{self.where}={values!r}: needs a non-empty list of values")
-        if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"{self.where}={list(values)}: repeats a value")
-        object.__setattr__(self, "values", tuple(values))
-
-    @property
-    def first(self) -> Any:
-        return self.value(0)
-
-    def value(self, index: int) -> Any:
-        return _plain(self.values[index])
-
-    def sample(self, rng: np.random.Generator) -> Any:
-        return self.value(int(rng.integers(len(self.values))))
-
-    def coordinate(self, value: Any) -> tuple[float, ...]:
-        index = self.values.index(value)
-        if self.categorical:
-            return tuple(0.5 if i == index else 0.0 for i in range(len(self.values)))
-        return (float(index),)
-
-
-@dataclass(frozen=True)
-class IntRange(Dimension):
-    """The integers ``low, low + step, ..., high``: ``{kind: int, low, high, step}``.
-
-    ``step`` defaults to 1, and ``high - low`` must be a multiple of it, so that ``high`` is a
-    value. The coordinate is normalised like a float range's, ``(x - low) / (high - low)``
-    (0 when ``low == high``): the whole range spans distance 1, whatever its step.
-    """
-
-    kind: ClassVar[str] = "int"
-    name: str
-    low: int
-    high: int
-    step: int = 1
-
-    def __post_init__(self) -> None:
-        for key in ("low", "high", "step"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{self.where}: {key}={value!r} is not an integer")
-        if self.step < 1:
-            raise ConfigError(f"{self.where}: step={self.step} must be an integer >= 1")
-        if self.low > self.high:
-            raise ConfigError(f"{self.where}: low={self.low} > high={self.high}")
-        if (self.high - self.low) % self.step:
-            last = self.high - (self.high - self.low) % self.step
-            raise ConfigError(f"{self.where}: high={self.high} is not low={self.low} plus a "
-                              f"multiple of step={self.step}; the last value would be {last}, "
-                              f"so write high={last}")
-
-    @property
-    def values(self) -> range:
-        return range(self.low, self.high + 1, self.step)
-
-    @property
-    def first(self) -> int:
-        return self.low
-
-    def value(self, index: int) -> int:
-        return self.low + index * self.step
-
-    def sample(self, rng: np.random.Generator) -> int:
-        return self.value(int(rng.integers(len(self.values))))
-
-    def coordinate(self, value: Any) -> tuple[float, ...]:
-        span = self.high - self.low
-        return ((value - self.low) / span if span else 0.0,)
-
-
-@dataclass(frozen=True)
-class FloatRange(Dimension):
-    """Real numbers from ``low`` to ``high``: ``{kind: float, low, high, log}``.
-
-    Drawn uniformly, or uniformly in log space with ``log: true`` (then ``low > 0``). The
-    coordinate is the value's place in the space it is drawn from: ``(x - low) / (high -
-    low)``, or ``(log x - log low) / (log high - log low)``; the range spans distance 1.
-    """
-
-    kind: ClassVar[str] = "float"
-    name: str
-    low: float
-    high: float
-    log: bool = False
-
-    def __post_init__(self) -> None:
-        for key in ("low", "high"):
-            object.__setattr__(self, key, self._bound(key, getattr(self, key)))
-        if not isinstance(self.log, bool):
-            raise ConfigError(f"{self.where}: log={self.log!r} must be true or false")
-        if self.low > self.high:
-            raise ConfigError(f"{self.where}: low={self.low} > high={self.high}")
-        if self.low == self.high:
-            raise ConfigError(f"{self.where}: low=high={self.low}; a float range needs low < "
-                              f"high (a fixed value is a one-value list, [{self.low}])")
-        if self.log and self.low <= 0:
-            raise ConfigError(f"{self.where}: log=true needs low > 0, not low={self.low}")
-
-    def _bound(self, key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{self.where}: {key}={value!r} is not a number")
-        if not math.isfinite(value):
-            raise ConfigError(f"{self.where}: {key}={value!r} must be finite")
-        return float(value)
-
-    @property
-    def values(self) -> None:
-        return None
-
-    @property
-    def first(self) -> float:
-        return self.low
-
-    def value(self, index: int) -> float:
-        raise TypeError(f"{self.where}: a float range has no values to index")
-
-    def sample(self, rng: np.random.Generator) -> float:
-        if self.log:
-            x = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
-        else:
-            x = rng.uniform(self.low, self.high)
-        return float(min(max(x, self.low), self.high))  # exp's rounding may step outside
-
-    def coordinate(self, value: Any) -> tuple[float, ...]:
-        if self.log:
-            return ((math.log(value) - math.log(self.low))
-                    / (math.log(self.high) - math.log(self.low)),)
-        return ((value - self.low) / (self.high - self.low),)
-
-
-KINDS: dict[str, type[Dimension]] = {"choice": Choice, "int": IntRange, "float": FloatRange}
-
-
-def dimension(name: str, spec: Any, categorical: bool = False) -> Dimension:
-    """A dimension from its config: a list is a choice; a mapping names its ``kind``.
-
-    Raises:
-        ConfigError: One line naming ``search_space.params.<name>`` and what is wrong.
-    """
-    if not isinstance(spec, Mapping):
-        return Choice(name, spec, categorical)
-    where = f"search_space.params.{name}"
-    spec = dict(spec)
-    kind = spec.pop("kind", None)
-    if kind not in KINDS:
-        raise ConfigError(f"{where}: kind={kind!r} is not one of {', '.join(KINDS)}")
-    cls = KINDS[kind]
-    keys = [f.name for f in fields(cls) if f.name not in ("name", "categorical")]
-    unknown = sorted(set(spec) - set(keys))
-    if unknown:
-        raise ConfigError(f"{where}: {unknown[0]!r} is not a key of kind={kind} (it takes "
-                          f"{', '.join(keys)})")
-    missing = [f.name for f in fields(cls) if f.name in keys and f.default is MISSING
-               and f.name not in spec]
-    if missing:
-        raise ConfigError(f"{where}: kind={kind} needs {' and '.join(missing)}")
-    if cls is Choice:
-        return Choice(name, spec["values"], categorical)
-    return cls(name, **spec)
-
-
 class SearchSpace:
     """Hyper-parameters, each a value list (a choice), an int range or a float range.
 
@@ -293,18 +82,37 @@ class SearchSpace:
     - a range, int or float: the gap normalised to the range, ``|x - y| / (high - low)``,
       taken in log space with ``log: true``; a range adds at most 1.
 
+    A mapping may add ``when: {parent: [values]}``: the hyper-parameter is active only where
+    each named parent (a choice) takes one of its values, and absent from a trial otherwise,
+    never defaulted (``momentum: {kind: float, low: 0.5, high: 0.99, when: {optimizer:
+    [momentum]}}``). Parents may be conditional themselves, in any order, but not in a cycle.
+    A conditional space is sampled without repeats over its distinct configurations (each
+    with its inactive hyper-parameters left out); in the kNN distance a conditional
+    hyper-parameter adds 1 where one trial has it and the other not.
+
     Attributes:
         dims: Each hyper-parameter's ``Dimension``, in config order.
         params: The value list of each finite dimension (a float range has none): a tuple
             for a choice, a ``range`` for an int range.
         categorical: Names of the choices measured by equality.
+        conditions: Each conditional hyper-parameter's parents and their values.
     """
 
     def __init__(self, params: Mapping[str, Any], categorical: Sequence[str] = ()) -> None:
         if not params:
             raise ConfigError("search_space.params: is empty; give at least one value list")
+        self.conditions: dict[str, dict[str, tuple[Any, ...]]] = {}
+        specs = {}
+        for name, spec in params.items():
+            if isinstance(spec, Mapping) and "when" in spec:
+                spec = dict(spec)
+                self.conditions[name] = spec.pop("when")
+            specs[name] = spec
         self.dims: dict[str, Dimension] = {
-            name: dimension(name, spec, name in categorical) for name, spec in params.items()}
+            name: dimension(name, spec, name in categorical) for name, spec in specs.items()}
+        self.conditions = {name: _condition(name, when, self.dims)
+                           for name, when in self.conditions.items()}
+        self.order = _in_order(self.conditions, list(self.dims))
         unknown = set(categorical) - set(self.dims)
         if unknown:
             raise ConfigError(
@@ -322,7 +130,40 @@ class SearchSpace:
     @property
     def size(self) -> int | float:
         """How many configurations the space holds; ``math.inf`` with a float range."""
+        if self.conditions and self._listed() is not None:
+            return len(self._listed())
         return math.prod(dim.size for dim in self.dims.values())
+
+    def active(self, name: str, values: Mapping[str, Any]) -> bool:
+        """Whether ``name`` is part of a configuration with ``values``: it has no condition,
+        or each parent it names is present with one of its values."""
+        return all(parent in values and values[parent] in allowed
+                   for parent, allowed in self.conditions.get(name, {}).items())
+
+    def project(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` without the hyper-parameters their conditions leave out, in config
+        order (a parent decides before its children, whatever their order)."""
+        kept: dict[str, Any] = {}
+        for name in self.order:
+            if name in values and self.active(name, kept):
+                kept[name] = values[name]
+        return {name: kept[name] for name in self.dims if name in kept}
+
+    def _listed(self) -> list[dict[str, Any]] | None:
+        """A conditional space's distinct configurations in grid order, where its grid is at
+        most ``LIST_LIMIT`` (None beyond, or with a float range)."""
+        if "_configs" not in self.__dict__:
+            grid = math.prod(dim.size for dim in self.dims.values())
+            configs = None
+            if grid <= LIST_LIMIT:
+                seen: dict[tuple, dict[str, Any]] = {}
+                names = list(self.dims)
+                for combo in itertools.product(*(self.dims[n].values for n in names)):
+                    config = self.project(dict(zip(names, combo, strict=True)))
+                    seen.setdefault(tuple(config.items()), config)
+                configs = list(seen.values())
+            self.__dict__["_configs"] = configs
+        return self.__dict__["_configs"]
 
     @property
     def structures(self) -> int | float:
@@ -342,13 +183,22 @@ class SearchSpace:
 
     @property
     def first(self) -> dict[str, Any]:
-        """The first configuration: each choice's first value, each range's ``low``."""
-        return {name: dim.first for name, dim in self.dims.items()}
+        """The first configuration: each choice's first value, each range's ``low`` (the
+        hyper-parameters the first values leave active)."""
+        return self.project({name: dim.first for name, dim in self.dims.items()})
 
     def features(self, hparams: Mapping[str, Any]) -> tuple[float, ...]:
-        """Embeds a configuration so that L1 distance is the kNN distance (class docstring)."""
-        return tuple(x for name, dim in self.dims.items()
-                     for x in dim.coordinate(hparams[name]))
+        """Embeds a configuration so that L1 distance is the kNN distance (class docstring).
+        A conditional hyper-parameter adds a presence coordinate and, where absent, sits at
+        its first value."""
+        out: list[float] = []
+        for name, dim in self.dims.items():
+            if name in self.conditions:
+                out.append(float(name in hparams))
+                out += dim.coordinate(hparams.get(name, dim.first))
+            else:
+                out += dim.coordinate(hparams[name])
+        return tuple(out)
 
     def distance(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
         return float(np.abs(np.subtract(self.features(a), self.features(b))).sum())
@@ -376,7 +226,9 @@ class SearchSpace:
         """
         rng = np.random.default_rng(derive_seed(seed, bracket, 0))
         dims = list(self.dims.values())
-        if self.size <= GRID_LIMIT:
+        if self.conditions:
+            configs = self._sample_conditional(rng, n, drawn)
+        elif self.size <= GRID_LIMIT:
             used = sorted({i for i in map(self.grid_index, drawn) if i is not None})
             picks = (rng.choice(self.size, size=min(n, self.size), replace=False) if not used
                      else _unused_first(rng, int(self.size), used, n))
@@ -388,7 +240,7 @@ class SearchSpace:
             configs = [[dim.sample(rng) for dim in dims] for _ in range(n)]
         trials = []
         for i, config in enumerate(configs):
-            hparams = dict(zip(self.dims, config, strict=True))
+            hparams = config if self.conditions else dict(zip(self.dims, config, strict=True))
             trials.append(
                 Trial(
                     trial_id=f"b{bracket}-t{i:03d}",
@@ -400,9 +252,51 @@ class SearchSpace:
             )
         return trials
 
+    def _sample_conditional(self, rng: np.random.Generator, n: int,
+                            drawn: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """A conditional space's draw: without repeats over its listed configurations (those
+        not ``drawn`` first), or, where it lists none, each hyper-parameter drawn in turn,
+        parents first, those left inactive skipped."""
+        listed = self._listed()
+        if listed is None:
+            seen = {self.identity(h) for h in drawn}
+            configs = []
+            for _ in range(n):
+                for _attempt in range(REDRAWS):  # a repeat drawn again, while it may differ
+                    config: dict[str, Any] = {}
+                    for name in self.order:
+                        if self.active(name, config):
+                            config[name] = self.dims[name].sample(rng)
+                    config = {k: config[k] for k in self.dims if k in config}
+                    if self.identity(config) not in seen:
+                        break
+                seen.add(self.identity(config))
+                configs.append(config)
+            return configs
+        used = sorted({i for i in map(self.grid_index, drawn) if i is not None})
+        picks = (rng.choice(len(listed), size=min(n, len(listed)), replace=False) if not used
+                 else _unused_first(rng, len(listed), used, n))
+        return [dict(listed[int(i)]) for i in picks]
+
+    def identity(self, hparams: Mapping[str, Any]) -> Any:
+        """What tells two configurations apart for the no-repeat rule: the grid index (None
+        with a float range: its draws never repeat); a conditional space's, its active values
+        (a configuration whose float ranges are all inactive can repeat)."""
+        if self.conditions and self._listed() is None:
+            return tuple(self.project(hparams).items())
+        return self.grid_index(hparams)
+
     def grid_index(self, hparams: Mapping[str, Any]) -> int | None:
         """The configuration's place in the grid (``sample``'s flat index); None if one of
         its values is not in the space (a journal of another space)."""
+        if self.conditions:
+            listed = self._listed()
+            if listed is None:
+                return None
+            key = tuple(self.project(hparams).items())
+            if "_index" not in self.__dict__:
+                self.__dict__["_index"] = {tuple(c.items()): i for i, c in enumerate(listed)}
+            return self.__dict__["_index"].get(key)
         index = 0
         for name, dim in self.dims.items():
             try:
@@ -417,9 +311,74 @@ class SearchSpace:
         if infinite:
             raise TypeError(f"search_space.params.{infinite[0]}: a float range has endless "
                             "configurations; sample the space instead")
+        if self.conditions:
+            yield from (dict(c) for c in self._listed() or ())
+            return
         names = list(self.params)
         for combo in itertools.product(*self.params.values()):
             yield dict(zip(names, combo, strict=True))
+
+
+#: The largest grid (every hyper-parameter's values multiplied) a conditional space lists
+#: its distinct configurations from, to draw them without repeats.
+LIST_LIMIT = 1_000_000
+#: Draws of a conditional space that lists none, before a repeat is kept.
+REDRAWS = 100
+
+#: Every trial has these: none may be conditional.
+REQUIRED = ("batch_size", "learning_rate", "optimizer")
+
+
+def _condition(name: str, when: Any, dims: Mapping[str, Dimension]) -> dict[str, tuple]:
+    """``when`` of ``name`` checked: each parent a choice of the space, each value one of
+    its values."""
+    where = f"search_space.params.{name}.when"
+    if name in REQUIRED:
+        raise ConfigError(f"{where}: every trial needs {name}; it cannot be conditional")
+    if not isinstance(when, Mapping) or not when:
+        raise ConfigError(f"{where}={when!r}: must map a parent hyper-parameter to its "
+                          "values, e.g. {optimizer: [sgd]}")
+    out = {}
+    for parent, values in when.items():
+        if parent not in dims or parent == name:
+            raise ConfigError(f"{where}: names {parent!r}, which is not another "
+                              f"hyper-parameter of the space ({', '.join(dims)})")
+        dim = dims[parent]
+        if not isinstance(dim, Choice):
+            raise ConfigError(f"{where}.{parent}: {parent} is a kind={dim.kind} range; a "
+                              "condition names values of a choice")
+        values = tuple(values) if isinstance(values, Sequence) and not isinstance(
+            values, str) else (values,)
+        unknown = [v for v in values if v not in dim.values]
+        if unknown or not values:
+            raise ConfigError(f"{where}.{parent}: {unknown[0] if unknown else values!r} is "
+                              f"not one of {parent}'s values {list(dim.values)}")
+        out[parent] = values
+    return out
+
+
+def _in_order(conditions: Mapping[str, Mapping[str, Any]], names: list[str]) -> list[str]:
+    """``names`` with every parent before its children (else in config order); a cycle of
+    conditions is one line naming it."""
+    order: list[str] = []
+    visiting: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            cycle = [*visiting[visiting.index(name):], name]
+            raise ConfigError("search_space.params: the conditions form a cycle: "
+                              f"{' -> '.join(cycle)} (each one's when names the next)")
+        visiting.append(name)
+        for parent in conditions.get(name, {}):
+            visit(parent)
+        visiting.pop()
+        order.append(name)
+
+    for name in names:
+        visit(name)
+    return order
 
 
 def _unused_first(rng: np.random.Generator, size: int, used: list[int], n: int) -> list[int]:
@@ -439,8 +398,3 @@ def _unused_first(rng: np.random.Generator, size: int, used: list[int], n: int) 
         again = rng.choice(len(used), size=min(n - len(picks), len(used)), replace=False)
         picks += [used[int(j)] for j in again]
     return picks
-
-
-def _plain(value: Any) -> Any:
-    """Turns NumPy scalars into Python ones so results serialise to JSON."""
-    return value.item() if isinstance(value, np.generic) else value

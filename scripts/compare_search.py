@@ -167,9 +167,10 @@ def optuna_worker(out: Path, overrides: list[str], budget: float) -> None:
 
     from packexp.components import Components
     from packexp.config import fit_dataset_to_model
+    from packexp.dimensions import Choice, FloatRange, IntRange
     from packexp.pack_options import OPTIMIZERS
     from packexp.packing.optimizers import optimizer_args
-    from packexp.search_space import Choice, FloatRange, IntRange, derive_seed
+    from packexp.search_space import derive_seed
 
     cfg = compose(overrides)
     fit_dataset_to_model(cfg)

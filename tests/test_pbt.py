@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from packexp.dimensions import Choice, FloatRange, IntRange
 from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY
 from packexp.schedulers import Exploits, Plan, Planned
@@ -22,7 +23,7 @@ from packexp.schedulers.pbt import (
     replaced_count,
     schedule,
 )
-from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial
+from packexp.search_space import SearchSpace, Trial
 from packexp.testing.policies import DONOR, SPACE, simulate
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
+from packexp.dimensions import Choice, FloatRange, IntRange
 from packexp.errors import ConfigError
-from packexp.search_space import GRID_LIMIT, Choice, FloatRange, IntRange, SearchSpace, derive_seed
+from packexp.search_space import GRID_LIMIT, SearchSpace, derive_seed
 from tests.helpers import compose_config
 
 

@@ -28,12 +28,13 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                   key=lambda row: (-row[0], -row[1]))[:top_k]
     table = Table(title=f"Best configurations ({results['strategy']} packing, "
                         f"{results['model']} on {results['dataset']}, seed {results['seed']})")
-    names = list(trials[0].hparams) if trials else []
+    names = list(dict.fromkeys(k for t in trials for k in t.hparams))  # a conditional's too
     for column in ["trial", *names, "epochs", objective.metric]:
         table.add_column(column, justify="right" if column != "trial" else "left")
     for score, epochs, trial in rows:
         values = trial.hparams_at(epochs)  # a population's member: those it ended with
-        table.add_row(trial.trial_id, *(_cell(values[n]) for n in names),
+        table.add_row(trial.trial_id, *(_cell(values[n]) if n in values else "-"
+                                        for n in names),
                       f"{epochs:g}", f"{objective.signed(score):.4f}")
     console = _console(160)
     console.print(table)

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from packexp.checks import positive_int
+from packexp.dimensions import Choice, FloatRange, IntRange
 from packexp.errors import ConfigError
 from packexp.samplers import Observation, Sampler
-from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
+from packexp.search_space import SearchSpace, Trial, derive_seed
 
 # Separates the sampler's own seeds from the trials' (derive_seed(seed, bracket, i)).
 STREAM = 7919
@@ -57,12 +58,12 @@ class TpeSampler(Sampler):
         if not fitted:
             return trials
         coin = np.random.default_rng(derive_seed(seed, bracket, STREAM))
-        used = {space.grid_index(h) for h in drawn}
+        used = {space.identity(h) for h in drawn}
         used.discard(None)
 
         def fresh(hparams: Mapping[str, Any]) -> bool:
             """Not drawn yet, or the grid has nothing else (a float range never repeats)."""
-            index = space.grid_index(hparams)
+            index = space.identity(hparams)
             return index is None or index not in used or len(used) >= space.size
 
         picked = []
@@ -77,7 +78,7 @@ class TpeSampler(Sampler):
                                                              retry))
             if not fresh(hparams):  # the first random draw still unused instead
                 hparams = next((t.hparams for t in trials if fresh(t.hparams)), hparams)
-            used.add(space.grid_index(hparams))
+            used.add(space.identity(hparams))
             used.discard(None)  # a float range's configuration: never repeated
             picked.append(dataclasses.replace(trial, hparams=hparams,
                                               features=space.features(hparams)))
@@ -99,16 +100,36 @@ def ask(space: SearchSpace, observed: Sequence[Observation], seed: int) -> dict[
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spaces = {name: distribution(dim) for name, dim in space.dims.items()}
+    conditional = bool(space.conditions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
+        # group: Optuna's conditional support, one model per set of parameters seen together
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True,
+                                             group=conditional)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.add_trials([optuna.trial.create_trial(params=dict(o.hparams), distributions=spaces,
-                                                value=o.score) for o in observed])
+    study.add_trials([optuna.trial.create_trial(
+        params=dict(o.hparams), distributions={k: spaces[k] for k in o.hparams if k in spaces},
+        value=o.score) for o in observed])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        params = study.ask(spaces).params
-    return {name: plain(params[name]) for name in space.dims}
+        if not conditional:
+            params = study.ask(spaces).params
+            return {name: plain(params[name]) for name in space.dims}
+        # Define by run, parents first: an inactive hyper-parameter is never asked for.
+        trial, values = study.ask(), {}
+        for name in space.order:
+            if space.active(name, values):
+                values[name] = plain(suggest(trial, name, space.dims[name]))
+    return {name: values[name] for name in space.dims if name in values}
+
+
+def suggest(trial: Any, name: str, dim: Any) -> Any:
+    """``trial``'s value of ``name``, asked as ``distribution(dim)`` describes it."""
+    if isinstance(dim, Choice):
+        return trial.suggest_categorical(name, list(dim.values))
+    if isinstance(dim, IntRange):
+        return trial.suggest_int(name, dim.low, dim.high, step=dim.step)
+    return trial.suggest_float(name, dim.low, dim.high, log=dim.log)
 
 
 def distribution(dim: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from packexp.checks import is_number, positive_int
+from packexp.dimensions import Choice, FloatRange, IntRange
 from packexp.errors import ConfigError
 from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY, Objective
@@ -31,7 +32,7 @@ from packexp.schedulers.base import (
     Search,
 )
 from packexp.schedulers.hyperband import RungByRung
-from packexp.search_space import Choice, FloatRange, IntRange, SearchSpace, Trial, derive_seed
+from packexp.search_space import SearchSpace, Trial, derive_seed
 
 # (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
 # the donor's state: the same member structure (``PackedSearch.fits``).
@@ -116,6 +117,10 @@ class Pbt(Scheduler):
         """A population finds its learning rate's schedule itself; an ``lr_schedule``, whose
         progress counts its member's updates, would be moved by an exploit that changes the
         batch size."""
+        if space.conditions:
+            raise ConfigError(f"search_space.params.{next(iter(space.conditions))}.when: "
+                              "scheduler=pbt explores every hyper-parameter of a member; use "
+                              "a space without conditions (or scheduler=hyperband or asha)")
         if "lr_schedule" in space.dims:
             raise ConfigError("search_space.params.lr_schedule: scheduler=pbt makes each "
                               "member's learning-rate schedule itself; drop lr_schedule from "
