@@ -39,7 +39,7 @@ class TpeSampler(Sampler):
     learns = True
 
     def __init__(self, random_fraction: float = 1 / 3, min_points: int | None = None,
-                 fresh_tries: int = 1) -> None:
+                 fresh_tries: int = 20) -> None:
         if not 0 <= random_fraction <= 1:
             raise ConfigError(f"sampler.random_fraction={random_fraction!r}: must be between "
                               "0 and 1")
