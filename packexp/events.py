@@ -45,6 +45,7 @@ class RungResult:
     val_mae: float | None = None
     val_r2: float | None = None
     params: int | None = None  # the member's parameter count, where the objective ranks by it
+    flops: int | None = None  # its FLOPs per example, likewise
 
     def to_dict(self) -> dict[str, Any]:
         """Its fields; a regression's metrics and the parameter count only where recorded (a
@@ -58,7 +59,7 @@ class RungResult:
                       if f.name in record})
 
 
-WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params")  # absent from a dict when None
+WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params", "flops")  # absent when None
 
 
 @dataclass(frozen=True)

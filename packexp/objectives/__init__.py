@@ -25,13 +25,15 @@ from packexp.checks import one_of
 CLASSIFICATION = ("val_accuracy", "val_loss", "train_loss")
 REGRESSION = ("val_mse", "val_mae", "val_r2", "val_loss", "train_loss")
 REGRESSION_METRICS = REGRESSION[:3]  # the metrics that make a search a regression
-#: ``params``: the member's parameter count (its model's weights, trainable or not), which
-#: depends on nothing but its own configuration.
-METRICS = (*CLASSIFICATION, *REGRESSION_METRICS, "params")
+#: ``params``: the member's parameter count (its model's weights, trainable or not);
+#: ``flops``: its FLOPs per example (``models.flops``). Each depends on nothing but its own
+#: configuration.
+METRICS = (*CLASSIFICATION, *REGRESSION_METRICS, "params", "flops")
 MODES = ("max", "min")
 NAMES = {"val_accuracy": "validation accuracy", "val_loss": "validation loss",
          "train_loss": "training loss", "val_mse": "validation MSE",
-         "val_mae": "validation MAE", "val_r2": "validation R²", "params": "parameters"}
+         "val_mae": "validation MAE", "val_r2": "validation R²", "params": "parameters",
+         "flops": "FLOPs per example"}
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from packexp.models.flops import flops_per_example
 from packexp.pack_options import (
     FUSED,
     LOOPED,
@@ -82,6 +83,7 @@ class Pack:
         self.batch_bucket = batch_bucket
         self._program: Program | None = None
         self._step: StepProgram | None = None  # built when first needed, for these members
+        self._sizes: dict[int, dict[str, int]] = {}  # by model: parameters, FLOPs
         self.eval_trace_s = 0.0  # the last ``evaluate``'s tracing, when it traced
 
     def reloaded(self) -> None:
@@ -161,14 +163,23 @@ class Pack:
                 metrics = regression_metrics(float(c), float(s), self.data.dataset.y_val)
                 ok = all(math.isfinite(v) for v in metrics.values())
                 out[m.trial_id] = (Evaluation(None, metrics["val_mse"], **metrics,
-                                              params=m.model.count_params()) if ok
+                                              **self._size(m)) if ok
                                    else Evaluation(None, None))
                 continue
             loss = s / n
             ok = math.isfinite(loss)
             out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None,
-                                         params=m.model.count_params())
+                                         **self._size(m))
         return out
+
+    def _size(self, member: Member) -> dict[str, int]:
+        """The member's parameter count and FLOPs per example: its architecture's, counted
+        once per model (a reused pack's new trials share its models)."""
+        key = id(member.model)
+        if key not in self._sizes:
+            self._sizes[key] = {"params": member.model.count_params(),
+                                "flops": flops_per_example(member.model)}
+        return self._sizes[key]
 
     def free(self, trial_id: str, directory: str | Path) -> str:
         """Takes a member out of the pack (the paper's ``free``).

@@ -51,6 +51,7 @@ class Evaluation:
     val_mae: float | None = None
     val_r2: float | None = None
     params: int | None = None  # the member's parameter count
+    flops: int | None = None  # its FLOPs per example (``models.flops``)
 
 
 def account(group: list[Member], ks: list[int], mean_losses: np.ndarray,

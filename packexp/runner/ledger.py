@@ -56,8 +56,9 @@ class Ledger:
     _probed: float = 0.0
 
     @property
-    def _counts_params(self) -> bool:
-        return any(name == "params" for name, _ in self.book.objective.goals)
+    def _sizes_ranked(self) -> set[str]:
+        """``params`` and ``flops`` where the objective ranks by them (recorded only then)."""
+        return {name for name, _ in self.book.objective.goals} & {"params", "flops"}
 
     def finish(self) -> None:
         """Ends the trials still running as ``killed``: the search is over."""
@@ -120,7 +121,8 @@ class Ledger:
                 else None, pack_id, checkpoints[m.trial_id], m.failed,
                 getattr(ev, "val_mse", None), getattr(ev, "val_mae", None),
                 getattr(ev, "val_r2", None),
-                getattr(ev, "params", None) if self._counts_params else None)
+                *(getattr(ev, k, None) if k in self._sizes_ranked else None
+                  for k in ("params", "flops")))
             before = self.book.trials[m.trial_id].last
             self.emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,
