@@ -39,7 +39,8 @@ class LastSentFirst(LocalExecutor):
 def search(run_dir: Path, trainer: FakeTrainer, policy: Scheduler,
            records: list | None = None) -> PackedSearch:
     found = fake_search(run_dir, trainer, policy.brackets())
-    found.executor = found.packer.executor = LastSentFirst().start(found.cache)
+    found.executor = found.packer.executor = found.dispatch.executor = LastSentFirst().start(
+        found.cache)
     if records is not None:
         found.replay(records)
     found.run(policy)
