@@ -20,9 +20,11 @@ from packexp.config import (
     check_preprocessing,
     check_search,
     component_name,
+    head_of,
     instantiate,
     load_dataset,
     member_cap,
+    model_node,
     pack_settings,
     preprocessing_for,
     probe_model,
@@ -30,7 +32,7 @@ from packexp.config import (
 )
 from packexp.device import apply_threads
 from packexp.events import Listener
-from packexp.objectives import Objective
+from packexp.objectives import NO_HEAD, Head, Objective
 from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
@@ -59,6 +61,7 @@ class Components:
     build_model: Callable[..., Any]
     max_members: int
     names: dict[str, str]
+    head: Head = NO_HEAD  # the model's own loss and metrics
 
     @classmethod
     def build(cls, cfg: DictConfig, probe: bool = True) -> Components:
@@ -69,7 +72,8 @@ class Components:
         sampler = instantiate(cfg.sampler, "sampler")
         dataset = load_dataset(cfg, objective)
         mark("data")
-        build_model = instantiate(cfg.model, "model")
+        build_model = instantiate(model_node(cfg), "model")
+        head = head_of(cfg, objective)
         check_pairing(cfg, build_model, dataset)
         check_batch_sizes(space, dataset)
         apply_threads(cfg.device)
@@ -79,7 +83,7 @@ class Components:
         mark("model")
         return cls(cfg, space, scheduler, strategy, sampler, objective, dataset, build_model,
                    member_cap(cfg.pack.max_members),
-                   {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")})
+                   {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}, head)
 
     def facts(self) -> dict[str, Any]:
         """The search's names, seed and schedule, as ``results.json`` states them."""
@@ -109,7 +113,7 @@ class Components:
         from packexp.packing.cache import PackCache
 
         cfg, dataset, build_model = self.cfg, self.dataset, self.build_model
-        data = DeviceData(dataset)
+        data = DeviceData(dataset, head=self.head)
 
         def make_member(trial: Trial) -> Member:
             return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,

@@ -19,7 +19,7 @@ from packexp.budget import Budget
 from packexp.checks import flag, positive_int
 from packexp.dimensions import Choice, IntRange
 from packexp.errors import ConfigError
-from packexp.objectives import Objective
+from packexp.objectives import METRICS, Head, Objective
 from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 from packexp.search_space import SearchSpace, Trial
 
@@ -114,7 +114,7 @@ def fit_dataset_to_model(cfg: DictConfig) -> None:
         return
     from packexp.models import needs_images
 
-    dataset.images = needs_images(instantiate(cfg.model, "model"))
+    dataset.images = needs_images(instantiate(model_node(cfg), "model"))
 
 
 
@@ -123,6 +123,32 @@ def dataset_source(cfg: DictConfig) -> str | None:
     path = cfg.dataset.get("path")
     return os.path.abspath(os.path.expanduser(str(path))) if path else None
 
+
+
+HEAD_KEYS = ("loss", "metrics")  # the model's own loss and metrics (``objectives.Head``)
+
+
+def model_node(cfg: DictConfig) -> DictConfig:
+    """``cfg.model`` without its own loss and metrics: the builder's node."""
+    keys = [k for k in cfg.model if k not in HEAD_KEYS]
+    return OmegaConf.masked_copy(cfg.model, keys)
+
+
+def head_of(cfg: DictConfig, objective: Objective) -> Head:
+    """The model's own loss and metrics (``model.loss``, ``model.metrics``), checked, and
+    the objective's metrics checked against what the search measures."""
+    node = OmegaConf.to_container(cfg.model, resolve=True)
+    try:
+        head = Head(node.get("loss"), tuple(node.get("metrics") or ()))
+    except ValueError as e:
+        raise ConfigError(f"model.{' '.join(str(e).split())}") from None
+    known = [*METRICS, *head.names]
+    for name, _ in objective.goals:
+        if name not in known:
+            raise ConfigError(f"objective.metric={name}: not measured by this search; the "
+                              f"model's own metrics are {head.names or 'none'} "
+                              "(model.metrics=[{_target_: ..., name: ...}])")
+    return head
 
 
 def load_dataset(cfg: DictConfig, objective: Objective) -> Any:
@@ -272,6 +298,7 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
     strategy = instantiate(cfg.strategy, "strategy")
     objective = instantiate(cfg.objective, "objective")
     scheduler.check_objective(objective)
+    head_of(cfg, objective)
     budget_of(cfg)
     member_cap(cfg.pack.max_members)
     pack_settings(cfg.pack)

@@ -46,6 +46,7 @@ class RungResult:
     val_r2: float | None = None
     params: int | None = None  # the member's parameter count, where the objective ranks by it
     flops: int | None = None  # its FLOPs per example, likewise
+    metrics: dict[str, float] | None = None  # the model's own metrics, ``val_<name>``
 
     def to_dict(self) -> dict[str, Any]:
         """Its fields; a regression's metrics and the parameter count only where recorded (a
@@ -59,7 +60,7 @@ class RungResult:
                       if f.name in record})
 
 
-WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params", "flops")  # absent when None
+WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params", "flops", "metrics")  # or absent
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ distance (``order``), as MO-ASHA does.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,7 @@ class Objective:
 
     def __post_init__(self) -> None:
         if self.metrics is None:
-            goals = ((one_of("metric", self.metric, METRICS), one_of("mode", self.mode, MODES)),)
+            goals = ((_metric("metric", self.metric), one_of("mode", self.mode, MODES)),)
         else:
             if isinstance(self.metrics, str | Mapping) or not self.metrics:
                 raise ValueError(f"metrics={self.metrics!r}: must be a list of "
@@ -77,7 +78,7 @@ class Objective:
         """Every goal's score (higher is better); None where any is missing."""
         out = []
         for name, mode in self.goals:
-            value = _finite(getattr(result, name, None))
+            value = _finite(measured(result, name))
             if value is None:
                 return None
             out.append(value if mode == "max" else -value)
@@ -91,7 +92,7 @@ class Objective:
     def value(self, result: Any) -> float | None:
         """The metric of ``result`` (a ``RungResult`` or anything with the attribute); None
         where it is missing or not a number."""
-        return _finite(getattr(result, self.metric, None))
+        return _finite(measured(result, self.metric))
 
     def score(self, result: Any) -> float | None:
         """``value`` signed so that higher is better; None ranks last."""
@@ -134,8 +135,71 @@ class Objective:
 def _goal(i: int, metric: Any) -> tuple[str, str]:
     if not isinstance(metric, Mapping) or set(metric) - {"name", "mode"} or "name" not in metric:
         raise ValueError(f"metrics[{i}]={metric!r}: must be {{name: <metric>, mode: max|min}}")
-    return (one_of(f"metrics[{i}].name", metric["name"], METRICS),
+    return (_metric(f"metrics[{i}].name", metric["name"]),
             one_of(f"metrics[{i}].mode", metric.get("mode", "max"), MODES))
+
+
+def _metric(key: str, name: Any) -> str:
+    """A metric packexp computes, or ``val_<name>`` of one the model names (``Head``; the
+    search checks that it does)."""
+    if name in METRICS or (isinstance(name, str) and re.fullmatch(r"val_\w+", name)):
+        return name
+    raise ValueError(f"{key}={name!r}: must be {' or '.join(METRICS)}, or val_<name> of a "
+                     "metric the model names (model.metrics)")
+
+
+@dataclass(frozen=True)
+class Head:
+    """A model's own loss and Keras metrics, named by ``_target_`` in its config
+    (``model.loss``, ``model.metrics``): plain nodes, instantiated where the members are.
+    Each metric is measured per member on the validation data as ``val_<its name>``."""
+
+    loss: Mapping[str, Any] | None = None
+    metrics: tuple[Mapping[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.loss is not None and not _node(self.loss):
+            raise ValueError(f"loss={self.loss!r}: must be a node with _target_ (a Keras loss, "
+                             "e.g. {_target_: keras.losses.Huber, delta: 1.0})")
+        for i, node in enumerate(self.metrics):
+            if not _node(node):
+                raise ValueError(f"metrics[{i}]={node!r}: must be a node with _target_ (a Keras "
+                                 "metric, e.g. {_target_: keras.metrics.AUC, name: auc})")
+        names = self.names
+        clash = sorted({n for n in names if n in METRICS} | {n for n in names
+                                                           if names.count(n) > 1})
+        if clash:
+            raise ValueError(f"metrics: {clash[0]} is measured already; give the metric "
+                             "another name (name: ...)")
+
+    @property
+    def custom(self) -> bool:
+        return self.loss is not None or bool(self.metrics)
+
+    @property
+    def names(self) -> list[str]:
+        """``val_<name>`` of each metric: its ``name``, else its class's in snake case."""
+        return [f"val_{node.get('name') or _snake(str(node['_target_']).rsplit('.', 1)[-1])}"
+                for node in self.metrics]
+
+
+NO_HEAD = Head()
+
+
+def _node(node: Any) -> bool:
+    return isinstance(node, Mapping) and "_target_" in node
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def measured(result: Any, name: str) -> Any:
+    """``name`` of ``result``: its attribute, or one of the model's own metrics it holds."""
+    value = getattr(result, name, None)
+    if value is None:
+        value = (getattr(result, "metrics", None) or {}).get(name)
+    return value
 
 
 def _finite(value: Any) -> float | None:

@@ -9,14 +9,17 @@ import tensorflow as tf
 
 from packexp import telemetry
 from packexp.data import Dataset
+from packexp.objectives import NO_HEAD, Head
 from packexp.search_space import derive_seed
 
 
 class DeviceData:
     """Train and validation tensors placed on the device once and shared by every member."""
 
-    def __init__(self, dataset: Dataset, device: str | None = None) -> None:
+    def __init__(self, dataset: Dataset, device: str | None = None,
+                 head: Head = NO_HEAD) -> None:
         self.dataset = dataset
+        self.head = head  # the model's own loss and metrics, where it names them
         with tf.device(device or _default_device()):
             self.x_train = tf.constant(dataset.x_train)
             self.y_train = tf.constant(dataset.y_train)

@@ -72,7 +72,7 @@ class Pack:
         self.loop = settings.loop
         self.grouped_conv = settings.grouped_conv
         self.eval_batch_size = settings.eval_batch_size
-        self._facts = MemberFacts(self.members)
+        self._facts = MemberFacts(self.members, data.head)
         # auto compiles where one program serves the pack to its end: masked (switching
         # rebuilds the step each time a member finishes, an XLA compile each) and gathered
         # batches (sliced ones are cut at traced sizes).
@@ -146,6 +146,9 @@ class Pack:
         out = {m.trial_id: Evaluation(None, None) for m in self.members if m.failed}
         t0 = time.perf_counter()
         fn, traced = self.step_program.evaluator()  # every member, idle and failed included
+        own = bool(self.data.head.metrics)  # only the plain program runs them (OWN_HEAD)
+        if own:
+            self.step_program.reset_metrics()
         self.eval_trace_s = time.perf_counter() - t0 if traced else 0.0
 
         scored = self.members
@@ -156,20 +159,21 @@ class Pack:
                       self.data.y_val[lo : lo + self.eval_batch_size])
             correct += c
             loss_sum += s
-        for m, c, s in zip(scored, correct, loss_sum, strict=True):
+        extra = self.step_program.metric_values() if own else [None] * len(scored)
+        for m, c, s, metrics_of_own in zip(scored, correct, loss_sum, extra, strict=True):
             if m.failed or m.idle:
                 continue
             if self.data.regression:  # c and s: the squared and the absolute errors summed
                 metrics = regression_metrics(float(c), float(s), self.data.dataset.y_val)
                 ok = all(math.isfinite(v) for v in metrics.values())
                 out[m.trial_id] = (Evaluation(None, metrics["val_mse"], **metrics,
-                                              **self._size(m)) if ok
+                                              **self._size(m), extra=metrics_of_own) if ok
                                    else Evaluation(None, None))
                 continue
             loss = s / n
             ok = math.isfinite(loss)
             out[m.trial_id] = Evaluation(float(c / n) if ok else None, float(loss) if ok else None,
-                                         **self._size(m))
+                                         **self._size(m), extra=metrics_of_own if ok else None)
         return out
 
     def _size(self, member: Member) -> dict[str, int]:
@@ -205,6 +209,6 @@ class Pack:
 
     def _reset(self) -> None:
         """Drops the built program after the membership changed."""
-        self._facts = MemberFacts(self.members)
+        self._facts = MemberFacts(self.members, self.data.head)
         self._program = None
         self._step = None

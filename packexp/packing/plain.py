@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import hydra
 import keras
 import numpy as np
 import tensorflow as tf
@@ -48,7 +49,8 @@ class PlainProgram:
         self.sliced = settings.data_sharing == "slice"
         self._stream_step = 0
         self._couples_rows: dict[int, bool] = {}
-        self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._loss = own_loss(data) or keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True)
         self._compiled: dict[tuple, Any] = {}
         self._evaluators = PlainEvaluators(members, data)
 
@@ -58,6 +60,14 @@ class PlainProgram:
 
     def evaluator(self) -> tuple[Evaluator, bool]:
         return self._evaluators.get()
+
+    def reset_metrics(self) -> None:
+        """Zeroes the model's own metrics of every member, before an evaluation."""
+        self._evaluators.reset()
+
+    def metric_values(self) -> list[dict[str, float]]:
+        """Each member's own metrics over the evaluation since ``reset_metrics``."""
+        return self._evaluators.values()
 
     def train(self, remaining: dict[str, int]) -> PackStats:
         stats = PackStats(members=sum(not m.idle for m in self.members), xla=self.jit_compile)
@@ -83,7 +93,7 @@ class PlainProgram:
         """Whether ``member`` trains on batches padded to the bucket (XLA, gathered batches,
         rows independent of each other: no BatchNormalization)."""
         if not (self.jit_compile and self.batch_bucket and not self.sliced
-                and member.batch_size <= self.batch_bucket):
+                and member.batch_size <= self.batch_bucket and self.data.head.loss is None):
             return False
         # Per chunk and member: the model's layers are walked once per model, not every call.
         coupled = self._couples_rows.get(id(member.model))
@@ -170,13 +180,16 @@ class PlainProgram:
 
         pads = [self._pads(m) for m in members]
         regression = self.data.regression
+        own = self.data.head.loss is not None  # the model's own loss, whole batches only
 
         def member_loss(i: int, batch, sizes) -> tf.Tensor:
             m = members[i]
             inputs, labels = batch()
             with self._choosing(m):
                 logits = m.model(inputs, training=True)
-            if regression:  # the mean squared error over the member's own rows
+            if own:
+                loss = loss_fn(labels, logits)
+            elif regression:  # the mean squared error over the member's own rows
                 per_row = squared_errors(labels, logits)
                 loss = (tf.reduce_sum(per_row * tf.cast(
                     tf.range(tf.shape(labels)[0]) < sizes[i], tf.float32))
@@ -250,6 +263,11 @@ class PlainProgram:
         return contextlib.nullcontext() if self.jit_compile else choosing(member.model)
 
 
+def own_loss(data: DeviceData) -> Any:
+    """The model's own loss (``model.loss``) as a Keras loss object; None without one."""
+    return None if data.head.loss is None else hydra.utils.instantiate(data.head.loss)
+
+
 def _leader(group: list[Member]) -> Member:
     """The member whose batch size and data order the shared stream follows."""
     return max(group, key=lambda m: m.batch_size)
@@ -263,6 +281,21 @@ class PlainEvaluators:
         self.members = members
         self.data = data
         self._fns: dict[tuple[int, ...], Any] = {}
+        # The model's own metrics: Keras objects per member, updated inside the traced
+        # evaluation and read once it has seen every batch.
+        self._loss = own_loss(data)
+        self._metrics = [[hydra.utils.instantiate(node) for node in data.head.metrics]
+                         for _ in members]
+
+    def reset(self) -> None:
+        for metric in (m for per_member in self._metrics for m in per_member):
+            metric.reset_state()
+
+    def values(self) -> list[dict[str, float]]:
+        names = self.data.head.names
+        return [{name: float(metric.result()) for name, metric in zip(names, per_member,
+                                                                       strict=True)}
+                for per_member in self._metrics]
 
     def get(self) -> tuple[Evaluator, bool]:
         """The evaluator of the members as they are now, and whether it was traced for it."""
@@ -278,13 +311,15 @@ class PlainEvaluators:
         return fn, traced
 
     def _trace(self, members: list[Member]):
-        regression = self.data.regression
+        regression, own_loss_fn, own_metrics = self.data.regression, self._loss, self._metrics
 
         def evaluate(x, y):
             correct, losses = [], []  # a regression's: squared and absolute errors summed
-            for m in members:
+            for i, m in enumerate(members):
                 with choosing(m.model):  # never compiled
                     logits = m.model(m.preprocessing.evaluation(x), training=False)
+                for metric in own_metrics[i]:
+                    metric.update_state(y, logits)
                 if regression:
                     squared, absolute = error_sums(y, logits)
                     correct.append(squared)
@@ -292,6 +327,9 @@ class PlainEvaluators:
                     continue
                 pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
                 correct.append(tf.reduce_sum(tf.cast(tf.equal(pred, y), tf.float32)))
+                if own_loss_fn is not None:  # its mean over the batch, as a sum
+                    losses.append(own_loss_fn(y, logits) * tf.cast(tf.shape(y)[0], tf.float32))
+                    continue
                 per_example = keras.losses.sparse_categorical_crossentropy(
                     y, logits, from_logits=True)
                 losses.append(tf.reduce_sum(per_example))

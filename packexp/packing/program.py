@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from packexp import telemetry
+from packexp.objectives import NO_HEAD, Head
 from packexp.pack_options import FUSED, LOOPED, PackSettings, Program, choose_program
 from packexp.packing.data import DeviceData
 from packexp.packing.fused import FusedProgram, why_unfusable
@@ -47,12 +48,19 @@ def step_program(program: Program, members: Sequence[Member], data: DeviceData,
                         batch_bucket=batch_bucket)
 
 
-class MemberFacts:
-    """``PackFacts`` of built members (fusion's and looping's checks walk the models)."""
+#: Why a model's own loss or metrics keep a pack plain: only the plain program runs Keras's
+#: loss and metric objects on each member's own model.
+OWN_HEAD = "the model's own loss or metrics (model.loss, model.metrics) train plain packs only"
 
-    def __init__(self, members: Sequence[Member]) -> None:
+
+class MemberFacts:
+    """``PackFacts`` of built members (fusion's and looping's checks walk the models), on
+    data whose ``head`` may name the model's own loss and metrics."""
+
+    def __init__(self, members: Sequence[Member], head: Head = NO_HEAD) -> None:
         self._members = list(members)
         self.members = len(self._members)
+        self._head = head
 
     @functools.cached_property
     def convolutional(self) -> bool:
@@ -64,11 +72,11 @@ class MemberFacts:
 
     @functools.cached_property
     def unfusable(self) -> str | None:
-        return why_unfusable(self._members)
+        return OWN_HEAD if self._head.custom else why_unfusable(self._members)
 
     @functools.cached_property
     def unloopable(self) -> str | None:
-        return why_unloopable(self._members)
+        return OWN_HEAD if self._head.custom else why_unloopable(self._members)
 
 
 def why_not_fused(members: Sequence[Member], data_sharing: str, fusion: str = "auto"

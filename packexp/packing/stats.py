@@ -52,6 +52,7 @@ class Evaluation:
     val_r2: float | None = None
     params: int | None = None  # the member's parameter count
     flops: int | None = None  # its FLOPs per example (``models.flops``)
+    extra: dict[str, float] | None = None  # the model's own metrics (``model.metrics``)
 
 
 def account(group: list[Member], ks: list[int], mean_losses: np.ndarray,

@@ -48,10 +48,16 @@ class ProfileContext:
 
     @classmethod
     def from_config(cls, cfg: DictConfig, run_dir: Path) -> ProfileContext:
-        from packexp.config import check_pairing, component_name, instantiate, pack_settings
+        from packexp.config import (
+            check_pairing,
+            component_name,
+            instantiate,
+            model_node,
+            pack_settings,
+        )
 
         dataset = instantiate(cfg.dataset, "dataset")
-        build_model = instantiate(cfg.model, "model")
+        build_model = instantiate(model_node(cfg), "model")
         check_pairing(cfg, build_model, dataset)
         names = {g: component_name(cfg, g) for g in ("model", "dataset")}
         return cls(cfg, dataset, build_model, names, pack_settings(cfg.pack), Path(run_dir))

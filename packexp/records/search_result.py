@@ -138,6 +138,7 @@ def trial_table(results: dict[str, Any]) -> Any:
         for rung in trial["rungs"] or [{}]:  # a population's member: the rung's values
             values = record.hparams_at(rung.get("epochs", 0.0))
             rows.append({**head, **{k: rung.get(k) for k in columns[3:]},
+                         **(rung.get("metrics") or {}),  # the model's own, val_<name>
                          **{f"hparams.{k}" if k in columns else k: v
                             for k, v in values.items()}})
     return pd.DataFrame(rows, columns=None if rows else list(columns))

@@ -122,7 +122,7 @@ class Ledger:
                 getattr(ev, "val_mse", None), getattr(ev, "val_mae", None),
                 getattr(ev, "val_r2", None),
                 *(getattr(ev, k, None) if k in self._sizes_ranked else None
-                  for k in ("params", "flops")))
+                  for k in ("params", "flops")), getattr(ev, "extra", None))
             before = self.book.trials[m.trial_id].last
             self.emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,

@@ -112,7 +112,8 @@ class MlflowTracker(Tracker):
             result.epochs,
             {"val_accuracy": result.val_accuracy, "val_loss": result.val_loss,
              "train_loss": result.train_loss, "val_mse": result.val_mse,
-             "val_mae": result.val_mae, "val_r2": result.val_r2, "steps": result.steps,
+             "val_mae": result.val_mae, "val_r2": result.val_r2, **(result.metrics or {}),
+             "steps": result.steps,
              "step_time_ms": pack.step_time_ms, "member_memory_mb": event.memory_mb,
              "peak_rss_mb": pack.peak_rss_mb, "gpu_peak_memory_mb": pack.gpu_peak_memory_mb,
              "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
