@@ -38,7 +38,8 @@ def test_a_score_is_the_metric_signed_so_that_higher_is_better():
 @pytest.mark.parametrize(("override", "line"), [
     ("objective.metric=auc", r"^objective\.metric='auc': must be val_accuracy or val_loss "
                              r"or train_loss or val_mse or val_mae or val_r2 or params or "
-                             r"flops, or val_<name> of a metric the model names \(model\.metrics\)$"),
+                             r"flops, or val_<name> of a metric the model names "
+                             r"\(model\.metrics\)$"),
     ("objective.mode=lowest", r"^objective\.mode='lowest': must be max or min$"),
 ])
 def test_a_bad_objective_is_one_line_naming_the_key(override, line):
