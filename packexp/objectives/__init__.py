@@ -90,8 +90,8 @@ class Objective:
         return self.scores(result) if self.several else self.score(result)
 
     def value(self, result: Any) -> float | None:
-        """The metric of ``result`` (a ``RungResult`` or anything with the attribute); None
-        where it is missing or not a number."""
+        """The metric of ``result`` (a ``RungResult``, or its dict form); None where it is
+        missing or not a number."""
         return _finite(measured(result, self.metric))
 
     def score(self, result: Any) -> float | None:
@@ -195,11 +195,13 @@ def _snake(name: str) -> str:
 
 
 def measured(result: Any, name: str) -> Any:
-    """``name`` of ``result``: its attribute, or one of the model's own metrics it holds."""
-    value = getattr(result, name, None)
-    if value is None:
-        value = (getattr(result, "metrics", None) or {}).get(name)
-    return value
+    """``name`` of ``result`` (a ``RungResult``, or its dict form as ``results.json`` holds
+    it): its field, or one of the model's own metrics it holds."""
+    if isinstance(result, Mapping):
+        value, own = result.get(name), result.get("metrics")
+    else:
+        value, own = getattr(result, name, None), getattr(result, "metrics", None)
+    return (own or {}).get(name) if value is None else value
 
 
 def _finite(value: Any) -> float | None:
@@ -213,20 +215,25 @@ def order(scores: Sequence[float | tuple[float, ...] | None]) -> list[int]:
     tuples (several goals) by non-dominated front, then, within a front, by crowding distance
     (the larger first: the front's ends, then its sparser parts), as MO-ASHA ranks. Missing
     scores (None or NaN) rank last; ties keep their order, so the ranking is deterministic."""
-    valid = [i for i, s in enumerate(scores) if s is not None and not _nan(s)]
+    valid = [i for i, s in enumerate(scores) if ranked(s)]
     rest = [i for i in range(len(scores)) if i not in set(valid)]
     if not valid or not isinstance(scores[valid[0]], tuple):
         return sorted(valid, key=lambda i: (-scores[i], i)) + rest  # type: ignore[operator]
-    ranked: list[int] = []
+    out: list[int] = []
     for front in fronts([scores[i] for i in valid]):  # type: ignore[misc]
         distance = crowding([scores[valid[j]] for j in front])  # type: ignore[misc]
-        ranked += [valid[j] for _, j in sorted(zip(distance, front, strict=True),
-                                               key=lambda d: (-d[0], d[1]))]
-    return ranked + rest
+        out += [valid[j] for _, j in sorted(zip(distance, front, strict=True),
+                                            key=lambda d: (-d[0], d[1]))]
+    return out + rest
 
 
-def _nan(score: float | tuple[float, ...]) -> bool:
-    return any(math.isnan(s) for s in score) if isinstance(score, tuple) else math.isnan(score)
+def ranked(score: float | tuple[float, ...] | None) -> bool:
+    """Whether ``score`` ranks at all: present and a number in every goal (else it ranks
+    last, a failed member's)."""
+    if score is None:
+        return False
+    return not (any(math.isnan(s) for s in score) if isinstance(score, tuple)
+                else math.isnan(score))
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:

@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from packexp.records.results import RungView, objective_of
+from packexp.records.results import objective_of
 from packexp.records.search_result import load
 
 #: Each packexp status as an Optuna trial state's name: cut by halving is pruned; a trial a
@@ -48,9 +48,9 @@ def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None =
     trials = []
     for trial in result.results["trials"]:
         rungs = trial["rungs"]
-        values = {round(r["epochs"]): objective.value(RungView(r)) for r in rungs}
+        values = {round(r["epochs"]): objective.value(r) for r in rungs}
         state = STATES[trial["status"]]
-        last = objective.value(RungView(rungs[-1])) if rungs else None
+        last = objective.value(rungs[-1]) if rungs else None
         if state == "COMPLETE" and last is None:
             state = "FAIL"
         params = {k: v for k, v in trial["hparams"].items() if k in space.dims}

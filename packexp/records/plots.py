@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.objectives import NAMES as NAME
-from packexp.records.results import RungView, objective_of
+from packexp.records.results import objective_of
 
 log = logging.getLogger(__name__)
 
@@ -285,10 +285,10 @@ def evaluations(results: Mapping[str, Any]) -> list[tuple[float, float, int, flo
     objective = objective_of(results)
     spans = pack_spans(results["packs"])
     ended = {p["pack_id"]: end for p, (_, end) in zip(results["packs"], spans, strict=True)}
-    return sorted((ended[r["pack_id"]], objective.value(RungView(r)), t["bracket"],
+    return sorted((ended[r["pack_id"]], objective.value(r), t["bracket"],
                    r["epochs"])
                   for t in results["trials"] for r in t["rungs"]
-                  if objective.value(RungView(r)) is not None and r["pack_id"] in ended)
+                  if objective.value(r) is not None and r["pack_id"] in ended)
 
 
 def best_so_far_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
@@ -385,7 +385,7 @@ def pareto_figure(results: Mapping[str, Any]) -> Any:
     (x_name, _), (y_name, _) = objective.goals[:2]
     points = []
     for t in results["trials"]:
-        scored = [r for r in t["rungs"] if objective.scores(RungView(r)) is not None]
+        scored = [r for r in t["rungs"] if objective.scores(r) is not None]
         if scored:
             points.append((t["trial_id"], scored[-1][x_name], scored[-1][y_name]))
     front = {e["trial_id"] for e in results["pareto_front"]}

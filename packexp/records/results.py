@@ -40,19 +40,9 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: Bes
             "best": best.to_dict() if best else None}
 
 
-class RungView:
-    """A ``results.json`` rung read by attribute, as ``Objective.value`` reads a result."""
-
-    def __init__(self, rung: Mapping[str, Any]) -> None:
-        self._rung = rung
-
-    def __getattr__(self, name: str) -> Any:
-        return self._rung.get(name)
-
-
 def objective_of(results: Mapping[str, Any]) -> Objective:
     """The objective a search's ``results.json`` ranked by (an older run's: accuracy)."""
-    return Objective(**results["objective"]) if results.get("objective") else ACCURACY
+    return Objective.from_dict(results["objective"]) if results.get("objective") else ACCURACY
 
 
 def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRecord]]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.checks import is_number, positive_int
 from packexp.errors import ConfigError
-from packexp.objectives import order
+from packexp.objectives import order, ranked
 from packexp.schedulers.base import (
     Bracket,
     Decision,
@@ -228,14 +228,8 @@ def promotable(results: Sequence[Sequence[tuple[str, float | None]]],
     for k in range(len(results) - 2, -1, -1):
         top = order([score for _, score in results[k]])[:len(results[k]) // eta]
         out += [(results[k][i][0], k + 1) for i in top
-                if _valid(results[k][i][1]) and results[k][i][0] not in promoted[k]]
+                if ranked(results[k][i][1]) and results[k][i][0] not in promoted[k]]
     return out
-
-
-def _valid(score: float | tuple[float, ...] | None) -> bool:
-    if isinstance(score, tuple):
-        return not any(math.isnan(s) for s in score)
-    return score is not None and not math.isnan(score)
 
 
 class AshaState:
