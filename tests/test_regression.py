@@ -158,3 +158,21 @@ def test_tune_takes_the_objective_by_name_or_as_a_dict(tmp_path):
                            run_dir=tmp_path / "dict", tracking="none", scheduler={"R": 3})
     assert by_dict.objective == {"metric": "val_r2", "mode": "max"}
     assert by_dict.best_value == by_dict.trials_dataframe()["val_r2"].max()
+
+
+@pytest.mark.tf
+def test_a_reused_regression_program_ends_where_a_fresh_one_does(values):
+    """The looped program of an architecture is kept for every later pack: members trained
+    on it after other members ran on it end exactly as on a fresh one."""
+    from packexp.packing import looped
+
+    settings = {**PLAIN, "loop": "auto"}
+    looped.PROGRAMS.clear()
+    fresh, fresh_evaluation, stats = train(values, CONFIGS_R[:2], **settings)
+    assert stats.looped and stats.programs == 1
+    train(values, CONFIGS_R[2:], **settings)  # the program runs other members in between
+    reused, reused_evaluation, stats = train(values, CONFIGS_R[:2], **settings)
+    assert stats.programs == 0
+    for a, b in zip(fresh, reused, strict=True):
+        assert_same(a, b)
+    assert fresh_evaluation == reused_evaluation
