@@ -109,11 +109,12 @@ class Components:
         the config, the model's runtime hyper-parameters left out of structures, and every
         batch padded to the search's largest where a program is compiled."""
         from packexp.models import runtime_hparams
-        from packexp.packing import DeviceData, Member
+        from packexp.packing import Member
         from packexp.packing.cache import PackCache
+        from packexp.packing.data import device_data
 
         cfg, dataset, build_model = self.cfg, self.dataset, self.build_model
-        data = DeviceData(dataset, head=self.head)
+        data = device_data(dataset, head=self.head)
 
         def make_member(trial: Trial) -> Member:
             return Member.create(trial, build_model, dataset.input_shape, dataset.num_classes,
@@ -169,7 +170,7 @@ class Components:
             "tensorflow": tf.__version__,
             "model": OmegaConf.to_container(cfg.model, resolve=True),
             "dataset": {"name": dataset.name, "input_shape": list(dataset.input_shape),
-                        "val_size": len(dataset.x_val)},
+                        "val_size": dataset.val_size},
             "structure": dict(member_key(first, model=runtime_hparams(self.build_model))),
             "batch_bucket": batch_bucket(self.space),
             "preprocess": OmegaConf.to_container(cfg.preprocess, resolve=True),

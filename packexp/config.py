@@ -448,7 +448,7 @@ def check_batch_sizes(space: SearchSpace, dataset: Any) -> None:
     """Every batch size fits in the training split: a small dataset of a user's stops before
     anything is written, not at its first pack."""
     sizes = space.params.get("batch_size")
-    train_size = len(dataset.x_train)
+    train_size = dataset.train_size
     if sizes and max(sizes) > train_size:
         raise ConfigError(f"search_space.params.batch_size: {max(sizes)} is more than the "
                           f"{train_size} training examples of dataset {dataset.name}; give "

@@ -24,9 +24,19 @@ class Dataset:
     num_classes: int
     regression: bool = False
 
+    streams = False  # in memory; ``data.streamed`` reads from files as training goes
+
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def train_size(self) -> int:
+        return int(self.x_train.shape[0])
+
+    @property
+    def val_size(self) -> int:
+        return int(self.x_val.shape[0])
 
 
 def split(

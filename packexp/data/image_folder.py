@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from packexp.data import Dataset, split
+from packexp.data.streamed import StreamedImages, check_cache, fits_memory, magic_ok
 from packexp.errors import ConfigError
 
 EXTENSIONS = frozenset({".jpg", ".jpeg", ".png"})
@@ -20,18 +21,37 @@ def load(
     image_size: Sequence[int] = (32, 32),
     val_fraction: float = 0.2,
     seed: int = 0,
-) -> Dataset:
+    cache: str = "auto",
+    memory_share: float = 0.25,
+    block: int = 512,
+    prefetch: int = 2,
+    parallel: int | None = None,
+) -> Dataset | StreamedImages:
     """Loads ``path/<class>/<image>``; classes are the sorted subfolder names.
 
     Args:
         path: The folder of class subfolders.
         image_size: ``[height, width]`` every image is resized to.
         val_fraction: Share held out for validation, stratified by class.
-        seed: Seed of the split.
+        seed: Seed of the split (and of a streamed epoch's order).
+        cache: ``memory`` decodes every image once, into memory; ``none`` streams them from
+            their files, block by block, in every epoch; ``auto`` keeps them in memory when
+            decoded they take at most ``memory_share`` of the memory available.
+        memory_share: The share of available memory ``cache=auto`` may fill.
+        block: Images a stream decodes per block (its memory: about ``prefetch + 2`` blocks).
+        prefetch: Blocks a stream decodes ahead of training.
+        parallel: Images a stream decodes at once; None: as ``tf.data`` tunes it.
 
     Returns:
-        uint8 ``[n, height, width, 3]`` RGB images and int32 labels.
+        In memory: uint8 ``[n, height, width, 3]`` RGB images and int32 labels. Streamed:
+        the same split as paths and labels (``data.streamed.StreamedImages``).
     """
+    check_cache(cache)
+    if not 0 < memory_share <= 1:
+        raise ConfigError(f"dataset.memory_share={memory_share!r}: must be in (0, 1]")
+    for key, value in (("block", block), ("prefetch", prefetch)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"dataset.{key}={value!r}: must be an integer >= 1")
     height, width = _size(image_size)
     root = Path(path).expanduser() if path is not None else None
     if root is None or not root.is_dir():
@@ -47,9 +67,38 @@ def load(
         if len(class_files) < 2:
             raise ConfigError(f"dataset.path: class {d.name!r} has {len(class_files)} images; "
                               "a stratified split needs at least 2 per class")
-    x = np.stack([_decode(f, height, width) for class_files in files for f in class_files])
     y = np.concatenate([np.full(len(fs), label, np.int32) for label, fs in enumerate(files)])
+    paths = [f for class_files in files for f in class_files]
+    if cache != "memory":
+        streamed = _streamed(paths, y, len(classes), (height, width), val_fraction, seed,
+                             block, prefetch, parallel)
+        if cache == "none" or not fits_memory(streamed.decoded_bytes(), memory_share):
+            for f in paths:
+                if not magic_ok(f):
+                    raise ConfigError(f"dataset.path: {f}: cannot decode image (not a JPEG or "
+                                      "PNG image)")
+            return streamed
+    x = np.stack([_decode(f, height, width) for f in paths])
     return split("image_folder", x, y, val_fraction, seed, num_classes=len(classes))
+
+
+def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[int, int],
+              val_fraction: float, seed: int, block: int, prefetch: int,
+              parallel: int | None) -> StreamedImages:
+    """The split ``split`` makes of the same images, as paths."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < val_fraction < 1:
+        raise ConfigError(f"dataset.val_fraction={val_fraction!r}: must be between 0 and 1")
+    try:
+        train, val = train_test_split(np.arange(len(paths)), test_size=val_fraction,
+                                      random_state=seed, stratify=y)
+    except ValueError as e:  # too few images to hold out one of each class
+        raise ConfigError(f"dataset.val_fraction={val_fraction}: {' '.join(str(e).split())}"
+                          ) from None
+    return StreamedImages("image_folder", tuple(str(paths[i]) for i in train), y[train],
+                          tuple(str(paths[i]) for i in val), y[val], num_classes, size,
+                          seed=seed, block=block, prefetch=prefetch, parallel=parallel)
 
 
 def _size(image_size: Sequence[int]) -> tuple[int, int]:

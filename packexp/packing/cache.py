@@ -234,7 +234,8 @@ class PackCache:
         decision = (structure, len(order), fusion)
         if decision not in self._loops:  # as the pack engine decides, once per size
             settings, _ = self._settings(self.key(order, fusion))
-            program = choose_program(MemberFacts([template] * len(order), self.data.head),
+            program = choose_program(MemberFacts([template] * len(order), self.data.head,
+                                                 self.data.streams),
                                      settings)
             self._loops[decision] = program.kind == LOOPED
         return template if self._loops[decision] else None

@@ -67,7 +67,7 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     cnn = convolutional(probe.model)
     pair = [probe, cache.make_member(trials(1, low)[0])]
     settings = PackSettings.from_config(cache.pack_options)
-    facts = MemberFacts(pair, cache.data.head)
+    facts = MemberFacts(pair, cache.data.head, cache.data.streams)
     fusable = choose_program(facts, settings, "on").kind == FUSED
     # Fused packs are measured where the run's pack.fusion fuses them: under auto not CNNs
     # on a CPU, whose fused packs stepped 2.1x slower than plain (docs/BENCHMARKS.md) and

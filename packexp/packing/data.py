@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -15,6 +17,8 @@ from packexp.search_space import derive_seed
 
 class DeviceData:
     """Train and validation tensors placed on the device once and shared by every member."""
+
+    streams = False  # ``StreamData``: read from files as training goes
 
     def __init__(self, dataset: Dataset, device: str | None = None,
                  head: Head = NO_HEAD) -> None:
@@ -38,6 +42,56 @@ class DeviceData:
     @property
     def val_size(self) -> int:
         return int(self.dataset.x_val.shape[0])
+
+    @property
+    def example_spec(self) -> tf.TensorSpec:
+        """A batch of inputs: ``[None, *input_shape]`` of the data's dtype."""
+        return tf.TensorSpec([None, *self.x_val.shape[1:]], self.x_val.dtype)
+
+    def val_batches(self, size: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+        """The validation split, ``size`` examples at a time."""
+        for lo in range(0, self.val_size, size):
+            yield self.x_val[lo : lo + size], self.y_val[lo : lo + size]
+
+
+class StreamData:
+    """A streamed dataset (``data.streamed``) as a pack reads it: nothing on the device but
+    the block being trained on. Only plain packs train on it (``program.STREAMED``)."""
+
+    streams = True
+
+    def __init__(self, dataset: Any, head: Head = NO_HEAD) -> None:
+        self.dataset = dataset
+        self.head = head
+
+    regression = False
+
+    @property
+    def train_size(self) -> int:
+        return self.dataset.train_size
+
+    @property
+    def val_size(self) -> int:
+        return self.dataset.val_size
+
+    @property
+    def example_spec(self) -> tf.TensorSpec:
+        return tf.TensorSpec([None, *self.dataset.input_shape], tf.uint8)
+
+    def val_batches(self, size: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+        yield from self.dataset.val_blocks(size)
+
+    def train_blocks(self, epoch: int, start: int, stop: int
+                     ) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
+        """Rows ``start:stop`` of the epoch's shared order, a block at a time."""
+        yield from self.dataset.train_blocks(epoch, start, stop)
+
+
+def device_data(dataset: Any, head: Head = NO_HEAD) -> DeviceData | StreamData:
+    """The dataset as packs read it: on the device, or streamed from its files."""
+    if getattr(dataset, "streams", False):
+        return StreamData(dataset, head)
+    return DeviceData(dataset, head=head)
 
 
 def preprocess(x: tf.Tensor) -> tf.Tensor:

@@ -72,7 +72,7 @@ class Pack:
         self.loop = settings.loop
         self.grouped_conv = settings.grouped_conv
         self.eval_batch_size = settings.eval_batch_size
-        self._facts = MemberFacts(self.members, data.head)
+        self._facts = MemberFacts(self.members, data.head, data.streams)
         # auto compiles where one program serves the pack to its end: masked (switching
         # rebuilds the step each time a member finishes, an XLA compile each) and gathered
         # batches (sliced ones are cut at traced sizes).
@@ -154,9 +154,8 @@ class Pack:
         scored = self.members
         n = self.data.val_size
         correct, loss_sum = np.zeros(len(scored)), np.zeros(len(scored))
-        for lo in range(0, n, self.eval_batch_size):
-            c, s = fn(self.data.x_val[lo : lo + self.eval_batch_size],
-                      self.data.y_val[lo : lo + self.eval_batch_size])
+        for x, y in self.data.val_batches(self.eval_batch_size):
+            c, s = fn(x, y)
             correct += c
             loss_sum += s
         extra = self.step_program.metric_values() if own else [None] * len(scored)
@@ -209,6 +208,6 @@ class Pack:
 
     def _reset(self) -> None:
         """Drops the built program after the membership changed."""
-        self._facts = MemberFacts(self.members, self.data.head)
+        self._facts = MemberFacts(self.members, self.data.head, self.data.streams)
         self._program = None
         self._step = None

@@ -46,7 +46,7 @@ class PlainProgram:
         self.jit_compile = jit_compile
         self.batch_bucket = batch_bucket
         self.chunk_steps = settings.chunk_steps
-        self.sliced = settings.data_sharing == "slice"
+        self.sliced = settings.data_sharing == "slice" and not data.streams
         self._stream_step = 0
         self._couples_rows: dict[int, bool] = {}
         self._loss = own_loss(data) or keras.losses.SparseCategoricalCrossentropy(
@@ -71,6 +71,8 @@ class PlainProgram:
 
     def train(self, remaining: dict[str, int]) -> PackStats:
         stats = PackStats(members=sum(not m.idle for m in self.members), xla=self.jit_compile)
+        if self.data.streams:
+            return self._train_streamed(remaining, stats)
         while True:
             active = [m for m in self.members if remaining[m.trial_id] > 0 and not m.failed]
             if not active:
@@ -88,6 +90,76 @@ class PlainProgram:
                       for m in group]
             fn = self._step_fn(group, masked, stats)
             account(group, ks, self._run_chunk(fn, group, ks, stats), remaining)
+
+    def _train_streamed(self, remaining: dict[str, int], stats: PackStats) -> PackStats:
+        """Trains on a stream: each epoch's rows are read once, block by block, for every
+        member in that epoch, and each member takes its next batches from the block at its
+        own batch size. A member's step ``t`` of an epoch is rows ``t*b:(t+1)*b`` of the
+        epoch's order, as alone; the one masked program runs whatever steps a block allows."""
+        members = list(self.members)
+        fn = self._step_fn(members, True, stats)
+        while True:
+            active = [m for m in members if remaining[m.trial_id] > 0 and not m.failed]
+            if not active:
+                return stats
+            epoch = min(m.step // m.steps_per_epoch for m in active)
+            # Each reader's rows of this epoch: from where it is to where its budget or the
+            # epoch ends.
+            pos, end = {}, {}
+            for m in active:
+                if m.step // m.steps_per_epoch == epoch:
+                    done = m.step % m.steps_per_epoch
+                    pos[m.trial_id] = m.batch_size * done
+                    end[m.trial_id] = m.batch_size * min(m.steps_per_epoch,
+                                                         done + remaining[m.trial_id])
+            base, carry = min(pos.values()), None  # the first row held
+            for x, y in self.data.train_blocks(epoch, base, max(end.values())):
+                if carry is not None:
+                    x, y = tf.concat([carry[0], x], 0), tf.concat([carry[1], y], 0)
+                held = base + int(x.shape[0])
+                if self.jit_compile:  # one shape, one compile
+                    rows = self.data.dataset.block + max(m.batch_size for m in members)
+                    pad = [[0, rows - int(x.shape[0])]]
+                    x, y = tf.pad(x, pad + [[0, 0]] * (x.shape.rank - 1)), tf.pad(y, pad)
+                self._train_block(fn, members, pos, end, remaining, base, held, x, y, stats)
+                # What a reader still needs of the rows held: less than one of its batches.
+                keep = min((p for t, p in pos.items() if p < end[t]), default=held)
+                carry = (x[keep - base:held - base], y[keep - base:held - base])
+                base = keep
+
+    def _train_block(self, fn, members: list[Member], pos: dict[str, int],
+                     end: dict[str, int], remaining: dict[str, int], base: int, held: int,
+                     x: tf.Tensor, y: tf.Tensor, stats: PackStats) -> None:
+        """Every reader's steps whose rows lie in ``base:held`` (``pos`` is where each is),
+        in chunks of at most ``chunk_steps``."""
+        while True:
+            ks = [max(0, min((min(held, end[m.trial_id]) - pos[m.trial_id]) // m.batch_size,
+                             self.chunk_steps))
+                  if m.trial_id in pos and not m.failed else 0 for m in members]
+            n = max(ks)
+            if n == 0:
+                return
+            width = self.chunk_steps if self.jit_compile else n
+            idxs = []
+            for m, k in zip(members, ks, strict=True):
+                batches = np.zeros((width, m.batch_size), np.int32)
+                if k:
+                    row = pos[m.trial_id] - base
+                    batches[:k] = np.arange(row, row + k * m.batch_size).reshape(k, m.batch_size)
+                    pos[m.trial_id] += k * m.batch_size
+                idxs.append(tf.constant(batches))
+            starts = [m.step for m in members]
+            seeds = [m.trial.seed for m in members]
+            sizes = [m.batch_size for m in members]
+            t0 = time.perf_counter()
+            losses = fn(tuple(idxs), tf.constant(ks, tf.int32), tf.constant(starts, tf.int64),
+                        tf.constant(seeds, tf.int64), tf.constant(sizes, tf.int32),
+                        x, y).numpy()
+            elapsed = time.perf_counter() - t0
+            stats.steps += n
+            stats.train_s += elapsed
+            stats.chunk_step_ms.append(1000 * elapsed / n)
+            account(members, ks, losses, remaining)
 
     def _pads(self, member: Member) -> bool:
         """Whether ``member`` trains on batches padded to the bucket (XLA, gathered batches,
@@ -158,11 +230,13 @@ class PlainProgram:
         inputs or variables, never traced constants, so a reused pack runs new trials on
         the same function.
         """
-        x, y, loss_fn = self.data.x_train, self.data.y_train, self._loss
+        streamed = self.data.streams  # the block trained on is an input, not a constant
+        x, y = (None, None) if streamed else (self.data.x_train, self.data.y_train)
+        loss_fn = self._loss
         variables = [m.model.trainable_variables for m in members]
         sliced = self.sliced
 
-        def member_batches(idxs, starts, seeds, t):
+        def member_batches(idxs, starts, seeds, t, x, y):
             """One thunk per member giving its (inputs, labels) at step ``t``."""
             if not sliced:
                 def gather(i):
@@ -225,9 +299,11 @@ class PlainProgram:
                                      lambda: tf.constant(0.0))
                              for i, b in enumerate(batches)])
 
-        def train_chunk(idxs, ks, starts, seeds, sizes):
+        def train_chunk(idxs, ks, starts, seeds, sizes, *block):
+            xs, ys = block if streamed else (x, y)
+
             def body(t, sums):
-                batches = member_batches(idxs, starts, seeds, t)
+                batches = member_batches(idxs, starts, seeds, t, xs, ys)
                 losses = (joint_step(batches, sizes, t < ks) if masked
                           else joint_step(batches, sizes))
                 return t + 1, sums + losses
@@ -248,13 +324,19 @@ class PlainProgram:
             tf.TensorSpec([len(streams)], tf.int64),
             tf.TensorSpec([len(members)], tf.int32),
         )
+        block = ()
+        if streamed:
+            signature += (self.data.example_spec, tf.TensorSpec([None], tf.int32))
+            block = (tf.zeros([1, *self.data.example_spec.shape[1:]], tf.uint8),
+                     tf.zeros([1], tf.int32))
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile,
                          autograph=False)
         width = self.chunk_steps if self.jit_compile else 1
         fn(tuple(tf.zeros([width, self.batch_bucket if self._pads(m) else m.batch_size],
                           tf.int32) for m in streams),
            tf.zeros([len(members)], tf.int32), tf.zeros([len(streams)], tf.int64),
-           tf.zeros([len(streams)], tf.int64), tf.constant([m.batch_size for m in members]))
+           tf.zeros([len(streams)], tf.int64), tf.constant([m.batch_size for m in members]),
+           *block)
         return fn
 
     def _choosing(self, member: Member) -> Any:
@@ -335,7 +417,7 @@ class PlainEvaluators:
                 losses.append(tf.reduce_sum(per_example))
             return tf.stack(correct), tf.stack(losses)
 
-        x_spec = tf.TensorSpec([None, *self.data.x_val.shape[1:]], self.data.x_val.dtype)
-        y_spec = tf.TensorSpec([None], self.data.y_val.dtype)
+        x_spec = self.data.example_spec
+        y_spec = tf.TensorSpec([None], tf.float32 if regression else tf.int32)
         fn = tf.function(evaluate, input_signature=(x_spec, y_spec), autograph=False)
         return fn.get_concrete_function()

@@ -11,7 +11,7 @@ from typing import Protocol
 from packexp import telemetry
 from packexp.objectives import NO_HEAD, Head
 from packexp.pack_options import FUSED, LOOPED, PackSettings, Program, choose_program
-from packexp.packing.data import DeviceData
+from packexp.packing.data import DeviceData, StreamData
 from packexp.packing.fused import FusedProgram, why_unfusable
 from packexp.packing.fused_graph import convolutional
 from packexp.packing.looped import LoopedProgram, why_unloopable
@@ -36,7 +36,7 @@ class StepProgram(Protocol):
         """Takes in new member states loaded into the same models and optimizers."""
 
 
-def step_program(program: Program, members: Sequence[Member], data: DeviceData,
+def step_program(program: Program, members: Sequence[Member], data: DeviceData | StreamData,
                  settings: PackSettings, batch_bucket: int | None) -> StepProgram:
     """Builds the program ``choose_program`` chose for ``members``."""
     if program.kind == FUSED:
@@ -53,14 +53,21 @@ def step_program(program: Program, members: Sequence[Member], data: DeviceData,
 OWN_HEAD = "the model's own loss or metrics (model.loss, model.metrics) train plain packs only"
 
 
+#: Why streamed data keeps a pack plain: only the plain program trains from a block read
+#: for the pack (``PlainProgram``); the fused and looped ones gather from data on the device.
+STREAMED = "streamed data (dataset.cache=none) trains plain packs only"
+
+
 class MemberFacts:
     """``PackFacts`` of built members (fusion's and looping's checks walk the models), on
-    data whose ``head`` may name the model's own loss and metrics."""
+    data whose ``head`` may name the model's own loss and metrics, and that may stream."""
 
-    def __init__(self, members: Sequence[Member], head: Head = NO_HEAD) -> None:
+    def __init__(self, members: Sequence[Member], head: Head = NO_HEAD,
+                 streams: bool = False) -> None:
         self._members = list(members)
         self.members = len(self._members)
         self._head = head
+        self._streams = streams
 
     @functools.cached_property
     def convolutional(self) -> bool:
@@ -72,10 +79,14 @@ class MemberFacts:
 
     @functools.cached_property
     def unfusable(self) -> str | None:
+        if self._streams:
+            return STREAMED
         return OWN_HEAD if self._head.custom else why_unfusable(self._members)
 
     @functools.cached_property
     def unloopable(self) -> str | None:
+        if self._streams:
+            return STREAMED
         return OWN_HEAD if self._head.custom else why_unloopable(self._members)
 
 

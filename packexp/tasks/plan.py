@@ -45,14 +45,14 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
     if isinstance(parts.strategy, WeighsCosts):
         parts.strategy.prepare(parts.device(run_dir, device_facts(),
                                             lambda fn, *args: fn(parts.cache(), *args),
-                                            capacity, len(dataset.x_train)))
+                                            capacity, dataset.train_size))
     drawn: list[dict] = []  # as the search, no bracket draws an earlier one's configurations
     for bracket, record in zip(scheduler.brackets(), payload["brackets"], strict=True):
         trials = scheduler.first_draw(space, bracket, cfg.seed, drawn, parts.max_members)
         drawn += [t.hparams for t in trials]
         rung = RungContext(steps={t.trial_id: steps_for(bracket.rungs[0].r,
                                                         t.batch_size,
-                                                        len(dataset.x_train))
+                                                        dataset.train_size)
                                   for t in trials})
         packs = [group for group, _ in parts.strategy.plan(trials, capacity, rung)]
         record["first_rung_packs"] = [[t.trial_id for t in p] for p in packs]

@@ -27,6 +27,10 @@ class Split(NamedTuple):
 def dataset_splits(dataset: Any) -> list[Split]:
     """The dataset's training and validation splits, each with a digest of its whole content
     (MLflow's own hashes a sample of rows), dtypes and shapes; no MLflow needed."""
+    if getattr(dataset, "streams", False):  # its files: their paths and labels, not pixels
+        return [_file_split(context, files, y, dataset.input_shape)
+                for context, files, y in (("training", dataset.train_files, dataset.y_train),
+                                          ("validation", dataset.val_files, dataset.y_val))]
     splits = []
     for context, x, y in (("training", dataset.x_train, dataset.y_train),
                           ("validation", dataset.x_val, dataset.y_val)):
@@ -37,6 +41,15 @@ def dataset_splits(dataset: Any) -> list[Split]:
         splits.append(Split(context, digest.hexdigest()[:8], (x.dtype.str, x.shape),
                             (y.dtype.str, y.shape)))
     return splits
+
+
+def _file_split(context: str, files: Sequence[str], y: np.ndarray,
+                shape: tuple[int, ...]) -> Split:
+    """A streamed split: a digest of its file paths and labels; shapes as decoded."""
+    digest = hashlib.sha256("\n".join(files).encode())
+    digest.update(np.ascontiguousarray(y).tobytes())
+    return Split(context, digest.hexdigest()[:8], ("|u1", (len(files), *shape)),
+                 (y.dtype.str, y.shape))
 
 
 def split_inputs(name: str, splits: Sequence[Split], source: str | None = None) -> list[Any]:

@@ -1,0 +1,148 @@
+"""Images read from their files as training goes (``dataset.cache=none``), on ``tf.data``.
+
+A streamed dataset holds paths and labels, never pixels: an epoch's examples are read,
+decoded and resized in blocks, in parallel and prefetched, so memory holds a few blocks
+whatever the dataset's size. Each epoch visits the training files in one order, a function
+of the dataset's seed and the epoch alone: a pack reads it once for all its members, and a
+member trained alone reads the same rows in the same order (``packing.plain``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packexp.errors import ConfigError
+from packexp.search_space import derive_seed
+
+# Separates the epoch orders' seeds from the split's and the trials' own.
+ORDER_STREAM = 104729
+CACHE_MODES = ("auto", "memory", "none")
+
+
+@dataclass(frozen=True, eq=False)
+class StreamedImages:
+    """An image folder's split as paths and labels, decoded block by block when read.
+
+    Attributes:
+        name: The dataset's name.
+        train_files, val_files: The images of each split, as paths.
+        y_train, y_val: Their int32 class labels.
+        num_classes: How many classes.
+        image_size: ``(height, width)`` every image is resized to.
+        seed: The seed of every epoch's order.
+        block: Examples decoded per block, the unit a pack's members train from.
+        prefetch: Blocks decoded ahead of training.
+        parallel: Images decoded at once; None lets ``tf.data`` choose (AUTOTUNE).
+    """
+
+    name: str
+    train_files: tuple[str, ...]
+    y_train: np.ndarray
+    val_files: tuple[str, ...]
+    y_val: np.ndarray
+    num_classes: int
+    image_size: tuple[int, int]
+    seed: int = 0
+    block: int = 512
+    prefetch: int = 2
+    parallel: int | None = None
+    regression: bool = field(default=False, init=False)
+    streams: bool = field(default=True, init=False)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (*self.image_size, 3)
+
+    @property
+    def train_size(self) -> int:
+        return len(self.train_files)
+
+    @property
+    def val_size(self) -> int:
+        return len(self.val_files)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The training rows in epoch ``epoch``'s order: the same for every member."""
+        rng = np.random.default_rng(derive_seed(self.seed, ORDER_STREAM, epoch))
+        return rng.permutation(self.train_size)
+
+    def train_blocks(self, epoch: int, start: int, stop: int) -> Iterator[tuple[Any, Any]]:
+        """Rows ``start:stop`` of epoch ``epoch``'s order as (uint8 images, int32 labels)
+        tensors, ``block`` rows at a time."""
+        rows = self.order(epoch)[start:stop]
+        files = [self.train_files[i] for i in rows]
+        yield from self._read(files, self.y_train[rows], self.block)
+
+    def val_blocks(self, size: int) -> Iterator[tuple[Any, Any]]:
+        """The validation images in file order, ``size`` at a time."""
+        yield from self._read(list(self.val_files), self.y_val, size)
+
+    def decoded_bytes(self) -> int:
+        """What every image of both splits takes decoded, as uint8 at ``image_size``."""
+        return (self.train_size + self.val_size) * int(np.prod(self.input_shape))
+
+    def _read(self, files: Sequence[str], labels: np.ndarray, size: int
+              ) -> Iterator[tuple[Any, Any]]:
+        import tensorflow as tf
+
+        if not files:
+            return
+        height, width = self.image_size
+
+        def decode(path):
+            image = tf.io.decode_image(tf.io.read_file(path), channels=3,
+                                       expand_animations=False)
+            image = tf.image.resize(image, [height, width], method="bilinear")
+            return tf.cast(tf.round(tf.clip_by_value(image, 0, 255)), tf.uint8)
+
+        parallel = self.parallel or tf.data.AUTOTUNE
+        images = (tf.data.Dataset.from_tensor_slices(list(files))
+                  .map(decode, num_parallel_calls=parallel, deterministic=True)
+                  .batch(size).prefetch(self.prefetch))
+        labels = np.asarray(labels, np.int32)
+        it = iter(images)
+        for lo in range(0, len(files), size):
+            try:
+                batch = next(it)
+            except tf.errors.InvalidArgumentError:
+                raise ConfigError(_culprit(files[lo:lo + size])) from None
+            yield batch, tf.constant(labels[lo:lo + size])
+
+
+def _culprit(files: Sequence[str]) -> str:
+    """The error line naming the first of ``files`` that does not decode."""
+    from PIL import Image
+
+    for file in files:
+        try:
+            with Image.open(file) as image:
+                image.load()
+        except Exception as e:  # any reason names the file
+            reason = " ".join(str(e).split()) or type(e).__name__
+            return f"dataset.path: {file}: cannot decode image ({reason})"
+    return f"dataset.path: one of {len(files)} images from {files[0]} on cannot be decoded"
+
+
+def check_cache(cache: str) -> str:
+    if cache not in CACHE_MODES:
+        raise ConfigError(f"dataset.cache={cache!r}: must be one of {', '.join(CACHE_MODES)}")
+    return cache
+
+
+def fits_memory(decoded_bytes: int, share: float) -> bool:
+    """Whether ``decoded_bytes`` are at most ``share`` of the memory available now."""
+    import psutil
+
+    return decoded_bytes <= share * psutil.virtual_memory().available
+
+
+def magic_ok(path: Path) -> bool:
+    """Whether the file starts as a JPEG or a PNG does (read before any decoding)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return head.startswith(b"\xff\xd8") or head.startswith(b"\x89PNG\r\n\x1a\n")

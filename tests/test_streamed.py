@@ -1,0 +1,189 @@
+"""Streamed image folders (``dataset.cache=none``): read once per pack, isolation kept.
+
+A member trained in a pack on a stream ends bit for bit where it ends alone: the epoch's
+order is the dataset's, each member takes its rows at its own batch size, and blocks are cut
+wherever the pack's reads fall."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packexp.data import image_folder
+from packexp.data.streamed import StreamedImages
+from packexp.errors import ConfigError
+from packexp.pack_options import PackSettings
+from packexp.packing import Evaluation, Member, Pack
+from packexp.packing.data import Preprocessing, StreamData, device_data
+from packexp.search_space import Trial, derive_seed
+from tests.helpers import PLAIN, small_cnn
+
+pytestmark = pytest.mark.tf
+
+TRIALS = [  # misaligned: 48 training images, 6, 4 and 9 steps per epoch
+    Trial("t0", {"batch_size": 8, "optimizer": "adam", "learning_rate": 1e-3,
+                 "activation": "relu"}, (), seed=derive_seed(5, 0)),
+    Trial("t1", {"batch_size": 12, "optimizer": "momentum", "learning_rate": 1e-2,
+                 "activation": "tanh"}, (), seed=derive_seed(5, 1)),
+    Trial("t2", {"batch_size": 5, "optimizer": "sgd", "learning_rate": 1e-2,
+                 "activation": "relu"}, (), seed=derive_seed(5, 2)),
+]
+
+
+def photo_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 24) -> Path:
+    """Noisy photos of ``classes`` colours, PNG and JPEG alternately, of a few sizes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        d = root / f"class{c}"
+        d.mkdir(parents=True)
+        for i in range(per_class):
+            side = size + i % 3
+            pixels = rng.integers(0, 256, (side, side + 2, 3), dtype=np.uint8)
+            pixels[..., c] = 200
+            suffix = ".png" if i % 2 else ".jpg"
+            Image.fromarray(pixels).save(d / f"{i:03d}{suffix}")
+    return root
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return photo_folder(tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="module")
+def stream(folder) -> StreamedImages:
+    # blocks of 7: no batch size divides them, so every member's rows straddle blocks
+    return image_folder.load(str(folder), image_size=[12, 12], val_fraction=0.2, seed=3,
+                             cache="none", block=7)
+
+
+def train(data, trials, epochs=2, preprocessing=None):
+    ds = data.dataset
+    members = [Member.create(t, small_cnn, ds.input_shape, ds.num_classes, data.train_size,
+                             preprocessing) for t in trials]
+    pack = Pack(members, data, PackSettings(**PLAIN))
+    pack.train({m.trial_id: m.steps_for(epochs) for m in members})
+    return members, pack.evaluate()
+
+
+def test_a_streamed_folder_holds_paths_and_labels_not_pixels(stream):
+    assert isinstance(stream, StreamedImages)
+    assert (stream.train_size, stream.val_size) == (48, 12)
+    assert stream.input_shape == (12, 12, 3)
+    assert sorted(np.bincount(stream.y_train)) == [16, 16, 16]
+    assert isinstance(device_data(stream), StreamData)
+
+
+def test_an_epochs_blocks_are_its_order_decoded(stream):
+    order = stream.order(1)
+    assert sorted(order) == list(range(48))
+    assert not np.array_equal(order, stream.order(2))  # each epoch its own order
+    blocks = list(stream.train_blocks(1, 5, 30))
+    assert [int(x.shape[0]) for x, _ in blocks] == [7, 7, 7, 4]
+    labels = np.concatenate([y.numpy() for _, y in blocks])
+    np.testing.assert_array_equal(labels, stream.y_train[order[5:30]])
+    images = np.concatenate([x.numpy() for x, _ in blocks])
+    assert images.dtype == np.uint8 and images.shape == (25, 12, 12, 3)
+    # each image's own colour channel is the bright one, whatever its size was on disk
+    brightest = images.reshape(25, -1, 3).mean(axis=1).argmax(axis=1)
+    np.testing.assert_array_equal(brightest, labels)
+
+
+def test_memory_and_stream_split_the_same_images(folder, stream):
+    memory = image_folder.load(str(folder), image_size=[12, 12], val_fraction=0.2, seed=3,
+                               cache="memory")
+    assert memory.train_size == stream.train_size
+    np.testing.assert_array_equal(memory.y_train, stream.y_train)
+    np.testing.assert_array_equal(memory.y_val, stream.y_val)
+
+
+@pytest.fixture(scope="module")
+def packed(stream):
+    return train(StreamData(stream), TRIALS)
+
+
+@pytest.mark.parametrize("index", range(len(TRIALS)))
+def test_a_member_packed_on_a_stream_ends_bit_identical_to_alone(stream, packed, index):
+    members, evaluation = packed
+    assert [m.step for m in members] == [12, 8, 18]
+    [alone], alone_evaluation = train(StreamData(stream), [TRIALS[index]])
+    member = members[index]
+    assert alone.step == member.step
+    for a, b in zip(alone.model.get_weights(), member.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(alone.optimizer.variables, member.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert alone_evaluation[member.trial_id] == evaluation[member.trial_id]
+    assert isinstance(evaluation[member.trial_id], Evaluation)
+    assert evaluation[member.trial_id].val_accuracy is not None
+
+
+def test_augmented_members_stay_isolated_on_a_stream(stream):
+    augment = Preprocessing(crop_padding=2, flip=True)
+    members, evaluation = train(StreamData(stream), TRIALS[:2], epochs=1,
+                                preprocessing=augment)
+    [alone], alone_evaluation = train(StreamData(stream), [TRIALS[1]], epochs=1,
+                                      preprocessing=augment)
+    for a, b in zip(alone.model.get_weights(), members[1].model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert alone_evaluation["t1"] == evaluation["t1"]
+    plain, _ = train(StreamData(stream), [TRIALS[1]], epochs=1)
+    assert not all(np.array_equal(a, b) for a, b in
+                   zip(plain[0].model.get_weights(), alone.model.get_weights(), strict=True))
+
+
+def test_training_in_two_calls_equals_one(stream):
+    """A rung's budget ending mid-epoch: the next call takes the epoch on from there."""
+    whole, _ = train(StreamData(stream), TRIALS[:1], epochs=2)
+    ds = stream
+    [m] = [Member.create(TRIALS[0], small_cnn, ds.input_shape, ds.num_classes, ds.train_size)]
+    pack = Pack([m], StreamData(stream), PackSettings(**PLAIN))
+    pack.train({"t0": 5})
+    pack.train({"t0": 7})
+    assert m.step == 12
+    for a, b in zip(whole[0].model.get_weights(), m.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_stream_trains_plain_packs_only(stream):
+    ds = stream
+    members = [Member.create(t, small_cnn, ds.input_shape, ds.num_classes, ds.train_size)
+               for t in TRIALS[:2]]
+    pack = Pack(members, StreamData(stream), PackSettings(fusion="on"))
+    assert not pack.fused and not pack.looped
+    assert "streamed" in pack.program.unfused
+
+
+class TestBadInput:
+    def test_an_unknown_cache_is_one_line(self, folder):
+        with pytest.raises(ConfigError, match=r"dataset.cache='disk': must be one of auto"):
+            image_folder.load(str(folder), cache="disk")
+
+    def test_an_image_that_is_not_one_names_its_file(self, tmp_path):
+        root = photo_folder(tmp_path / "p", per_class=3)
+        (root / "class1" / "zz.png").write_bytes(b"not a png at all")
+        with pytest.raises(ConfigError, match=r"zz.png: cannot decode image"):
+            image_folder.load(str(root), cache="none", val_fraction=0.5)
+
+    def test_a_truncated_image_names_its_file_when_read(self, tmp_path):
+        root = photo_folder(tmp_path / "p", per_class=3)
+        good = (root / "class0" / "000.jpg").read_bytes()
+        (root / "class0" / "zz.jpg").write_bytes(good[: len(good) // 3])
+        data = image_folder.load(str(root), cache="none", val_fraction=0.5)
+        with pytest.raises(ConfigError, match=r"zz.jpg: cannot decode image"):
+            list(data.train_blocks(0, 0, data.train_size))
+            list(data.val_blocks(4))
+
+    def test_an_empty_folder_and_a_lone_image_are_refused_as_in_memory(self, tmp_path):
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(ConfigError, match="no class subfolders"):
+            image_folder.load(str(tmp_path / "empty"), cache="none")
+        root = photo_folder(tmp_path / "p", per_class=2)
+        for f in list((root / "class2").iterdir())[1:]:
+            f.unlink()
+        with pytest.raises(ConfigError, match="class 'class2' has 1 images"):
+            image_folder.load(str(root), cache="none")
