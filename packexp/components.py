@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp.config import (
     batch_bucket,
@@ -126,7 +126,19 @@ class Components:
                          template=self.space.first)
 
     def executor(self, run_dir: Path) -> Any:
-        return instantiate(self.cfg.executor, "executor")(cfg=self.cfg, run_dir=run_dir)
+        return instantiate(self.cfg.executor, "executor")(cfg=self.worker_cfg(),
+                                                            run_dir=run_dir)
+
+    def worker_cfg(self) -> DictConfig:
+        """The config workers build their own data from: ``dataset.cache=auto`` pinned to
+        what it chose here, so that every worker reads the data as this process does (a
+        worker with less memory free would otherwise stream what this one holds)."""
+        if self.cfg.dataset.get("cache") != "auto":
+            return self.cfg
+        cfg = self.cfg.copy()
+        with open_dict(cfg):
+            cfg.dataset.cache = "none" if getattr(self.dataset, "streams", False) else "memory"
+        return cfg
 
     def listeners(self, run_dir: Path) -> list[Listener]:
         """The listeners ``cfg.listeners`` names, each given ``run_dir``, in name order."""

@@ -87,6 +87,7 @@ class PackRecord:
     build_s: float = 0.0
     trace_s: float = 0.0
     train_s: float = 0.0
+    read_s: float = 0.0  # waiting for a streamed dataset's blocks: reading and decoding
     eval_s: float = 0.0
     checkpoint_s: float = 0.0
     probe_s: float = 0.0
@@ -126,7 +127,7 @@ class PackRecord:
             xla=stats.xla, grouped_conv=stats.grouped_conv, reused=pack_run.reused,
             reused_members=pack_run.reused_members, steps=stats.steps,
             build_s=round(pack_run.build_s, 4), trace_s=round(stats.trace_s, 4),
-            train_s=round(stats.train_s, 4), eval_s=round(pack_run.eval_s, 4),
+            train_s=round(stats.train_s, 4), read_s=round(stats.read_s, 4), eval_s=round(pack_run.eval_s, 4),
             checkpoint_s=round(checkpoint_s, 4), probe_s=round(probe_s, 4),
             duration_s=round(now - pack_run.started, 4),
             predicted_s=None if predicted_s is None else round(predicted_s, 4),

@@ -310,3 +310,24 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     assert_promotions_follow_the_rule(records, asha.eta, len(asha.rungs))
     assert max(results_per_trial_and_rung(run_dir).values()) == 1
     assert not (run_dir / "attempts").exists()  # every checkpoint retired with its trial
+
+
+def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path, ray_env):
+    """The config carries the folder's path, never its pixels: each worker reads the files
+    itself, and the results equal the local run's."""
+    from tests.test_streamed import photo_folder
+
+    photos = photo_folder(tmp_path / "photos", per_class=12, size=16)
+    streamed = ["dataset=image_folder", f"dataset.path={photos}", "dataset.image_size=[8,8]",
+                "dataset.cache=none", "dataset.block=16", "model=cnn", "model.width=4",
+                "search_space.params.batch_size=[4,6,8]"]
+    runs = {}
+    for executor in ("local", "ray"):
+        run_dir = tmp_path / executor
+        workers = [ONE_WORKER] if executor == "ray" else []
+        code, err = finish(packexp(run_dir, ray_env, *streamed, f"executor={executor}",
+                                   *workers))
+        assert code == 0, err
+        runs[executor] = scores(run_dir)
+    assert runs["ray"] == runs["local"]
+    assert all(rung[3] is not None for t in runs["ray"]["trials"].values() for rung in t[3])

@@ -187,3 +187,20 @@ class TestBadInput:
             f.unlink()
         with pytest.raises(ConfigError, match="class 'class2' has 1 images"):
             image_folder.load(str(root), cache="none")
+
+
+def test_workers_read_the_data_as_this_process_chose_to():
+    """``cache=auto`` is pinned to this process's choice in the config workers get."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from packexp.components import Components
+
+    cfg = OmegaConf.create({"dataset": {"path": "/photos", "cache": "auto"}})
+    for streams, pinned in ((True, "none"), (False, "memory")):
+        parts = SimpleNamespace(cfg=cfg, dataset=SimpleNamespace(streams=streams))
+        assert Components.worker_cfg(parts).dataset.cache == pinned
+    assert cfg.dataset.cache == "auto"  # the run's own config stays as given
+    fixed = OmegaConf.create({"dataset": {"path": "/photos", "cache": "memory"}})
+    assert Components.worker_cfg(SimpleNamespace(cfg=fixed, dataset=None)) is fixed

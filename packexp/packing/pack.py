@@ -23,7 +23,7 @@ from packexp.pack_options import (
 )
 from packexp.packing.data import DeviceData
 from packexp.packing.member import Member
-from packexp.packing.program import MemberFacts, StepProgram, step_program
+from packexp.packing.program import STREAMED, MemberFacts, StepProgram, step_program
 from packexp.packing.stats import Evaluation, PackStats
 from packexp.packing.targets import regression_metrics
 
@@ -114,12 +114,14 @@ class Pack:
         first asked; why it is not fused, or not looped, is logged then."""
         if self._program is None:
             self._program = program = choose_program(self._facts, self.settings)
+            # Said once by the search where the data streams, not for every pack.
             if program.kind != FUSED and self.fusion != "off":
-                log.log(logging.DEBUG if program.unfused == SINGLE else logging.INFO,
+                log.log(logging.DEBUG if program.unfused in (SINGLE, STREAMED) else logging.INFO,
                         "pack of %d trains unfused: %s", len(self.members), program.unfused)
             if (program.kind not in (FUSED, LOOPED) and self.loop != "off"
                     and not program.xla):
-                log.info("pack of %d is not looped: %s", len(self.members), program.unlooped)
+                log.log(logging.DEBUG if program.unlooped == STREAMED else logging.INFO,
+                        "pack of %d is not looped: %s", len(self.members), program.unlooped)
         return self._program
 
     @property

@@ -113,7 +113,13 @@ class PlainProgram:
                     end[m.trial_id] = m.batch_size * min(m.steps_per_epoch,
                                                          done + remaining[m.trial_id])
             base, carry = min(pos.values()), None  # the first row held
-            for x, y in self.data.train_blocks(epoch, base, max(end.values())):
+            blocks = self.data.train_blocks(epoch, base, max(end.values()))
+            while True:
+                t0 = time.perf_counter()
+                x, y = next(blocks, (None, None))  # waiting for files read and decoded
+                stats.read_s += time.perf_counter() - t0
+                if x is None:
+                    break
                 if carry is not None:
                     x, y = tf.concat([carry[0], x], 0), tf.concat([carry[1], y], 0)
                 held = base + int(x.shape[0])

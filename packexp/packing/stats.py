@@ -25,6 +25,7 @@ class PackStats:
     grouped_conv: str | None = None  # fused packs with grouped convolutions: native or split
     steps: int = 0
     train_s: float = 0.0
+    read_s: float = 0.0  # waiting for a stream's blocks (``data.streamed``), not in train_s
     trace_s: float = 0.0  # step functions traced or compiled (and warmed up) for this call
     programs: int = 0  # step programs traced (and compiled, under XLA) for this call
     eval_programs: int = 0  # evaluation programs traced (counted by the trainer)
