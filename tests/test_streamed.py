@@ -204,3 +204,64 @@ def test_workers_read_the_data_as_this_process_chose_to():
     assert cfg.dataset.cache == "auto"  # the run's own config stays as given
     fixed = OmegaConf.create({"dataset": {"path": "/photos", "cache": "memory"}})
     assert Components.worker_cfg(SimpleNamespace(cfg=fixed, dataset=None)) is fixed
+
+
+def test_an_epoch_size_draws_that_many_images_each_epoch(folder, stream):
+    short = image_folder.load(str(folder), image_size=[12, 12], val_fraction=0.2, seed=3,
+                              cache="auto", block=7, epoch_size=20)
+    assert isinstance(short, StreamedImages)  # an epoch size streams, whatever auto says
+    assert short.train_size == 20 and short.val_size == stream.val_size
+    first, second = short.order(0), short.order(1)
+    assert len(set(first)) == 20 and set(first) != set(second)
+    assert set(first) <= set(range(48))
+    members, evaluation = train(StreamData(short), TRIALS, epochs=2)
+    assert [m.step for m in members] == [4, 2, 8]
+    [alone], alone_evaluation = train(StreamData(short), [TRIALS[2]], epochs=2)
+    for a, b in zip(alone.model.get_weights(), members[2].model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert alone_evaluation["t2"] == evaluation["t2"]
+
+
+def test_an_epoch_size_in_memory_is_one_line(folder):
+    with pytest.raises(ConfigError, match=r"dataset.epoch_size=20: needs a stream"):
+        image_folder.load(str(folder), cache="memory", epoch_size=20)
+    with pytest.raises(ConfigError, match=r"dataset.epoch_size=0: must be an integer >= 1"):
+        image_folder.load(str(folder), cache="none", epoch_size=0)
+
+
+MEASURE_RSS = """
+import resource, sys
+from packexp.data import image_folder
+
+data = image_folder.load(sys.argv[1], image_size=[128, 128], cache="none", block=32,
+                         prefetch=2, parallel=2, val_fraction=0.1)
+blocks = data.train_blocks(0, 0, data.train_size)
+next(blocks)
+first = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rows = 32 + sum(int(x.shape[0]) for x, _ in blocks)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(rows, data.decoded_bytes(), (peak - first) * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_a_streams_memory_stays_bounded_by_its_blocks_not_the_folder(tmp_path):
+    """An epoch of a folder that is 190 MB decoded raises the peak RSS by a few blocks'
+    worth at most, measured in a process of its own (its peak is its own)."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        (tmp_path / f"c{c}").mkdir()
+        for i in range(2000):  # small JPEGs on disk, 128x128x3 each decoded
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), np.uint8)).resize(
+                (128, 128)).save(tmp_path / f"c{c}" / f"{i}.jpg")
+    out = subprocess.run([sys.executable, "-c", MEASURE_RSS, str(tmp_path)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    rows, decoded, growth = (int(v) for v in out)
+    assert rows == 3600 and decoded == 4000 * 128 * 128 * 3  # 197 MB of pixels
+    block = 32 * 128 * 128 * 3  # 1.6 MB
+    assert growth < 16 * block, f"peak RSS rose {growth / 2**20:.1f} MB over the epoch"

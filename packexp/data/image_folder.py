@@ -26,6 +26,7 @@ def load(
     block: int = 512,
     prefetch: int = 2,
     parallel: int | None = None,
+    epoch_size: int | None = None,
 ) -> Dataset | StreamedImages:
     """Loads ``path/<class>/<image>``; classes are the sorted subfolder names.
 
@@ -41,6 +42,9 @@ def load(
         block: Images a stream decodes per block (its memory: about ``prefetch + 2`` blocks).
         prefetch: Blocks a stream decodes ahead of training.
         parallel: Images a stream decodes at once; None: as ``tf.data`` tunes it.
+        epoch_size: Images in an epoch (Hyperband's unit), each epoch a new draw of them
+            from the whole training split; None: all of them. Streams only: it makes
+            ``cache=auto`` stream.
 
     Returns:
         In memory: uint8 ``[n, height, width, 3]`` RGB images and int32 labels. Streamed:
@@ -49,9 +53,12 @@ def load(
     check_cache(cache)
     if not 0 < memory_share <= 1:
         raise ConfigError(f"dataset.memory_share={memory_share!r}: must be in (0, 1]")
-    for key, value in (("block", block), ("prefetch", prefetch)):
-        if not isinstance(value, int) or value < 1:
+    for key, value in (("block", block), ("prefetch", prefetch), ("epoch_size", epoch_size)):
+        if value is not None and (not isinstance(value, int) or value < 1):
             raise ConfigError(f"dataset.{key}={value!r}: must be an integer >= 1")
+    if epoch_size is not None and cache == "memory":
+        raise ConfigError(f"dataset.epoch_size={epoch_size}: needs a stream; use "
+                          "dataset.cache=none or auto")
     height, width = _size(image_size)
     root = Path(path).expanduser() if path is not None else None
     if root is None or not root.is_dir():
@@ -71,8 +78,9 @@ def load(
     paths = [f for class_files in files for f in class_files]
     if cache != "memory":
         streamed = _streamed(paths, y, len(classes), (height, width), val_fraction, seed,
-                             block, prefetch, parallel)
-        if cache == "none" or not fits_memory(streamed.decoded_bytes(), memory_share):
+                             block, prefetch, parallel, epoch_size)
+        if (cache == "none" or epoch_size is not None
+                or not fits_memory(streamed.decoded_bytes(), memory_share)):
             for f in paths:
                 if not magic_ok(f):
                     raise ConfigError(f"dataset.path: {f}: cannot decode image (not a JPEG or "
@@ -84,7 +92,7 @@ def load(
 
 def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[int, int],
               val_fraction: float, seed: int, block: int, prefetch: int,
-              parallel: int | None) -> StreamedImages:
+              parallel: int | None, epoch_size: int | None) -> StreamedImages:
     """The split ``split`` makes of the same images, as paths."""
     from sklearn.model_selection import train_test_split
 
@@ -98,7 +106,8 @@ def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[in
                           ) from None
     return StreamedImages("image_folder", tuple(str(paths[i]) for i in train), y[train],
                           tuple(str(paths[i]) for i in val), y[val], num_classes, size,
-                          seed=seed, block=block, prefetch=prefetch, parallel=parallel)
+                          seed=seed, block=block, prefetch=prefetch, parallel=parallel,
+                          epoch_size=epoch_size)
 
 
 def _size(image_size: Sequence[int]) -> tuple[int, int]:

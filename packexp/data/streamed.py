@@ -38,6 +38,8 @@ class StreamedImages:
         block: Examples decoded per block, the unit a pack's members train from.
         prefetch: Blocks decoded ahead of training.
         parallel: Images decoded at once; None lets ``tf.data`` choose (AUTOTUNE).
+        epoch_size: Images in an epoch, Hyperband's unit: the first ``epoch_size`` of each
+            epoch's order of all the training images; None: all of them.
     """
 
     name: str
@@ -51,6 +53,7 @@ class StreamedImages:
     block: int = 512
     prefetch: int = 2
     parallel: int | None = None
+    epoch_size: int | None = None
     regression: bool = field(default=False, init=False)
     streams: bool = field(default=True, init=False)
 
@@ -60,16 +63,17 @@ class StreamedImages:
 
     @property
     def train_size(self) -> int:
-        return len(self.train_files)
+        """Images in an epoch: ``epoch_size``, or every training image."""
+        return min(self.epoch_size or len(self.train_files), len(self.train_files))
 
     @property
     def val_size(self) -> int:
         return len(self.val_files)
 
     def order(self, epoch: int) -> np.ndarray:
-        """The training rows in epoch ``epoch``'s order: the same for every member."""
+        """The training rows of epoch ``epoch``, in its order: the same for every member."""
         rng = np.random.default_rng(derive_seed(self.seed, ORDER_STREAM, epoch))
-        return rng.permutation(self.train_size)
+        return rng.permutation(len(self.train_files))[:self.train_size]
 
     def train_blocks(self, epoch: int, start: int, stop: int) -> Iterator[tuple[Any, Any]]:
         """Rows ``start:stop`` of epoch ``epoch``'s order as (uint8 images, int32 labels)
@@ -84,7 +88,7 @@ class StreamedImages:
 
     def decoded_bytes(self) -> int:
         """What every image of both splits takes decoded, as uint8 at ``image_size``."""
-        return (self.train_size + self.val_size) * int(np.prod(self.input_shape))
+        return (len(self.train_files) + self.val_size) * int(np.prod(self.input_shape))
 
     def _read(self, files: Sequence[str], labels: np.ndarray, size: int
               ) -> Iterator[tuple[Any, Any]]:
