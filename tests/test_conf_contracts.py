@@ -21,6 +21,7 @@ from packexp.testing.data import (
     fake_arrays,
     fake_cifar10,
     fake_image_folder,
+    fake_tfrecords,
     fake_table,
 )
 from tests.helpers import CONF_DIR, activation_counts, bn_momenta, compose_config
@@ -43,7 +44,7 @@ SHORT_RUNG_MOMENTUM = 0.7
 def test_every_model_and_dataset_config_is_found():
     assert {"mlp3", "mobilenet", "resnet50", "densenet121"} <= set(MODELS)
     assert {"digits", "synthetic", "cifar10", "image_folder", "mnist1d", "arrays",
-            "table"} <= set(DATASETS)
+            "table", "tfrecord"} <= set(DATASETS)
 
 
 def example_batch(shape: list[int]) -> np.ndarray:
@@ -159,6 +160,8 @@ DATA_FILE_KEYS = {"table": {"target": FAKE_TABLE_TARGET}}
 def load(name: str, data_files: dict[str, Path]) -> Dataset:
     """The dataset ``name`` as the runner loads it, at ``SEED``, from its fake file if any."""
     cfg = compose_config([f"dataset={name}", f"seed={SEED}"])
+    if name == "tfrecord" and name not in data_files:  # written by TensorFlow: made if asked
+        data_files[name] = fake_tfrecords(data_files[CACHE].parent / "records")
     if "path" in cfg.dataset:
         if name not in data_files:
             pytest.fail(f"dataset={name} reads dataset.path: give it a fake in data_files")
@@ -171,7 +174,9 @@ def load(name: str, data_files: dict[str, Path]) -> Dataset:
     return instantiate(cfg.dataset, "dataset")
 
 
-@pytest.fixture(scope="module", params=DATASETS)
+@pytest.fixture(scope="module", params=[  # TFRecords are read by TensorFlow
+    pytest.param(name, marks=pytest.mark.tf) if name == "tfrecord" else name
+    for name in DATASETS])
 def dataset_name(request) -> str:
     return request.param
 

@@ -265,3 +265,68 @@ def test_a_streams_memory_stays_bounded_by_its_blocks_not_the_folder(tmp_path):
     assert rows == 3600 and decoded == 4000 * 128 * 128 * 3  # 197 MB of pixels
     block = 32 * 128 * 128 * 3  # 1.6 MB
     assert growth < 16 * block, f"peak RSS rose {growth / 2**20:.1f} MB over the epoch"
+
+
+class TestTfrecords:
+    @pytest.fixture(scope="class")
+    def shards(self, tmp_path_factory) -> Path:
+        import tensorflow as tf
+
+        root = tmp_path_factory.mktemp("records")
+        photos = photo_folder(root / "photos", per_class=10, size=16)
+        files = sorted(photos.rglob("*.*"))
+        writers = [tf.io.TFRecordWriter(str(root / f"part-{i}.tfrecord")) for i in range(3)]
+        for i, f in enumerate(files):
+            feature = {"jpeg": tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[f.read_bytes()])), "cls": tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[int(f.parent.name[-1]) * 7]))}  # labels 0, 7, 14: three classes
+            writers[i % 3].write(tf.train.Example(features=tf.train.Features(
+                feature=feature)).SerializeToString())
+        for w in writers:
+            w.close()
+        return root
+
+    def load(self, shards, **kw):
+        from packexp.data import tfrecord
+
+        return tfrecord.load(str(shards), image_key="jpeg", label_key="cls",
+                             image_size=[10, 10], val_fraction=0.2, seed=1, **kw)
+
+    def test_records_stream_and_decode_into_memory_alike(self, shards):
+        stream = self.load(shards, cache="none", block=5)
+        assert isinstance(stream, StreamedImages)
+        assert (stream.train_size, stream.val_size, stream.num_classes) == (24, 6, 3)
+        memory = self.load(shards, cache="memory")
+        np.testing.assert_array_equal(memory.y_train, stream.y_train)
+        rows = np.concatenate([x.numpy() for x, _ in
+                               stream._read(stream.train, np.arange(24), stream.y_train, 5)])
+        np.testing.assert_array_equal(memory.x_train, rows)
+        brightest = rows.reshape(24, -1, 3).mean(axis=1).argmax(axis=1)
+        np.testing.assert_array_equal(brightest, stream.y_train)
+
+    def test_a_member_packed_on_records_ends_as_alone(self, shards):
+        stream = self.load(shards, cache="none", block=5)
+        trials = [Trial("a", {**TRIALS[0].hparams, "batch_size": 4}, (), seed=1),
+                  Trial("b", {**TRIALS[1].hparams, "batch_size": 6}, (), seed=2)]
+        members, evaluation = train(StreamData(stream), trials, epochs=2)
+        [alone], alone_evaluation = train(StreamData(stream), trials[1:], epochs=2)
+        for a, b in zip(alone.model.get_weights(), members[1].model.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert alone_evaluation["b"] == evaluation["b"]
+
+    def test_records_of_another_schema_are_one_line_naming_the_key(self, shards):
+        from packexp.data import tfrecord
+
+        with pytest.raises(ConfigError, match=r"dataset.image_key=image: .*part-0.tfrecord has "
+                           r"no bytes feature 'image'; its records hold: cls \(int64\), jpeg "
+                           r"\(bytes\)"):
+            tfrecord.load(str(shards))
+
+    def test_a_file_that_is_not_a_tfrecord_is_one_line_naming_it(self, tmp_path):
+        from packexp.data import tfrecord
+
+        (tmp_path / "bad.tfrecord").write_bytes(b"\x10" * 40)
+        with pytest.raises(ConfigError, match=r"bad.tfrecord: not an uncompressed TFRecord"):
+            tfrecord.load(str(tmp_path))
+        with pytest.raises(ConfigError, match=r"no TFRecord files"):
+            tfrecord.load(str(tmp_path / "nothing-*.tfrecord"))

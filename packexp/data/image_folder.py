@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from packexp.data import Dataset, split
-from packexp.data.streamed import StreamedImages, check_cache, fits_memory, magic_ok
+from packexp.data.streamed import Files, StreamedImages, check_cache, fits_memory, magic_ok
 from packexp.errors import ConfigError
 
 EXTENSIONS = frozenset({".jpg", ".jpeg", ".png"})
@@ -51,14 +51,7 @@ def load(
         the same split as paths and labels (``data.streamed.StreamedImages``).
     """
     check_cache(cache)
-    if not 0 < memory_share <= 1:
-        raise ConfigError(f"dataset.memory_share={memory_share!r}: must be in (0, 1]")
-    for key, value in (("block", block), ("prefetch", prefetch), ("epoch_size", epoch_size)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ConfigError(f"dataset.{key}={value!r}: must be an integer >= 1")
-    if epoch_size is not None and cache == "memory":
-        raise ConfigError(f"dataset.epoch_size={epoch_size}: needs a stream; use "
-                          "dataset.cache=none or auto")
+    check_stream_keys(memory_share, block, prefetch, epoch_size, cache)
     height, width = _size(image_size)
     root = Path(path).expanduser() if path is not None else None
     if root is None or not root.is_dir():
@@ -90,22 +83,40 @@ def load(
     return split("image_folder", x, y, val_fraction, seed, num_classes=len(classes))
 
 
-def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[int, int],
-              val_fraction: float, seed: int, block: int, prefetch: int,
-              parallel: int | None, epoch_size: int | None) -> StreamedImages:
-    """The split ``split`` makes of the same images, as paths."""
+def check_stream_keys(memory_share: float, block: int, prefetch: int,
+                      epoch_size: int | None, cache: str) -> None:
+    """A streamable dataset's own keys, each refused in one line naming it."""
+    if not 0 < memory_share <= 1:
+        raise ConfigError(f"dataset.memory_share={memory_share!r}: must be in (0, 1]")
+    for key, value in (("block", block), ("prefetch", prefetch), ("epoch_size", epoch_size)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"dataset.{key}={value!r}: must be an integer >= 1")
+    if epoch_size is not None and cache == "memory":
+        raise ConfigError(f"dataset.epoch_size={epoch_size}: needs a stream; use "
+                          "dataset.cache=none or auto")
+
+
+def stratified(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the training and the validation split, as ``data.split`` draws them."""
     from sklearn.model_selection import train_test_split
 
     if not 0 < val_fraction < 1:
         raise ConfigError(f"dataset.val_fraction={val_fraction!r}: must be between 0 and 1")
     try:
-        train, val = train_test_split(np.arange(len(paths)), test_size=val_fraction,
-                                      random_state=seed, stratify=y)
+        return train_test_split(np.arange(len(y)), test_size=val_fraction, random_state=seed,
+                                stratify=y)
     except ValueError as e:  # too few images to hold out one of each class
         raise ConfigError(f"dataset.val_fraction={val_fraction}: {' '.join(str(e).split())}"
                           ) from None
-    return StreamedImages("image_folder", tuple(str(paths[i]) for i in train), y[train],
-                          tuple(str(paths[i]) for i in val), y[val], num_classes, size,
+
+
+def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[int, int],
+              val_fraction: float, seed: int, block: int, prefetch: int,
+              parallel: int | None, epoch_size: int | None) -> StreamedImages:
+    """The split ``split`` makes of the same images, as paths."""
+    train, val = stratified(y, val_fraction, seed)
+    return StreamedImages("image_folder", Files(tuple(str(paths[i]) for i in train)), y[train],
+                          Files(tuple(str(paths[i]) for i in val)), y[val], num_classes, size,
                           seed=seed, block=block, prefetch=prefetch, parallel=parallel,
                           epoch_size=epoch_size)
 

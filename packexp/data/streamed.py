@@ -1,4 +1,5 @@
-"""Images read from their files as training goes (``dataset.cache=none``), on ``tf.data``.
+"""Images read from their files as training goes (``dataset.cache=none``), on ``tf.data``:
+an image folder's files, or the records of TFRecord shards.
 
 A streamed dataset holds paths and labels, never pixels: an epoch's examples are read,
 decoded and resized in blocks, in parallel and prefetched, so memory holds a few blocks
@@ -9,6 +10,7 @@ member trained alone reads the same rows in the same order (``packing.plain``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +27,89 @@ CACHE_MODES = ("auto", "memory", "none")
 
 
 @dataclass(frozen=True, eq=False)
+class Files:
+    """Images as one file each (an image folder)."""
+
+    paths: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def encoded(self, rows: np.ndarray) -> Any:
+        """A ``tf.data`` dataset of the encoded images of ``rows``, in that order, read in
+        parallel."""
+        import tensorflow as tf
+
+        return tf.data.Dataset.from_tensor_slices([self.paths[i] for i in rows]).map(
+            tf.io.read_file, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def culprit(self, rows: Sequence[int]) -> str:
+        """The error line naming the first of ``rows`` that does not decode."""
+        from PIL import Image
+
+        for i in rows:
+            try:
+                with Image.open(self.paths[i]) as image:
+                    image.load()
+            except Exception as e:  # any reason names the file
+                reason = " ".join(str(e).split()) or type(e).__name__
+                return f"dataset.path: {self.paths[i]}: cannot decode image ({reason})"
+        return (f"dataset.path: one of {len(rows)} images from {self.paths[rows[0]]} on "
+                "cannot be decoded")
+
+    def fingerprint(self) -> bytes:
+        return "\n".join(self.paths).encode()
+
+
+@dataclass(frozen=True, eq=False)
+class Records:
+    """Images as records of TFRecord shards: each record's shard, byte offset and length,
+    indexed once when the dataset loads, so that an epoch reads them in any order."""
+
+    shards: tuple[str, ...]
+    refs: np.ndarray  # int64 [n, 3]: shard, offset of the record's data, its length
+    image_key: str
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def encoded(self, rows: np.ndarray) -> Any:
+        import tensorflow as tf
+
+        refs, shards, key = self.refs[rows], self.shards, self.image_key
+
+        def records():  # a seek and a read each: the decoding runs in parallel after it
+            with contextlib.ExitStack() as stack:
+                files: dict[int, Any] = {}
+                for shard, offset, length in refs:
+                    if shard not in files:
+                        files[shard] = stack.enter_context(open(shards[shard], "rb"))
+                    files[shard].seek(offset)
+                    yield files[shard].read(length)
+
+        spec = {key: tf.io.FixedLenFeature([], tf.string)}
+        return tf.data.Dataset.from_generator(
+            records, output_signature=tf.TensorSpec([], tf.string)).map(
+            lambda record: tf.io.parse_single_example(record, spec)[key],
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def culprit(self, rows: Sequence[int]) -> str:
+        shard, _, _ = self.refs[rows[0]]
+        return (f"dataset.path: {self.shards[shard]}: one of records {list(rows)[:3]}... "
+                f"holds a {self.image_key!r} that does not decode as a JPEG or PNG image")
+
+    def fingerprint(self) -> bytes:
+        return "\n".join(self.shards).encode() + np.ascontiguousarray(self.refs).tobytes()
+
+
+@dataclass(frozen=True, eq=False)
 class StreamedImages:
-    """An image folder's split as paths and labels, decoded block by block when read.
+    """A split of encoded images (files or records) and their labels, decoded block by block
+    when read.
 
     Attributes:
         name: The dataset's name.
-        train_files, val_files: The images of each split, as paths.
+        train, val: Where each split's encoded images are (``Files`` or ``Records``).
         y_train, y_val: Their int32 class labels.
         num_classes: How many classes.
         image_size: ``(height, width)`` every image is resized to.
@@ -43,9 +122,9 @@ class StreamedImages:
     """
 
     name: str
-    train_files: tuple[str, ...]
+    train: Files | Records
     y_train: np.ndarray
-    val_files: tuple[str, ...]
+    val: Files | Records
     y_val: np.ndarray
     num_classes: int
     image_size: tuple[int, int]
@@ -64,72 +143,56 @@ class StreamedImages:
     @property
     def train_size(self) -> int:
         """Images in an epoch: ``epoch_size``, or every training image."""
-        return min(self.epoch_size or len(self.train_files), len(self.train_files))
+        return min(self.epoch_size or len(self.train), len(self.train))
 
     @property
     def val_size(self) -> int:
-        return len(self.val_files)
+        return len(self.val)
 
     def order(self, epoch: int) -> np.ndarray:
         """The training rows of epoch ``epoch``, in its order: the same for every member."""
         rng = np.random.default_rng(derive_seed(self.seed, ORDER_STREAM, epoch))
-        return rng.permutation(len(self.train_files))[:self.train_size]
+        return rng.permutation(len(self.train))[:self.train_size]
 
     def train_blocks(self, epoch: int, start: int, stop: int) -> Iterator[tuple[Any, Any]]:
         """Rows ``start:stop`` of epoch ``epoch``'s order as (uint8 images, int32 labels)
         tensors, ``block`` rows at a time."""
         rows = self.order(epoch)[start:stop]
-        files = [self.train_files[i] for i in rows]
-        yield from self._read(files, self.y_train[rows], self.block)
+        yield from self._read(self.train, rows, self.y_train[rows], self.block)
 
     def val_blocks(self, size: int) -> Iterator[tuple[Any, Any]]:
-        """The validation images in file order, ``size`` at a time."""
-        yield from self._read(list(self.val_files), self.y_val, size)
+        """The validation images in their split's order, ``size`` at a time."""
+        yield from self._read(self.val, np.arange(len(self.val)), self.y_val, size)
 
     def decoded_bytes(self) -> int:
         """What every image of both splits takes decoded, as uint8 at ``image_size``."""
-        return (len(self.train_files) + self.val_size) * int(np.prod(self.input_shape))
+        return (len(self.train) + self.val_size) * int(np.prod(self.input_shape))
 
-    def _read(self, files: Sequence[str], labels: np.ndarray, size: int
-              ) -> Iterator[tuple[Any, Any]]:
+    def _read(self, source: Files | Records, rows: np.ndarray, labels: np.ndarray,
+              size: int) -> Iterator[tuple[Any, Any]]:
         import tensorflow as tf
 
-        if not files:
+        if not len(rows):
             return
         height, width = self.image_size
 
-        def decode(path):
-            image = tf.io.decode_image(tf.io.read_file(path), channels=3,
-                                       expand_animations=False)
+        def decode(encoded):
+            image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
             image = tf.image.resize(image, [height, width], method="bilinear")
             return tf.cast(tf.round(tf.clip_by_value(image, 0, 255)), tf.uint8)
 
         parallel = self.parallel or tf.data.AUTOTUNE
-        images = (tf.data.Dataset.from_tensor_slices(list(files))
+        images = (source.encoded(rows)
                   .map(decode, num_parallel_calls=parallel, deterministic=True)
                   .batch(size).prefetch(self.prefetch))
         labels = np.asarray(labels, np.int32)
         it = iter(images)
-        for lo in range(0, len(files), size):
+        for lo in range(0, len(rows), size):
             try:
                 batch = next(it)
             except tf.errors.InvalidArgumentError:
-                raise ConfigError(_culprit(files[lo:lo + size])) from None
+                raise ConfigError(source.culprit(list(rows[lo:lo + size]))) from None
             yield batch, tf.constant(labels[lo:lo + size])
-
-
-def _culprit(files: Sequence[str]) -> str:
-    """The error line naming the first of ``files`` that does not decode."""
-    from PIL import Image
-
-    for file in files:
-        try:
-            with Image.open(file) as image:
-                image.load()
-        except Exception as e:  # any reason names the file
-            reason = " ".join(str(e).split()) or type(e).__name__
-            return f"dataset.path: {file}: cannot decode image ({reason})"
-    return f"dataset.path: one of {len(files)} images from {files[0]} on cannot be decoded"
 
 
 def check_cache(cache: str) -> str:

@@ -117,6 +117,26 @@ def fake_image_folder(folder: Path) -> Path:
     return folder
 
 
+def fake_tfrecords(folder: Path, shards: int = 2) -> Path:
+    """The images of ``fake_image_folder`` as ``tf.train.Example`` records (encoded bytes
+    under ``image``, the class under ``label``) spread over ``shards`` TFRecord files."""
+    import tensorflow as tf
+
+    images = fake_image_folder(folder / "images")
+    files = sorted(f for f in images.rglob("*") if f.suffix.lower() in (".png", ".jpg", ".jpeg"))
+    classes = sorted({f.parent.name for f in files})
+    writers = [tf.io.TFRecordWriter(str(folder / f"part-{i}.tfrecord")) for i in range(shards)]
+    for i, f in enumerate(files):
+        example = tf.train.Example(features=tf.train.Features(feature={
+            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[f.read_bytes()])),
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(
+                value=[classes.index(f.parent.name)]))}))
+        writers[i % shards].write(example.SerializeToString())
+    for writer in writers:
+        writer.close()
+    return folder
+
+
 def fake_arrays(path: Path) -> Path:
     """A .npz of 18 uint8 8x8x1 images in three classes, written to ``path``."""
     rng = np.random.default_rng(0)

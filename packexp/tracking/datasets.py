@@ -28,9 +28,9 @@ def dataset_splits(dataset: Any) -> list[Split]:
     """The dataset's training and validation splits, each with a digest of its whole content
     (MLflow's own hashes a sample of rows), dtypes and shapes; no MLflow needed."""
     if getattr(dataset, "streams", False):  # its files: their paths and labels, not pixels
-        return [_file_split(context, files, y, dataset.input_shape)
-                for context, files, y in (("training", dataset.train_files, dataset.y_train),
-                                          ("validation", dataset.val_files, dataset.y_val))]
+        return [_file_split(context, source, y, dataset.input_shape)
+                for context, source, y in (("training", dataset.train, dataset.y_train),
+                                           ("validation", dataset.val, dataset.y_val))]
     splits = []
     for context, x, y in (("training", dataset.x_train, dataset.y_train),
                           ("validation", dataset.x_val, dataset.y_val)):
@@ -43,12 +43,12 @@ def dataset_splits(dataset: Any) -> list[Split]:
     return splits
 
 
-def _file_split(context: str, files: Sequence[str], y: np.ndarray,
-                shape: tuple[int, ...]) -> Split:
-    """A streamed split: a digest of its file paths and labels; shapes as decoded."""
-    digest = hashlib.sha256("\n".join(files).encode())
+def _file_split(context: str, source: Any, y: np.ndarray, shape: tuple[int, ...]) -> Split:
+    """A streamed split: a digest of where its images are and their labels; shapes as
+    decoded."""
+    digest = hashlib.sha256(source.fingerprint())
     digest.update(np.ascontiguousarray(y).tobytes())
-    return Split(context, digest.hexdigest()[:8], ("|u1", (len(files), *shape)),
+    return Split(context, digest.hexdigest()[:8], ("|u1", (len(source), *shape)),
                  (y.dtype.str, y.shape))
 
 
