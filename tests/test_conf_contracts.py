@@ -21,8 +21,8 @@ from packexp.testing.data import (
     fake_arrays,
     fake_cifar10,
     fake_image_folder,
-    fake_tfrecords,
     fake_table,
+    fake_tfrecords,
 )
 from tests.helpers import CONF_DIR, activation_counts, bn_momenta, compose_config
 
