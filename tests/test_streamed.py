@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packexp.data import image_folder
+from packexp.data import Dataset, image_folder
 from packexp.data.streamed import StreamedImages
 from packexp.errors import ConfigError
 from packexp.pack_options import PackSettings
@@ -231,7 +231,7 @@ def test_an_epoch_size_in_memory_is_one_line(folder):
 
 MEASURE_RSS = """
 import resource, sys
-from packexp.data import image_folder
+from packexp.data import Dataset, image_folder
 
 data = image_folder.load(sys.argv[1], image_size=[128, 128], cache="none", block=32,
                          prefetch=2, parallel=2, val_fraction=0.1)
@@ -330,3 +330,44 @@ class TestTfrecords:
             tfrecord.load(str(tmp_path))
         with pytest.raises(ConfigError, match=r"no TFRecord files"):
             tfrecord.load(str(tmp_path / "nothing-*.tfrecord"))
+
+
+class TestStreamAugmentation:
+    def load(self, folder, **augment):
+        return image_folder.load(str(folder), image_size=[12, 12], val_fraction=0.2, seed=3,
+                                 block=7, augment=augment)
+
+    def test_an_image_is_augmented_by_its_epoch_and_place_not_by_who_reads_it(self, folder):
+        augmented = self.load(folder, flip=True, crop_padding=2)
+        assert isinstance(augmented, StreamedImages)  # augmentation makes auto stream
+        whole = np.concatenate([x.numpy() for x, _ in augmented.train_blocks(0, 0, 48)])
+        # rows 10:30 read on their own, in other blocks, get the same pixels
+        part = np.concatenate([x.numpy() for x, _ in augmented.train_blocks(0, 10, 30)])
+        np.testing.assert_array_equal(part, whole[10:30])
+        assert isinstance(self.load(folder), Dataset)  # unaugmented, it fits: in memory
+        stream = image_folder.load(str(folder), image_size=[12, 12], val_fraction=0.2, seed=3,
+                                   cache="none", block=7)
+        bare = np.concatenate([x.numpy() for x, _ in stream.train_blocks(0, 0, 48)])
+        changed = [not np.array_equal(a, b) for a, b in zip(whole, bare, strict=True)]
+        assert sum(changed) >= 24  # crops move most images, flips about half
+        epoch1 = np.concatenate([x.numpy() for x, _ in augmented.train_blocks(1, 0, 48)])
+        assert not np.array_equal(np.sort(epoch1, axis=None), np.sort(whole, axis=None))
+        # validation is never augmented
+        for (a, _), (b, _) in zip(augmented.val_blocks(5), stream.val_blocks(5), strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+    def test_members_on_an_augmented_stream_stay_isolated(self, folder):
+        augmented = self.load(folder, flip=True, crop_padding=1)
+        members, evaluation = train(StreamData(augmented), TRIALS[:2], epochs=1)
+        [alone], alone_evaluation = train(StreamData(augmented), [TRIALS[0]], epochs=1)
+        for a, b in zip(alone.model.get_weights(), members[0].model.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert alone_evaluation["t0"] == evaluation["t0"]
+
+    def test_bad_augmentation_keys_are_one_line(self, folder):
+        with pytest.raises(ConfigError, match=r"dataset.augment.rotate: unknown"):
+            self.load(folder, rotate=10)
+        with pytest.raises(ConfigError, match=r"dataset.augment.crop_padding=-1: must be"):
+            self.load(folder, crop_padding=-1)
+        with pytest.raises(ConfigError, match=r"dataset.augment: augments a stream"):
+            image_folder.load(str(folder), cache="memory", augment={"flip": True})

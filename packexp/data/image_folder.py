@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -27,6 +28,7 @@ def load(
     prefetch: int = 2,
     parallel: int | None = None,
     epoch_size: int | None = None,
+    augment: Mapping[str, Any] | None = None,
 ) -> Dataset | StreamedImages:
     """Loads ``path/<class>/<image>``; classes are the sorted subfolder names.
 
@@ -45,13 +47,17 @@ def load(
         epoch_size: Images in an epoch (Hyperband's unit), each epoch a new draw of them
             from the whole training split; None: all of them. Streams only: it makes
             ``cache=auto`` stream.
+        augment: ``{flip: bool, crop_padding: int}``, training augmentation done in the
+            stream, once per image and epoch for a whole pack, seeded by (seed, epoch, row).
+            Streams only, as ``epoch_size``.
 
     Returns:
         In memory: uint8 ``[n, height, width, 3]`` RGB images and int32 labels. Streamed:
         the same split as paths and labels (``data.streamed.StreamedImages``).
     """
     check_cache(cache)
-    check_stream_keys(memory_share, block, prefetch, epoch_size, cache)
+    augments = augmentation(augment)
+    check_stream_keys(memory_share, block, prefetch, epoch_size, cache, augments)
     height, width = _size(image_size)
     root = Path(path).expanduser() if path is not None else None
     if root is None or not root.is_dir():
@@ -71,8 +77,8 @@ def load(
     paths = [f for class_files in files for f in class_files]
     if cache != "memory":
         streamed = _streamed(paths, y, len(classes), (height, width), val_fraction, seed,
-                             block, prefetch, parallel, epoch_size)
-        if (cache == "none" or epoch_size is not None
+                             block, prefetch, parallel, epoch_size, augments)
+        if (cache == "none" or epoch_size is not None or any(augments.values())
                 or not fits_memory(streamed.decoded_bytes(), memory_share)):
             for f in paths:
                 if not magic_ok(f):
@@ -83,8 +89,23 @@ def load(
     return split("image_folder", x, y, val_fraction, seed, num_classes=len(classes))
 
 
+def augmentation(augment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``dataset.augment`` as ``StreamedImages``' keys, each checked."""
+    values = {"flip": False, "crop_padding": 0, **(augment or {})}
+    unknown = sorted(set(values) - {"flip", "crop_padding"})
+    if unknown:
+        raise ConfigError(f"dataset.augment.{unknown[0]}: unknown; give flip, crop_padding")
+    if not isinstance(values["flip"], bool):
+        raise ConfigError(f"dataset.augment.flip={values['flip']!r}: must be true or false")
+    pad = values["crop_padding"]
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        raise ConfigError(f"dataset.augment.crop_padding={pad!r}: must be an integer >= 0")
+    return values
+
+
 def check_stream_keys(memory_share: float, block: int, prefetch: int,
-                      epoch_size: int | None, cache: str) -> None:
+                      epoch_size: int | None, cache: str,
+                      augments: Mapping[str, Any] | None = None) -> None:
     """A streamable dataset's own keys, each refused in one line naming it."""
     if not 0 < memory_share <= 1:
         raise ConfigError(f"dataset.memory_share={memory_share!r}: must be in (0, 1]")
@@ -94,6 +115,9 @@ def check_stream_keys(memory_share: float, block: int, prefetch: int,
     if epoch_size is not None and cache == "memory":
         raise ConfigError(f"dataset.epoch_size={epoch_size}: needs a stream; use "
                           "dataset.cache=none or auto")
+    if augments and any(augments.values()) and cache == "memory":
+        raise ConfigError("dataset.augment: augments a stream; use dataset.cache=none or "
+                          "auto, or preprocess.flip and preprocess.crop_padding in memory")
 
 
 def stratified(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -112,13 +136,14 @@ def stratified(y: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarra
 
 def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[int, int],
               val_fraction: float, seed: int, block: int, prefetch: int,
-              parallel: int | None, epoch_size: int | None) -> StreamedImages:
+              parallel: int | None, epoch_size: int | None,
+              augments: Mapping[str, Any]) -> StreamedImages:
     """The split ``split`` makes of the same images, as paths."""
     train, val = stratified(y, val_fraction, seed)
     return StreamedImages("image_folder", Files(tuple(str(paths[i]) for i in train)), y[train],
                           Files(tuple(str(paths[i]) for i in val)), y[val], num_classes, size,
                           seed=seed, block=block, prefetch=prefetch, parallel=parallel,
-                          epoch_size=epoch_size)
+                          epoch_size=epoch_size, **augments)
 
 
 def _size(image_size: Sequence[int]) -> tuple[int, int]:

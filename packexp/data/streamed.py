@@ -23,6 +23,7 @@ from packexp.search_space import derive_seed
 
 # Separates the epoch orders' seeds from the split's and the trials' own.
 ORDER_STREAM = 104729
+AUGMENT_STREAM = 1299709
 CACHE_MODES = ("auto", "memory", "none")
 
 
@@ -119,6 +120,9 @@ class StreamedImages:
         parallel: Images decoded at once; None lets ``tf.data`` choose (AUTOTUNE).
         epoch_size: Images in an epoch, Hyperband's unit: the first ``epoch_size`` of each
             epoch's order of all the training images; None: all of them.
+        flip, crop_padding: Training augmentation done once per image and epoch for the
+            whole pack, seeded by (seed, epoch, row): a random horizontal flip, and a random
+            crop back to ``image_size`` after zero-padding by this many pixels.
     """
 
     name: str
@@ -133,6 +137,8 @@ class StreamedImages:
     prefetch: int = 2
     parallel: int | None = None
     epoch_size: int | None = None
+    flip: bool = False
+    crop_padding: int = 0
     regression: bool = field(default=False, init=False)
     streams: bool = field(default=True, init=False)
 
@@ -158,7 +164,10 @@ class StreamedImages:
         """Rows ``start:stop`` of epoch ``epoch``'s order as (uint8 images, int32 labels)
         tensors, ``block`` rows at a time."""
         rows = self.order(epoch)[start:stop]
-        yield from self._read(self.train, rows, self.y_train[rows], self.block)
+        augment = None
+        if self.flip or self.crop_padding:
+            augment = (derive_seed(self.seed, AUGMENT_STREAM, epoch), start)
+        yield from self._read(self.train, rows, self.y_train[rows], self.block, augment)
 
     def val_blocks(self, size: int) -> Iterator[tuple[Any, Any]]:
         """The validation images in their split's order, ``size`` at a time."""
@@ -169,7 +178,10 @@ class StreamedImages:
         return (len(self.train) + self.val_size) * int(np.prod(self.input_shape))
 
     def _read(self, source: Files | Records, rows: np.ndarray, labels: np.ndarray,
-              size: int) -> Iterator[tuple[Any, Any]]:
+              size: int, augment: tuple[int, int] | None = None
+              ) -> Iterator[tuple[Any, Any]]:
+        """``rows`` of ``source`` decoded, ``size`` at a time; with ``augment`` (the epoch's
+        seed, the first row's place in the epoch), each augmented by its place."""
         import tensorflow as tf
 
         if not len(rows):
@@ -182,9 +194,16 @@ class StreamedImages:
             return tf.cast(tf.round(tf.clip_by_value(image, 0, 255)), tf.uint8)
 
         parallel = self.parallel or tf.data.AUTOTUNE
-        images = (source.encoded(rows)
-                  .map(decode, num_parallel_calls=parallel, deterministic=True)
-                  .batch(size).prefetch(self.prefetch))
+        images = source.encoded(rows).map(decode, num_parallel_calls=parallel,
+                                          deterministic=True)
+        if augment is not None:
+            epoch_seed, first = augment
+            places = tf.data.Dataset.range(first, first + len(rows))
+            images = tf.data.Dataset.zip(images, places).map(
+                lambda image, place: self._augment(image, tf.stack(
+                    [tf.constant(epoch_seed % 2**62, tf.int64), place])),
+                num_parallel_calls=parallel, deterministic=True)
+        images = images.batch(size).prefetch(self.prefetch)
         labels = np.asarray(labels, np.int32)
         it = iter(images)
         for lo in range(0, len(rows), size):
@@ -193,6 +212,20 @@ class StreamedImages:
             except tf.errors.InvalidArgumentError:
                 raise ConfigError(source.culprit(list(rows[lo:lo + size]))) from None
             yield batch, tf.constant(labels[lo:lo + size])
+
+    def _augment(self, image: Any, seed: Any) -> Any:
+        """One training image's flip and crop, seeded by its epoch and place: whoever reads
+        it in that epoch gets the same pixels."""
+        import tensorflow as tf
+
+        if self.crop_padding:
+            pad = self.crop_padding
+            padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+            image = tf.image.stateless_random_crop(padded, tf.shape(image), seed)
+        if self.flip:
+            image = tf.image.stateless_random_flip_left_right(
+                image, seed + tf.constant([0, 1], tf.int64))
+        return image
 
 
 def check_cache(cache: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import glob
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ def load(
     prefetch: int = 2,
     parallel: int | None = None,
     epoch_size: int | None = None,
+    augment: Mapping[str, Any] | None = None,
 ) -> Dataset | StreamedImages:
     """Loads every record of the shards ``path`` names; classes are the sorted labels.
 
@@ -39,16 +41,17 @@ def load(
         image_key: The feature holding each record's encoded image (bytes).
         label_key: The feature holding its class (int64).
         image_size, val_fraction, seed, cache, memory_share, block, prefetch, parallel,
-            epoch_size: As ``dataset=image_folder``'s (``data.image_folder.load``).
+            epoch_size, augment: As ``dataset=image_folder``'s (``data.image_folder.load``).
 
     Returns:
         Streamed: the records' places and labels (``StreamedImages``). In memory: uint8
         ``[n, height, width, 3]`` images decoded as a stream decodes them, and int32 labels.
     """
-    from packexp.data.image_folder import _size, check_stream_keys, stratified
+    from packexp.data.image_folder import _size, augmentation, check_stream_keys, stratified
 
     check_cache(cache)
-    check_stream_keys(memory_share, block, prefetch, epoch_size, cache)
+    augments = augmentation(augment)
+    check_stream_keys(memory_share, block, prefetch, epoch_size, cache, augments)
     size = _size(image_size)
     shards = _shards(path)
     refs = np.concatenate([_index(i, shard) for i, shard in enumerate(shards)])
@@ -60,8 +63,9 @@ def load(
     stream = StreamedImages(
         "tfrecord", Records(shards, refs[train], image_key), y[train].astype(np.int32),
         Records(shards, refs[val], image_key), y[val].astype(np.int32), len(classes), size,
-        seed=seed, block=block, prefetch=prefetch, parallel=parallel, epoch_size=epoch_size)
-    if cache == "none" or epoch_size is not None or (
+        seed=seed, block=block, prefetch=prefetch, parallel=parallel, epoch_size=epoch_size,
+        **augments)
+    if cache == "none" or epoch_size is not None or any(augments.values()) or (
             cache == "auto" and not fits_memory(stream.decoded_bytes(), memory_share)):
         return stream
     # In memory: decoded once, as the stream decodes them, in the split's order.
