@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import random
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,6 +33,8 @@ CONF_DIR = Path(conf_dir())
 
 # What a builder, arrays and a dict are called where the config names its choices.
 ARRAYS_FILE = "data.npz"
+# Where a tf.data.Dataset given as data is written, as TFRecords read by dataset=tfrecord.
+RECORDS_DIR = "records"
 DICT_CHOICE = "dict"
 
 
@@ -89,9 +92,12 @@ def tune(model: str | Callable[..., Any] | None = None,
     if model is not None and not isinstance(model, str) and not callable(model):
         raise ConfigError(f"model={model!r}: give a config name from conf/model/ or a "
                           "builder function")
-    arrays = None if data is None or isinstance(data, str) else arrays_of(data)
+    streams = pipelines_of(data)
+    arrays = None if data is None or isinstance(data, str) or streams else arrays_of(data)
     if arrays is not None:
         args.append("dataset=arrays")
+    if streams:
+        args.append("dataset=tfrecord")
     if run_dir is not None:
         args.append(f"hydra.run.dir={quoted(str(run_dir))}")
     with _hydra() as hydra:
@@ -110,6 +116,11 @@ def tune(model: str | Callable[..., Any] | None = None,
             keep_in_home(cfg, args)
             if arrays is not None:
                 cfg.dataset.path = str(out.resolve() / ARRAYS_FILE)
+            if streams:  # written as TFRecords of tensors, streamed as dataset=tfrecord
+                records = out.resolve() / RECORDS_DIR
+                cfg.dataset.path = str(records / "train")
+                cfg.dataset.val_path = str(records / "val") if len(streams) == 2 else None
+                cfg.dataset.image_key, cfg.dataset.label_key = "x", "y"
         if cfg.get("task") != "tune":
             raise ConfigError(f"task={cfg.get('task')!r}: packexp.tune runs task=tune; run "
                               "other tasks with python -m packexp")
@@ -123,8 +134,8 @@ def tune(model: str | Callable[..., Any] | None = None,
             refuse_run_dir(cfg)  # there, as on the command line (write_arrays refuses the rest)
 
         make_dir("run_dir" if set_in(args, "hydra.run.dir") else "PACKEXP_HOME", out)
-        returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays, called,
-                                                                verbose),
+        returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays or streams,
+                                                                called, verbose),
                            config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
                            hydra_context=HydraContext(config_loader=hydra.config_loader,
                                                       callbacks=Callbacks(cfg)),
@@ -192,6 +203,46 @@ def literal(value: Any) -> str:
 
 def quoted(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def is_pipeline(data: Any) -> bool:
+    """Whether ``data`` is a ``tf.data.Dataset`` (TensorFlow is not imported to ask)."""
+    return any(c.__module__.startswith("tensorflow") and c.__name__ == "DatasetV2"
+               for c in type(data).__mro__)
+
+
+def pipelines_of(data: Any) -> tuple[Any, ...] | None:
+    """``data`` as ``(train,)`` or ``(train, validation)`` ``tf.data`` datasets; None if it
+    is not one of those."""
+    if is_pipeline(data):
+        return (data,)
+    if (isinstance(data, Sequence) and not isinstance(data, str) and len(data) == 2
+            and any(is_pipeline(d) for d in data)):
+        if not all(is_pipeline(d) for d in data):
+            raise ConfigError("data: give a tf.data.Dataset, or a (train, validation) pair "
+                              "of them; one of the pair is not")
+        return tuple(data)
+    return None
+
+
+def write_pipelines(cfg: DictConfig, pipelines: tuple[Any, ...]) -> None:
+    """Writes the ``tf.data`` datasets once, as TFRecord shards where ``dataset.path`` (and
+    ``dataset.val_path``) read them; a resumed run reads what its first session wrote."""
+    from packexp.data import tfrecord
+
+    folder = Path(cfg.dataset.path).parent
+    if folder.exists() and not cfg.get("resume"):
+        raise ConfigError(f"hydra.run.dir={folder.parent}: holds a run already; add "
+                          "resume=True to continue it, or choose another run_dir")
+    if cfg.get("resume") and folder.exists():
+        return  # the data the run started with: a pipeline cannot be compared cheaply
+    try:
+        for pipeline, path in zip(pipelines, (cfg.dataset.path, cfg.dataset.val_path),
+                                  strict=False):
+            tfrecord.write(pipeline, Path(path))
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # no half-written data
+        raise
 
 
 def arrays_of(data: Any) -> tuple[np.ndarray, ...]:
@@ -290,7 +341,7 @@ def _hydra() -> Iterator[Any]:
             GlobalHydra.instance().initialize(outer)
 
 
-def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float,
+def _job(cfg: DictConfig, arrays: tuple[Any, ...] | None, called: float,
          verbose: bool) -> float:
     """``python -m packexp``'s job, with the arrays checked and written where the config
     reads them, the job's log in the run directory's ``packexp.log``, its ``startup_s``
@@ -304,7 +355,9 @@ def _job(cfg: DictConfig, arrays: tuple[np.ndarray, ...] | None, called: float,
         raise ConfigError(f"model: {cfg.model._target_.rsplit('.', 1)[-1]} was defined in "
                           "a notebook or __main__, where executor=ray's workers cannot "
                           "import it; define the builder in a module on their path")
-    if arrays is not None:
+    if arrays and is_pipeline(arrays[0]):
+        write_pipelines(cfg, arrays)
+    elif arrays is not None:
         write_arrays(cfg, arrays)
     count_next_job_from(called)
     # The search seeds Python's and NumPy's global generators; the caller's are put back.

@@ -371,3 +371,58 @@ class TestStreamAugmentation:
             self.load(folder, crop_padding=-1)
         with pytest.raises(ConfigError, match=r"dataset.augment: augments a stream"):
             image_folder.load(str(folder), cache="memory", augment={"flip": True})
+
+
+class TestPipelines:
+    """``packexp.tune(data=tf.data.Dataset)``: written once as TFRecords of tensors in the run
+    directory, then streamed as ``dataset=tfrecord`` streams them."""
+
+    @staticmethod
+    def pipelines():
+        import tensorflow as tf
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        x, y = digits.data.astype(np.float32) / 16.0, digits.target
+        train = tf.data.Dataset.from_tensor_slices((x[:1400], y[:1400])).batch(100)
+        return train, tf.data.Dataset.from_tensor_slices((x[1400:], y[1400:]))
+
+    def test_a_pair_of_pipelines_is_searched_by_stream_and_resumes(self, tmp_path):
+        import packexp
+
+        train, val = self.pipelines()
+        kwargs = {"experiment": "quick", "strategy": "knn", "run_dir": tmp_path / "run",
+                  "dataset": {"cache": "none", "block": 300}}
+        stopped = packexp.tune(data=(train, val), budget={"trials": 2}, **kwargs)
+        records = tmp_path / "run" / "records"
+        assert sorted(p.name for p in (records / "train").iterdir()) == [
+            "part-00000.tfrecord", "tensors.json"]
+        written = (records / "train" / "part-00000.tfrecord").stat().st_mtime_ns
+        assert len(stopped.trials) <= 3
+        with pytest.raises(ConfigError, match="holds a run already"):
+            packexp.tune(data=(train, val), **kwargs)
+        result = packexp.tune(data=(train, val), resume=True, budget={"trials": None},
+                              **kwargs)
+        assert len(result.trials) > len(stopped.trials)
+        assert (records / "train" / "part-00000.tfrecord").stat().st_mtime_ns == written
+        assert result.best_value > 0.5  # digits' features learnt from the stream
+
+    def test_one_pipeline_is_split_and_bad_ones_are_one_line(self, tmp_path):
+        import tensorflow as tf
+
+        from packexp.data import tfrecord
+
+        train, _ = self.pipelines()
+        n = tfrecord.write(train, tmp_path / "one")
+        data = tfrecord.load(str(tmp_path / "one"), image_key="x", label_key="y",
+                             cache="none", val_fraction=0.2)
+        assert n == 1400 and data.input_shape == (64,) and data.dtype == "float32"
+        assert (data.train_size, data.val_size, data.num_classes) == (1120, 280, 10)
+        memory = tfrecord.load(str(tmp_path / "one"), image_key="x", label_key="y",
+                               cache="memory", val_fraction=0.2)
+        assert memory.x_train.dtype == np.float32 and memory.x_train.shape == (1120, 64)
+        floats = tf.data.Dataset.from_tensor_slices((np.zeros((4, 3)), np.zeros(4)))
+        with pytest.raises(ConfigError, match="labels must be integer classes"):
+            tfrecord.write(floats, tmp_path / "bad")
+        with pytest.raises(ConfigError, match=r"a tf.data.Dataset of \(x, y\) pairs"):
+            tfrecord.write(tf.data.Dataset.range(3), tmp_path / "bad2")

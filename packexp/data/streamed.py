@@ -123,6 +123,8 @@ class StreamedImages:
         flip, crop_padding: Training augmentation done once per image and epoch for the
             whole pack, seeded by (seed, epoch, row): a random horizontal flip, and a random
             crop back to ``image_size`` after zero-padding by this many pixels.
+        tensors: Records of serialized tensors (``tf.io.serialize_tensor``) instead of
+            encoded images: their dtype and shape, taken as they are (``image_size`` unused).
     """
 
     name: str
@@ -139,12 +141,18 @@ class StreamedImages:
     epoch_size: int | None = None
     flip: bool = False
     crop_padding: int = 0
+    tensors: tuple[str, tuple[int, ...]] | None = None
     regression: bool = field(default=False, init=False)
     streams: bool = field(default=True, init=False)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return (*self.image_size, 3)
+        return tuple(self.tensors[1]) if self.tensors else (*self.image_size, 3)
+
+    @property
+    def dtype(self) -> str:
+        """The examples' dtype: uint8 images, or the tensors' own."""
+        return self.tensors[0] if self.tensors else "uint8"
 
     @property
     def train_size(self) -> int:
@@ -174,8 +182,10 @@ class StreamedImages:
         yield from self._read(self.val, np.arange(len(self.val)), self.y_val, size)
 
     def decoded_bytes(self) -> int:
-        """What every image of both splits takes decoded, as uint8 at ``image_size``."""
-        return (len(self.train) + self.val_size) * int(np.prod(self.input_shape))
+        """What every example of both splits takes decoded (images: uint8 at
+        ``image_size``)."""
+        return ((len(self.train) + self.val_size) * int(np.prod(self.input_shape))
+                * np.dtype(self.dtype).itemsize)
 
     def _read(self, source: Files | Records, rows: np.ndarray, labels: np.ndarray,
               size: int, augment: tuple[int, int] | None = None
@@ -189,6 +199,9 @@ class StreamedImages:
         height, width = self.image_size
 
         def decode(encoded):
+            if self.tensors:  # a serialized tensor, as it was written
+                return tf.ensure_shape(tf.io.parse_tensor(encoded, self.dtype),
+                                       self.input_shape)
             image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
             image = tf.image.resize(image, [height, width], method="bilinear")
             return tf.cast(tf.round(tf.clip_by_value(image, 0, 255)), tf.uint8)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ from packexp.data.streamed import Records, StreamedImages, check_cache, fits_mem
 from packexp.errors import ConfigError
 
 SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+# Beside shards of serialized tensors (``write``): their dtype and shape.
+SPEC = "tensors.json"
 
 
 def load(
@@ -32,6 +35,7 @@ def load(
     parallel: int | None = None,
     epoch_size: int | None = None,
     augment: Mapping[str, Any] | None = None,
+    val_path: str | None = None,
 ) -> Dataset | StreamedImages:
     """Loads every record of the shards ``path`` names; classes are the sorted labels.
 
@@ -40,6 +44,8 @@ def load(
             or a glob; uncompressed.
         image_key: The feature holding each record's encoded image (bytes).
         label_key: The feature holding its class (int64).
+        val_path: Shards of the validation split, as ``path``; None holds out
+            ``val_fraction`` of ``path``'s records, stratified by class.
         image_size, val_fraction, seed, cache, memory_share, block, prefetch, parallel,
             epoch_size, augment: As ``dataset=image_folder``'s (``data.image_folder.load``).
 
@@ -53,24 +59,104 @@ def load(
     augments = augmentation(augment)
     check_stream_keys(memory_share, block, prefetch, epoch_size, cache, augments)
     size = _size(image_size)
-    shards = _shards(path)
-    refs = np.concatenate([_index(i, shard) for i, shard in enumerate(shards)])
-    if not len(refs):
-        raise ConfigError(f"dataset.path={path}: its TFRecord files hold no records")
-    labels = _labels(shards, image_key, label_key)
-    classes, y = np.unique(labels, return_inverse=True)
-    train, val = stratified(y, val_fraction, seed)
+    shards, refs, labels = _read_index("path", path, image_key, label_key)
+    tensors = _tensors(shards)
+    if tensors and any(augments.values()):
+        raise ConfigError("dataset.augment: augments images; these records hold tensors")
+    if val_path is None:
+        classes, y = np.unique(labels, return_inverse=True)
+        train, val = stratified(y, val_fraction, seed)
+        train_records, val_records = Records(shards, refs[train], image_key), Records(
+            shards, refs[val], image_key)
+        y_train, y_val = y[train], y[val]
+    else:
+        val_shards, val_refs, val_labels = _read_index("val_path", val_path, image_key,
+                                                       label_key)
+        if _tensors(val_shards) != tensors:
+            raise ConfigError(f"dataset.val_path={val_path}: its records are not of "
+                              f"dataset.path's kind ({tensors or 'images'})")
+        classes, y = np.unique(np.concatenate([labels, val_labels]), return_inverse=True)
+        train_records, val_records = (Records(shards, refs, image_key),
+                                      Records(val_shards, val_refs, image_key))
+        y_train, y_val = y[:len(labels)], y[len(labels):]
     stream = StreamedImages(
-        "tfrecord", Records(shards, refs[train], image_key), y[train].astype(np.int32),
-        Records(shards, refs[val], image_key), y[val].astype(np.int32), len(classes), size,
-        seed=seed, block=block, prefetch=prefetch, parallel=parallel, epoch_size=epoch_size,
-        **augments)
+        "tfrecord", train_records, y_train.astype(np.int32), val_records,
+        y_val.astype(np.int32), len(classes), size, seed=seed, block=block, prefetch=prefetch,
+        parallel=parallel, epoch_size=epoch_size, tensors=tensors, **augments)
     if cache == "none" or epoch_size is not None or any(augments.values()) or (
             cache == "auto" and not fits_memory(stream.decoded_bytes(), memory_share)):
         return stream
     # In memory: decoded once, as the stream decodes them, in the split's order.
     x_train, x_val = _decoded(stream, train=True), _decoded(stream, train=False)
     return Dataset("tfrecord", x_train, stream.y_train, x_val, stream.y_val, len(classes))
+
+
+def _read_index(key: str, path: str | None, image_key: str, label_key: str
+                ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """The shards ``path`` names, each record's place and every label."""
+    shards = _shards(path, key)
+    refs = np.concatenate([_index(i, shard) for i, shard in enumerate(shards)])
+    if not len(refs):
+        raise ConfigError(f"dataset.{key}={path}: its TFRecord files hold no records")
+    return shards, refs, _labels(shards, image_key, label_key)
+
+
+def _tensors(shards: Sequence[str]) -> tuple[str, tuple[int, ...]] | None:
+    """The dtype and shape of records of serialized tensors, from the ``SPEC`` file beside
+    the shards (``write``); None for records of encoded images."""
+    spec = Path(shards[0]).parent / SPEC
+    if not spec.exists():
+        return None
+    facts = json.loads(spec.read_text())
+    return facts["dtype"], tuple(facts["shape"])
+
+
+def write(dataset: Any, folder: Path, shard_size: int = 4096) -> int:
+    """Writes a ``tf.data.Dataset`` of ``(x, y)`` examples (or batches of them) as TFRecord
+    shards of serialized tensors, under the keys ``x`` and ``y``, with their dtype and shape
+    in ``SPEC``; returns how many. ``x`` is uint8 images ``[h, w, c]`` or float features;
+    ``y`` an integer class.
+
+    Raises:
+        ConfigError: The dataset's elements are not such pairs.
+    """
+    import tensorflow as tf
+
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2):
+        raise ConfigError(f"data: a tf.data.Dataset of (x, y) pairs; its elements are {spec}")
+    x_spec, y_spec = spec
+    if len(x_spec.shape) and x_spec.shape[0] is None:  # batches: taken apart
+        dataset = dataset.unbatch()
+        x_spec, y_spec = dataset.element_spec
+    if not y_spec.dtype.is_integer or y_spec.shape.rank != 0:
+        raise ConfigError(f"data: labels must be integer classes, one per example; the "
+                          f"dataset's are {y_spec.dtype.name} of shape {y_spec.shape}")
+    if not x_spec.shape.is_fully_defined():
+        raise ConfigError(f"data: every example's x must have one shape; the dataset's is "
+                          f"{x_spec.shape}")
+    dtype = "uint8" if x_spec.dtype == tf.uint8 else "float32"
+    folder.mkdir(parents=True, exist_ok=True)
+    n, writer = 0, None
+    try:
+        for x, y in dataset:
+            if n % shard_size == 0:
+                if writer is not None:
+                    writer.close()
+                writer = tf.io.TFRecordWriter(str(folder / f"part-{n // shard_size:05d}.tfrecord"))
+            value = tf.io.serialize_tensor(tf.cast(x, dtype)).numpy()
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[value])),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))})
+            ).SerializeToString())
+            n += 1
+    finally:
+        if writer is not None:
+            writer.close()
+    if n == 0:
+        raise ConfigError("data: the tf.data.Dataset holds no examples")
+    (folder / SPEC).write_text(json.dumps({"dtype": dtype, "shape": x_spec.shape.as_list()}))
+    return n
 
 
 def _decoded(stream: StreamedImages, *, train: bool) -> np.ndarray:
@@ -81,10 +167,10 @@ def _decoded(stream: StreamedImages, *, train: bool) -> np.ndarray:
     return np.concatenate(blocks) if blocks else np.zeros((0, *stream.input_shape), np.uint8)
 
 
-def _shards(path: str | None) -> tuple[str, ...]:
+def _shards(path: str | None, key: str = "path") -> tuple[str, ...]:
     if path is None:
-        raise ConfigError("dataset.path=None: give a TFRecord file, a folder of them or a "
-                          "glob as dataset.path=...")
+        raise ConfigError(f"dataset.{key}=None: give a TFRecord file, a folder of them or a "
+                          f"glob as dataset.{key}=...")
     root = Path(path).expanduser()
     if root.is_dir():
         found = sorted(str(f) for f in root.iterdir()
@@ -94,7 +180,7 @@ def _shards(path: str | None) -> tuple[str, ...]:
     else:
         found = sorted(glob.glob(str(root)))
     if not found:
-        raise ConfigError(f"dataset.path={path}: no TFRecord files ({', '.join(SUFFIXES)})")
+        raise ConfigError(f"dataset.{key}={path}: no TFRecord files ({', '.join(SUFFIXES)})")
     return tuple(found)
 
 

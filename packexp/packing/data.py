@@ -76,7 +76,7 @@ class StreamData:
 
     @property
     def example_spec(self) -> tf.TensorSpec:
-        return tf.TensorSpec([None, *self.dataset.input_shape], tf.uint8)
+        return tf.TensorSpec([None, *self.dataset.input_shape], tf.as_dtype(self.dataset.dtype))
 
     def val_batches(self, size: int) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         yield from self.dataset.val_blocks(size)

@@ -333,7 +333,8 @@ class PlainProgram:
         block = ()
         if streamed:
             signature += (self.data.example_spec, tf.TensorSpec([None], tf.int32))
-            block = (tf.zeros([1, *self.data.example_spec.shape[1:]], tf.uint8),
+            block = (tf.zeros([1, *self.data.example_spec.shape[1:]],
+                              self.data.example_spec.dtype),
                      tf.zeros([1], tf.int32))
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile,
                          autograph=False)
