@@ -426,3 +426,113 @@ class TestPipelines:
             tfrecord.write(floats, tmp_path / "bad")
         with pytest.raises(ConfigError, match=r"a tf.data.Dataset of \(x, y\) pairs"):
             tfrecord.write(tf.data.Dataset.range(3), tmp_path / "bad2")
+
+
+class TestTables:
+    """``dataset=table`` streamed (``cache=none``): Parquet row groups and CSV files read a
+    group at a time, in an order of the seed and the epoch."""
+
+    @pytest.fixture(scope="class")
+    def tables(self, tmp_path_factory):
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        root = tmp_path_factory.mktemp("tables")
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(300, 5))
+        y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int) + (x[:, 2] > 1)
+        frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(5)]).assign(label=y)
+        (root / "pq").mkdir()
+        pq.write_table(pa.Table.from_pandas(frame.iloc[:200], preserve_index=False), root / "pq" / "a.parquet",
+                       row_group_size=64)
+        pq.write_table(pa.Table.from_pandas(frame.iloc[200:], preserve_index=False), root / "pq" / "b.parquet",
+                       row_group_size=64)
+        (root / "csv").mkdir()
+        for i, lo in enumerate(range(0, 300, 120)):
+            frame.iloc[lo:lo + 120].to_csv(root / "csv" / f"part{i}.csv", index=False)
+        frame.to_csv(root / "whole.csv", index=False)
+        return root
+
+    def load(self, path, **kw):
+        from packexp.data import table
+
+        return table.load(str(path), target="label", val_fraction=0.2, seed=2, **kw)
+
+    @pytest.mark.parametrize("shards", ["pq", "csv"])
+    def test_shards_stream_a_group_at_a_time_as_memory_reads_them(self, tables, shards):
+        from packexp.data.shards import StreamedTable
+
+        stream = self.load(tables / shards, cache="none", block=50)
+        assert isinstance(stream, StreamedTable)
+        assert len(stream.groups) == (6 if shards == "pq" else 3)  # 4 + 2 row groups
+        assert (stream.train_size, stream.val_size, stream.num_classes) == (240, 60, 3)
+        order = stream.order(0)
+        assert sorted(order) == sorted(stream.train_rows)
+        assert not np.array_equal(order, stream.order(1))
+        memory = self.load(tables / "whole.csv", cache="memory")
+        assert sorted(memory.y_train) == sorted(stream.y_train)
+        # the same rows standardised by the same training split's moments
+        mine = np.concatenate([x.numpy() for x, _ in stream.train_blocks(0, 0, 240)])
+        labels = np.concatenate([y.numpy() for _, y in stream.train_blocks(0, 0, 240)])
+        np.testing.assert_array_equal(labels, stream.y[order])
+        np.testing.assert_allclose(np.sort(mine, axis=0), np.sort(memory.x_train, axis=0),
+                                   rtol=1e-5, atol=1e-5)
+
+    def test_a_member_packed_on_a_streamed_table_ends_as_alone(self, tables):
+        from tests.helpers import assert_same_weights
+        from tests.helpers import members as make_members
+
+        data = StreamData(self.load(tables / "pq", cache="none", block=37))
+        configs = [(0, (8, "adam", 1e-2, "relu")), (1, (20, "momentum", 1e-2, "tanh"))]
+        packed = make_members(data, configs)
+        pack = Pack(packed, data, PackSettings(**PLAIN))
+        pack.train({m.trial_id: m.steps_for(2) for m in packed})
+        [alone] = make_members(data, configs[1:])
+        single = Pack([alone], data, PackSettings(**PLAIN))
+        single.train({alone.trial_id: alone.steps_for(2)})
+        assert alone.step == packed[1].step == 2 * (240 // 20)
+        assert_same_weights(alone, packed[1])
+        assert single.evaluate()["t1"] == pack.evaluate()["t1"]
+
+    def test_bad_shards_are_one_line_each(self, tables, tmp_path):
+        (tmp_path / "mixed").mkdir()
+        (tmp_path / "mixed" / "a.csv").write_text("f0,label\n1,0\n")
+        (tmp_path / "mixed" / "b.parquet").write_bytes(b"x")
+        with pytest.raises(ConfigError, match=r"shards must all be CSV or all Parquet"):
+            self.load(tmp_path / "mixed", cache="none")
+        (tmp_path / "cols").mkdir()
+        (tmp_path / "cols" / "a.csv").write_text("f0,label\n1,0\n2,1\n")
+        (tmp_path / "cols" / "b.csv").write_text("g0,label\n1,0\n2,1\n")
+        with pytest.raises(ConfigError, match=r"b.csv: its columns differ from a.csv's"):
+            self.load(tmp_path / "cols", cache="none")
+        from packexp.data import table
+
+        with pytest.raises(ConfigError, match=r"dataset.target=labelx: no such column"):
+            table.load(str(tables / "csv"), target="labelx", cache="none")
+        with pytest.raises(ConfigError, match=r"3 shards are streamed"):
+            self.load(tables / "csv", cache="memory")
+
+    def test_a_streamed_regression_is_scored_as_one_in_memory(self, tmp_path):
+        import pandas as pd
+        from sklearn.datasets import make_friedman1
+
+        from tests.helpers import members as make_members
+
+        x, y = make_friedman1(n_samples=400, noise=1.0, random_state=0)
+        frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(10)]).assign(target=y)
+        (tmp_path / "f").mkdir()
+        for i in range(2):
+            frame.iloc[i * 200:(i + 1) * 200].to_csv(tmp_path / "f" / f"{i}.csv", index=False)
+        from packexp.data import table
+
+        stream = table.load(str(tmp_path / "f"), target="target", regression=True,
+                            cache="none", block=64)
+        assert stream.regression and stream.y.dtype == np.float32
+        data = StreamData(stream)
+        packed = make_members(data, [(0, (16, "adam", 1e-2, "relu"))])
+        pack = Pack(packed, data, PackSettings(**PLAIN))
+        pack.train({m.trial_id: m.steps_for(3) for m in packed})
+        scored = pack.evaluate()["t0"]
+        assert scored.val_mse is not None and scored.val_r2 is not None
+        assert scored.val_accuracy is None and scored.val_mse == scored.val_loss

@@ -11,7 +11,7 @@ member trained alone reads the same rows in the same order (``packing.plain``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,6 +239,53 @@ class StreamedImages:
             image = tf.image.stateless_random_flip_left_right(
                 image, seed + tf.constant([0, 1], tf.int64))
         return image
+
+
+def augmentation(augment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``dataset.augment`` as ``StreamedImages``' keys, each checked."""
+    values = {"flip": False, "crop_padding": 0, **(augment or {})}
+    unknown = sorted(set(values) - {"flip", "crop_padding"})
+    if unknown:
+        raise ConfigError(f"dataset.augment.{unknown[0]}: unknown; give flip, crop_padding")
+    if not isinstance(values["flip"], bool):
+        raise ConfigError(f"dataset.augment.flip={values['flip']!r}: must be true or false")
+    pad = values["crop_padding"]
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        raise ConfigError(f"dataset.augment.crop_padding={pad!r}: must be an integer >= 0")
+    return values
+
+
+def check_stream_keys(memory_share: float, block: int, prefetch: int,
+                      epoch_size: int | None, cache: str,
+                      augments: Mapping[str, Any] | None = None) -> None:
+    """A streamable dataset's own keys, each refused in one line naming it."""
+    if not 0 < memory_share <= 1:
+        raise ConfigError(f"dataset.memory_share={memory_share!r}: must be in (0, 1]")
+    for key, value in (("block", block), ("prefetch", prefetch), ("epoch_size", epoch_size)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(f"dataset.{key}={value!r}: must be an integer >= 1")
+    if epoch_size is not None and cache == "memory":
+        raise ConfigError(f"dataset.epoch_size={epoch_size}: needs a stream; use "
+                          "dataset.cache=none or auto")
+    if augments and any(augments.values()) and cache == "memory":
+        raise ConfigError("dataset.augment: augments a stream; use dataset.cache=none or "
+                          "auto, or preprocess.flip and preprocess.crop_padding in memory")
+
+
+def stratified(y: np.ndarray, val_fraction: float, seed: int, by_class: bool = True
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the training and the validation split, as ``data.split`` draws them
+    (``by_class=False``: as ``data.split_values`` does, a regression's)."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < val_fraction < 1:
+        raise ConfigError(f"dataset.val_fraction={val_fraction!r}: must be between 0 and 1")
+    try:
+        return train_test_split(np.arange(len(y)), test_size=val_fraction, random_state=seed,
+                                stratify=y if by_class else None)
+    except ValueError as e:  # too few images to hold out one of each class
+        raise ConfigError(f"dataset.val_fraction={val_fraction}: {' '.join(str(e).split())}"
+                          ) from None
 
 
 def check_cache(cache: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pandas as pd
 
 from packexp.data import Dataset
 from packexp.data.arrays import from_arrays
+from packexp.data.shards import StreamedTable, files_of, groups_of, moments
+from packexp.data.streamed import check_cache, check_stream_keys, fits_memory, stratified
 from packexp.errors import ConfigError
 
 FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
@@ -23,7 +26,11 @@ def load(
     standardize: bool = True,
     seed: int = 0,
     regression: bool = False,
-) -> Dataset:
+    cache: str = "auto",
+    memory_share: float = 0.25,
+    block: int = 512,
+    epoch_size: int | None = None,
+) -> Dataset | StreamedTable:
     """Loads a table whose ``target`` column holds the labels; classes are its sorted values
     (with ``regression``, the target column's real values).
 
@@ -36,11 +43,80 @@ def load(
         seed: Seed of the split.
         regression: The target column holds real values, not classes: float32 targets, a
             random split (``objective=regression`` sets it).
+        cache: ``memory`` reads the table into memory; ``none`` streams it a group at a time
+            (a Parquet row group, a CSV file); ``auto`` keeps it in memory when its features
+            as float32 take at most ``memory_share`` of the memory available. ``path`` may
+            then be a folder of shards or a glob.
+        memory_share, block, epoch_size: As ``dataset=image_folder``'s.
 
     Returns:
         float32 ``[n, len(features)]`` features and int32 labels, as
         ``packexp.data.arrays.from_arrays`` gives for the same values.
     """
+    check_cache(cache)
+    check_stream_keys(memory_share, block, 1, epoch_size, cache)
+    files = files_of(path)
+    if cache != "none" and epoch_size is None and (cache == "memory" or fits_memory(
+            _size_of(files), memory_share)):
+        if len(files) > 1:
+            raise ConfigError(f"dataset.path={path}: {len(files)} shards are streamed; give "
+                              "dataset.cache=none (or auto), or one file to read into memory")
+        return _in_memory(path, target, features, val_fraction, standardize, seed, regression)
+    return _streamed(files, target, features, val_fraction, standardize, seed, regression,
+                     block, epoch_size)
+
+
+def _size_of(files: Sequence[Path]) -> int:
+    """A bound on the features' size in memory: a Parquet file's values at 8 bytes, a CSV's
+    size on disk (a number's text is longer than its float32); 0 for a file of another kind
+    (refused where it is read)."""
+    total = 0
+    for f in files:
+        if FORMATS.get(f.suffix.lower()) == "Parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                meta = pq.ParquetFile(f).metadata
+            except (OSError, ValueError):
+                continue  # refused, with its reason, where it is read
+            total += meta.num_rows * meta.num_columns * 8
+        elif FORMATS.get(f.suffix.lower()) == "CSV":
+            total += f.stat().st_size
+    return total
+
+
+def _streamed(files: Sequence[Path], target: str | None, features: Sequence[str] | None,
+              val_fraction: float, standardize: bool, seed: int, regression: bool, block: int,
+              epoch_size: int | None) -> StreamedTable:
+    """The shards as a ``StreamedTable``: labels, the split and the training split's
+    moments read (and every value checked) in one pass, a group at a time."""
+    if target is None:
+        raise ConfigError(f"dataset.target=None: name the label column of {files[0]} as "
+                          "dataset.target=...")
+    target = str(target)
+    groups, labels, columns = groups_of(files, target)
+    names = _feature_names(pd.DataFrame(columns=columns), target, features, str(files[0]))
+    if regression:
+        y = labels.astype(np.float32)
+        num_classes = 1
+    else:
+        classes, y = np.unique(labels.astype(str) if labels.dtype == object else labels,
+                               return_inverse=True)
+        y, num_classes = y.astype(np.int32), len(classes)
+        if num_classes < 2:
+            raise ConfigError(f"dataset.target={target}: one class ({classes[0]!r}); a "
+                              "classifier needs at least two")
+    train, val = stratified(y, val_fraction, seed, by_class=not regression)
+    table = StreamedTable("table", tuple(groups), tuple(names), y, np.sort(train),
+                          np.sort(val), num_classes, seed=seed, block=block,
+                          epoch_size=epoch_size, regression=regression)
+    mean, std = moments(table)  # every value checked, standardised or not
+    return dataclasses.replace(table, mean=mean, std=std) if standardize else table
+
+
+def _in_memory(path: str | None, target: str | None, features: Sequence[str] | None,
+               val_fraction: float, standardize: bool, seed: int, regression: bool
+               ) -> Dataset:
     source = f"dataset.path={path}"
     frame = _read(path, source)
     columns = ", ".join(frame.columns)

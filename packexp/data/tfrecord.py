@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 
 from packexp.data import Dataset
-from packexp.data.streamed import Records, StreamedImages, check_cache, fits_memory
+from packexp.data.streamed import (
+    Records,
+    StreamedImages,
+    augmentation,
+    check_cache,
+    check_stream_keys,
+    fits_memory,
+    stratified,
+)
 from packexp.errors import ConfigError
 
 SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
@@ -53,7 +61,7 @@ def load(
         Streamed: the records' places and labels (``StreamedImages``). In memory: uint8
         ``[n, height, width, 3]`` images decoded as a stream decodes them, and int32 labels.
     """
-    from packexp.data.image_folder import _size, augmentation, check_stream_keys, stratified
+    from packexp.data.image_folder import _size
 
     check_cache(cache)
     augments = augmentation(augment)

@@ -64,7 +64,13 @@ class StreamData:
         self.dataset = dataset
         self.head = head
 
-    regression = False
+    @property
+    def regression(self) -> bool:
+        return self.dataset.regression
+
+    @property
+    def label_dtype(self) -> tf.DType:
+        return tf.float32 if self.regression else tf.int32
 
     @property
     def train_size(self) -> int:

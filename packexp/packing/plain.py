@@ -332,10 +332,11 @@ class PlainProgram:
         )
         block = ()
         if streamed:
-            signature += (self.data.example_spec, tf.TensorSpec([None], tf.int32))
+            labels = self.data.label_dtype
+            signature += (self.data.example_spec, tf.TensorSpec([None], labels))
             block = (tf.zeros([1, *self.data.example_spec.shape[1:]],
                               self.data.example_spec.dtype),
-                     tf.zeros([1], tf.int32))
+                     tf.zeros([1], labels))
         fn = tf.function(train_chunk, input_signature=signature, jit_compile=self.jit_compile,
                          autograph=False)
         width = self.chunk_steps if self.jit_compile else 1
