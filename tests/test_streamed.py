@@ -444,10 +444,9 @@ class TestTables:
         y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int) + (x[:, 2] > 1)
         frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(5)]).assign(label=y)
         (root / "pq").mkdir()
-        pq.write_table(pa.Table.from_pandas(frame.iloc[:200], preserve_index=False), root / "pq" / "a.parquet",
-                       row_group_size=64)
-        pq.write_table(pa.Table.from_pandas(frame.iloc[200:], preserve_index=False), root / "pq" / "b.parquet",
-                       row_group_size=64)
+        for name, rows in (("a", frame.iloc[:200]), ("b", frame.iloc[200:])):
+            pq.write_table(pa.Table.from_pandas(rows, preserve_index=False),
+                           root / "pq" / f"{name}.parquet", row_group_size=64)
         (root / "csv").mkdir()
         for i, lo in enumerate(range(0, 300, 120)):
             frame.iloc[lo:lo + 120].to_csv(root / "csv" / f"part{i}.csv", index=False)
