@@ -535,3 +535,17 @@ class TestTables:
         scored = pack.evaluate()["t0"]
         assert scored.val_mse is not None and scored.val_r2 is not None
         assert scored.val_accuracy is None and scored.val_mse == scored.val_loss
+
+    def test_a_member_that_diverges_leaves_its_pack_mates_as_alone(self, tables):
+        from tests.helpers import assert_same_weights
+        from tests.helpers import members as make_members
+
+        data = StreamData(self.load(tables / "pq", cache="none", block=37))
+        configs = [(0, (8, "sgd", 1e12, "relu")), (1, (20, "momentum", 1e-2, "tanh"))]
+        packed = make_members(data, configs)
+        Pack(packed, data, PackSettings(**PLAIN)).train(
+            {m.trial_id: m.steps_for(2) for m in packed})
+        assert packed[0].failed and not packed[1].failed
+        [alone] = make_members(data, configs[1:])
+        Pack([alone], data, PackSettings(**PLAIN)).train({alone.trial_id: alone.steps_for(2)})
+        assert_same_weights(alone, packed[1])

@@ -128,8 +128,13 @@ class PlainProgram:
                     pad = [[0, rows - int(x.shape[0])]]
                     x, y = tf.pad(x, pad + [[0, 0]] * (x.shape.rank - 1)), tf.pad(y, pad)
                 self._train_block(fn, members, pos, end, remaining, base, held, x, y, stats)
-                # What a reader still needs of the rows held: less than one of its batches.
-                keep = min((p for t, p in pos.items() if p < end[t]), default=held)
+                failed = {m.trial_id: m.failed for m in members}
+                # What a reader still needs of the rows held: less than one of its batches
+                # (a member that failed needs none).
+                needed = [p for t, p in pos.items() if p < end[t] and not failed[t]]
+                if not needed:  # the readers left (failed) or are done: read no further
+                    break
+                keep = min(needed)
                 carry = (x[keep - base:held - base], y[keep - base:held - base])
                 base = keep
 
