@@ -549,3 +549,21 @@ class TestTables:
         [alone] = make_members(data, configs[1:])
         Pack([alone], data, PackSettings(**PLAIN)).train({alone.trial_id: alone.steps_for(2)})
         assert_same_weights(alone, packed[1])
+
+
+def test_a_run_records_each_streamed_split_by_a_digest_of_where_it_is(stream, tmp_path):
+    """MLflow's dataset inputs of a stream: digests of its files (or rows), not its pixels."""
+    import pandas as pd
+
+    from packexp.data import table
+    from packexp.tracking.datasets import dataset_splits
+
+    rows = pd.DataFrame({"a": np.arange(40.0), "label": np.arange(40) % 2})
+    rows.to_csv(tmp_path / "t.csv", index=False)
+    shards = table.load(str(tmp_path / "t.csv"), target="label", cache="none")
+    for data, shape in ((stream, (12, 12, 3)), (shards, (1,))):
+        train, val = dataset_splits(data)
+        assert (train.context, val.context) == ("training", "validation")
+        assert train.digest != val.digest
+        assert train.features == ("|u1" if len(shape) == 3 else "<f4", (data.train_size, *shape))
+        assert dataset_splits(data) == [train, val]

@@ -44,6 +44,21 @@ class Group:
 
 
 @dataclass(frozen=True, eq=False)
+class Rows:
+    """A split's rows of the table's groups, as a run's record names them."""
+
+    groups: tuple[Group, ...]
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def fingerprint(self) -> bytes:
+        files = "\n".join(f"{g.file}:{g.index}:{g.rows}" for g in self.groups)
+        return files.encode() + np.ascontiguousarray(self.rows).tobytes()
+
+
+@dataclass(frozen=True, eq=False)
 class StreamedTable:
     """A table's split as row numbers and labels, its features read a group at a time.
 
@@ -82,6 +97,14 @@ class StreamedTable:
     @property
     def val_size(self) -> int:
         return len(self.val_rows)
+
+    @property
+    def train(self) -> Rows:
+        return Rows(self.groups, self.train_rows)
+
+    @property
+    def val(self) -> Rows:
+        return Rows(self.groups, self.val_rows)
 
     @property
     def y_train(self) -> np.ndarray:

@@ -28,7 +28,7 @@ def dataset_splits(dataset: Any) -> list[Split]:
     """The dataset's training and validation splits, each with a digest of its whole content
     (MLflow's own hashes a sample of rows), dtypes and shapes; no MLflow needed."""
     if getattr(dataset, "streams", False):  # its files: their paths and labels, not pixels
-        return [_file_split(context, source, y, dataset.input_shape)
+        return [_file_split(context, source, y, dataset.input_shape, dataset.dtype)
                 for context, source, y in (("training", dataset.train, dataset.y_train),
                                            ("validation", dataset.val, dataset.y_val))]
     splits = []
@@ -43,12 +43,13 @@ def dataset_splits(dataset: Any) -> list[Split]:
     return splits
 
 
-def _file_split(context: str, source: Any, y: np.ndarray, shape: tuple[int, ...]) -> Split:
-    """A streamed split: a digest of where its images are and their labels; shapes as
-    decoded."""
+def _file_split(context: str, source: Any, y: np.ndarray, shape: tuple[int, ...],
+                dtype: str) -> Split:
+    """A streamed split: a digest of where its examples are and their labels; dtypes and
+    shapes as decoded."""
     digest = hashlib.sha256(source.fingerprint())
     digest.update(np.ascontiguousarray(y).tobytes())
-    return Split(context, digest.hexdigest()[:8], ("|u1", (len(source), *shape)),
+    return Split(context, digest.hexdigest()[:8], (np.dtype(dtype).str, (len(source), *shape)),
                  (y.dtype.str, y.shape))
 
 
