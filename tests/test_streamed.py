@@ -567,3 +567,28 @@ def test_a_run_records_each_streamed_split_by_a_digest_of_where_it_is(stream, tm
         assert train.digest != val.digest
         assert train.features == ("|u1" if len(shape) == 3 else "<f4", (data.train_size, *shape))
         assert dataset_splits(data) == [train, val]
+
+
+@pytest.mark.slow
+def test_a_streamed_search_packed_by_knn_scores_every_trial_as_one_alone(folder, tmp_path):
+    """The whole command on a streamed folder, MLflow tracking on: strategy=knn's packs and
+    strategy=none's singles read the same rows, and so give the same scores."""
+    import json
+
+    from tests.helpers import run_whole
+
+    common = ["dataset=image_folder", f"dataset.path={folder}", "dataset.image_size=[8,8]",
+              "dataset.cache=none", "dataset.block=16", "model=cnn", "model.width=4",
+              "scheduler.R=3", "pack.fusion=off", "pack.jit_compile=false",
+              "search_space.params.batch_size=[4,6,8]",
+              f"tracking.store_dir={tmp_path / 'store'}"]
+    scores = {}
+    for strategy in ("knn", "none"):
+        run = run_whole(tmp_path / strategy, *common, f"strategy={strategy}")
+        results = json.loads((run / "results.json").read_text())
+        scores[strategy] = {t["trial_id"]: [(r["epochs"], r["val_accuracy"], r["val_loss"])
+                                            for r in t["rungs"]] for t in results["trials"]}
+        sizes = [len(p["members"]) for p in results["packs"]]
+        assert max(sizes) > 1 if strategy == "knn" else max(sizes) == 1
+        assert sum(p["read_s"] for p in results["packs"]) > 0
+    assert scores["knn"] == scores["none"]
