@@ -110,7 +110,8 @@ class FakeTrainer:
                            "journal": self.journal.read() if self.journal else []})
         stats = SimpleNamespace(fused=False, looped=False, xla=False, grouped_conv=None, steps=1,
                                 trace_s=0.0, programs=0, eval_programs=0,
-                                train_s=0.0, switches=0, switch_overhead_s=0.0, step_time_ms=1.0)
+                                train_s=0.0, read_s=0.0, switches=0, switch_overhead_s=0.0,
+                                step_time_ms=1.0)
         return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
                                 peak_memory_bytes=0, peak_rss_bytes=0,
                                 gpu_peak_bytes=None, splits=splits, reused=False,
