@@ -52,7 +52,7 @@ def load(
         memory_share: The share of available memory ``cache=auto`` may fill.
         block: Images a stream decodes per block (its memory: about ``prefetch + 2`` blocks).
         prefetch: Blocks a stream decodes ahead of training.
-        parallel: Images a stream decodes at once; None: as ``tf.data`` tunes it.
+        parallel: Images a stream decodes at once; None: one per usable CPU.
         epoch_size: Images in an epoch (Hyperband's unit), each epoch a new draw of them
             from the whole training split; None: all of them. Streams only: it makes
             ``cache=auto`` stream.

@@ -11,6 +11,7 @@ member trained alone reads the same rows in the same order (``packing.plain``).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,13 +37,13 @@ class Files:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def encoded(self, rows: np.ndarray) -> Any:
-        """A ``tf.data`` dataset of the encoded images of ``rows``, in that order, read in
-        parallel."""
+    def encoded(self, rows: np.ndarray, parallel: int) -> Any:
+        """A ``tf.data`` dataset of the encoded images of ``rows``, in that order, read
+        ``parallel`` at once."""
         import tensorflow as tf
 
         return tf.data.Dataset.from_tensor_slices([self.paths[i] for i in rows]).map(
-            tf.io.read_file, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            tf.io.read_file, num_parallel_calls=parallel, deterministic=True)
 
     def culprit(self, rows: Sequence[int]) -> str:
         """The error line naming the first of ``rows`` that does not decode."""
@@ -74,7 +75,7 @@ class Records:
     def __len__(self) -> int:
         return len(self.refs)
 
-    def encoded(self, rows: np.ndarray) -> Any:
+    def encoded(self, rows: np.ndarray, parallel: int) -> Any:
         import tensorflow as tf
 
         refs, shards, key = self.refs[rows], self.shards, self.image_key
@@ -92,7 +93,7 @@ class Records:
         return tf.data.Dataset.from_generator(
             records, output_signature=tf.TensorSpec([], tf.string)).map(
             lambda record: tf.io.parse_single_example(record, spec)[key],
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            num_parallel_calls=parallel, deterministic=True)
 
     def culprit(self, rows: Sequence[int]) -> str:
         shard, _, _ = self.refs[rows[0]]
@@ -117,7 +118,9 @@ class StreamedImages:
         seed: The seed of every epoch's order.
         block: Examples decoded per block, the unit a pack's members train from.
         prefetch: Blocks decoded ahead of training.
-        parallel: Images decoded at once; None lets ``tf.data`` choose (AUTOTUNE).
+        parallel: Images decoded at once; None: one per usable CPU. (Not ``tf.data``'s
+            AUTOTUNE: its tuning thread made dropping a stream's iterator wait up to 3.7 s,
+            measured, where a pack's readers stop before the stream's end.)
         epoch_size: Images in an epoch, Hyperband's unit: the first ``epoch_size`` of each
             epoch's order of all the training images; None: all of them.
         flip, crop_padding: Training augmentation done once per image and epoch for the
@@ -206,9 +209,9 @@ class StreamedImages:
             image = tf.image.resize(image, [height, width], method="bilinear")
             return tf.cast(tf.round(tf.clip_by_value(image, 0, 255)), tf.uint8)
 
-        parallel = self.parallel or tf.data.AUTOTUNE
-        images = source.encoded(rows).map(decode, num_parallel_calls=parallel,
-                                          deterministic=True)
+        parallel = self.parallel or len(os.sched_getaffinity(0))
+        images = source.encoded(rows, parallel).map(decode, num_parallel_calls=parallel,
+                                                    deterministic=True)
         if augment is not None:
             epoch_seed, first = augment
             places = tf.data.Dataset.range(first, first + len(rows))
@@ -216,7 +219,9 @@ class StreamedImages:
                 lambda image, place: self._augment(image, tf.stack(
                     [tf.constant(epoch_seed % 2**62, tf.int64), place])),
                 num_parallel_calls=parallel, deterministic=True)
-        images = images.batch(size).prefetch(self.prefetch)
+        options = tf.data.Options()
+        options.autotune.enabled = False  # parallelism as given; no tuning thread to wait for
+        images = images.batch(size).prefetch(self.prefetch).with_options(options)
         labels = np.asarray(labels, np.int32)
         it = iter(images)
         for lo in range(0, len(rows), size):
