@@ -18,7 +18,7 @@ from packexp.pack_options import PackSettings
 from packexp.packing import Evaluation, Member, Pack
 from packexp.packing.data import Preprocessing, StreamData, device_data
 from packexp.search_space import Trial, derive_seed
-from tests.helpers import PLAIN, small_cnn
+from tests.helpers import PLAIN, assert_same_weights, small_cnn
 
 pytestmark = pytest.mark.tf
 
@@ -113,10 +113,7 @@ def test_a_member_packed_on_a_stream_ends_bit_identical_to_alone(stream, packed,
     [alone], alone_evaluation = train(StreamData(stream), [TRIALS[index]])
     member = members[index]
     assert alone.step == member.step
-    for a, b in zip(alone.model.get_weights(), member.model.get_weights(), strict=True):
-        np.testing.assert_array_equal(a, b)
-    for a, b in zip(alone.optimizer.variables, member.optimizer.variables, strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert_same_weights(alone, member)  # BatchNorm statistics and optimizer state included
     assert alone_evaluation[member.trial_id] == evaluation[member.trial_id]
     assert isinstance(evaluation[member.trial_id], Evaluation)
     assert evaluation[member.trial_id].val_accuracy is not None
@@ -479,7 +476,6 @@ class TestTables:
                                    rtol=1e-5, atol=1e-5)
 
     def test_a_member_packed_on_a_streamed_table_ends_as_alone(self, tables):
-        from tests.helpers import assert_same_weights
         from tests.helpers import members as make_members
 
         data = StreamData(self.load(tables / "pq", cache="none", block=37))
@@ -537,7 +533,6 @@ class TestTables:
         assert scored.val_accuracy is None and scored.val_mse == scored.val_loss
 
     def test_a_member_that_diverges_leaves_its_pack_mates_as_alone(self, tables):
-        from tests.helpers import assert_same_weights
         from tests.helpers import members as make_members
 
         data = StreamData(self.load(tables / "pq", cache="none", block=37))

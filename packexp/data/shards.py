@@ -136,11 +136,6 @@ class StreamedTable:
     def decoded_bytes(self) -> int:
         return (len(self.train_rows) + len(self.val_rows)) * len(self.features) * 4
 
-    def rows(self, rows: np.ndarray) -> np.ndarray:
-        """The features of ``rows`` (all of them, at once), standardised."""
-        return np.concatenate([x for x, _ in self._arrays(rows, max(1, len(rows)))]
-                              ) if len(rows) else np.zeros((0, len(self.features)), np.float32)
-
     def _read(self, rows: np.ndarray, size: int) -> Iterator[tuple[Any, Any]]:
         import tensorflow as tf
 
