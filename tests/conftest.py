@@ -14,6 +14,18 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# How TensorFlow runs in the test workers and in every process a test starts (python -m
+# packexp, a script, Ray's workers: they inherit the environment), set before it loads
+# (docs/testing.md, "TensorFlow in the suite"); every comparison a test makes is between runs
+# under the same settings:
+# - one thread per process (its intra-op and inter-op pools): two xdist workers already keep
+#   both cores busy, and pools as wide as the machine in each only wait on each other;
+# - oneDNN's custom operations off: TensorFlow turns them on by default on some x86 CPUs only,
+#   so the suite's numbers no longer depend on the CPU, and on these tiny models they cost
+#   more than they save. tests/test_onednn.py runs the isolation checks with them on.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import numpy as np
 import pytest
