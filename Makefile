@@ -34,8 +34,10 @@ test-pure: $(STAMP)
 
 # The isolation checks on the paper's CNNs: MobileNetV2 packed, looped and fused against each
 # member alone, and MobileNetV2, ResNet-50 and DenseNet-121 in one pack (minutes on a CPU).
+# With oneDNN's custom operations on, whatever the CPU (the suite runs with them off,
+# tests/conftest.py): the fused MobileNetV2 then takes both grouped-convolution paths.
 test-paper-cnns: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+	TF_ENABLE_ONEDNN_OPTS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
 		-m paper_cnns --durations=10 $(PYTEST_ARGS)
 
 lint: $(STAMP)

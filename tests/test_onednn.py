@@ -1,10 +1,15 @@
-"""The isolation invariant with oneDNN's custom operations on, on every machine.
+"""oneDNN's custom operations on, on every machine: the isolation checks and the fused CNN's
+native grouped convolutions.
 
 The suite runs TensorFlow with them off (``tests/conftest.py``): TensorFlow turns them on by
-default on some x86 CPUs only, so the suite's results would otherwise depend on the CPU. A
-user's TensorFlow may run them, so the isolation checks run again here, in a pytest process
-of their own with ``TF_ENABLE_ONEDNN_OPTS=1``: plain packs of MLPs, misaligned, and the
-small CNN with BatchNorm, bit for bit against each member alone.
+default on some x86 CPUs only, so the suite's results, and which of its tests skip, would
+otherwise depend on the CPU. A user's TensorFlow may run them, so these checks run again
+here, in a pytest process of their own with ``TF_ENABLE_ONEDNN_OPTS=1``:
+- plain packs of MLPs, misaligned, and the small CNN with BatchNorm, bit for bit against each
+  member alone;
+- fused CNN packs on the native grouped-convolution path, which only oneDNN can
+  differentiate on a CPU (``test_fused_cnn.py``'s ``native`` cases skip in the suite; its
+  ``split`` cases run there).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ ISOLATION = [
     "tests/test_packing.py::test_pack_mates_do_not_matter",
     "tests/test_cnn_pack.py::test_packed_cnn_ends_bit_identical_to_alone",
 ]
+NATIVE = "tests/test_fused_cnn.py"  # its cases named native, with -k
 ON = "tests/test_onednn.py::test_onednn_is_on_exactly_where_asked"
 
 
@@ -35,13 +41,20 @@ def test_onednn_is_on_exactly_where_asked():
 
 
 @pytest.mark.process
-def test_plain_packs_equal_training_alone_with_onednn_on():
+@pytest.mark.parametrize(("tests", "passing"), [
+    # test_packed_equals_alone: mask and switch; the small CNN: one case per member; and ON.
+    pytest.param([ON, *ISOLATION], 6, id="isolation"),
+    # Fused against plain alone, fused alone against fused packed (twice), native against
+    # split, auto's choice, a finished member's statistics.
+    pytest.param(["-k", "native", NATIVE], 6, id="native-grouped-convolutions"),
+])
+def test_with_onednn_on(tests, passing):
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-m", "not paper_cnns", ON, *ISOLATION],
+         "-m", "not paper_cnns", *tests],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    passed = [line for line in out.stdout.splitlines() if " passed" in line]
-    # test_packed_equals_alone: mask and switch; the small CNN: one case per member.
-    assert passed and passed[-1].startswith("6 passed"), out.stdout[-2000:]
+    summary = [line for line in out.stdout.splitlines() if " passed" in line]
+    assert summary and summary[-1].startswith(f"{passing} passed"), out.stdout[-2000:]
+    assert "skipped" not in summary[-1], summary[-1]  # nothing fell back to the split path
