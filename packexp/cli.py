@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -19,7 +20,13 @@ from packexp import conf_dir
 from packexp.config import register_resolvers
 from packexp.errors import ConfigError, ExecutorError, refuse
 from packexp.help import register_help_resolvers
-from packexp.interrupts import exit_interrupted, job_resume_command, job_task, sigterm_interrupts
+from packexp.interrupts import (
+    exit_interrupted,
+    job_place,
+    job_resume_command,
+    job_task,
+    sigterm_interrupts,
+)
 from packexp.tracking import TrackingError
 
 # Errors of the place a run writes to, not of packexp: one line naming the file.
@@ -37,6 +44,9 @@ def main(cfg: DictConfig) -> float:
 
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks
     job_task.append(str(cfg.get("task")))
+    hydra_cfg = HydraConfig.get()
+    job_place.append((Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task),
+                      Path(hydra_cfg.runtime.cwd)))
     try:
         with sigterm_interrupts():
             return job(cfg)

@@ -29,9 +29,12 @@ class Terminated(KeyboardInterrupt):
 # raised again at the driver's next dispatch (``raise_if_interrupted``).
 _received: list[int] = []
 _holding: list[int] = []  # open ``held`` blocks: each holds the count received before it
-# The task of the job Hydra runs, once it has begun: an interrupt that reaches the command
-# line after the job (in Hydra's own code around it) names that job's run, not "starting".
+# The task of the job Hydra runs, once it has begun, and its place (run directory, overrides,
+# working directory): an interrupt that reaches the command line after the job, in Hydra's
+# own code around it, names that job's run, not "starting". Hydra's config is gone by then
+# (``run_job`` resets it as it returns), so the place is kept as the job began.
 job_task: list[str] = []
+job_place: list[tuple[Path, list[str], Path]] = []
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -150,6 +153,8 @@ def _job_line(task: str | None) -> str:
     task = task or (job_task[-1] if job_task else None)
     if task is None:
         return "packexp: interrupted while starting; nothing was written"
+    if job_place:
+        return interrupted_line(task, *job_place[-1])
     from hydra.core.hydra_config import HydraConfig
 
     try:

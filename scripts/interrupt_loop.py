@@ -12,9 +12,9 @@ calibration, in the search, or at the end), signalled after a delay drawn unifor
 to the unbroken run's own time (or, with ``--at-results``, 0-2 s after results.json appears).
 A run passes when it exits 0, 130 or 143, its stderr holds no "Traceback", "Exception ignored"
 or "Fatal Python error", and an interrupted run ends with the one line
-``packexp: interrupted...``. Prints one line per run (its delay, the phase its log had
-reached, the exit code) and a count by phase; a failed run's stderr is kept in ``--out``.
-Exits 1 if any run failed.
+``packexp: interrupted...``, naming its run once its job has begun. Prints one line per run
+(its delay, the phase its log had reached, the exit code) and a count by phase; a failed
+run's stderr is kept in ``--out``. Exits 1 if any run failed.
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ def verdict(code: int, stderr: str, sig: int | None, landed: str) -> str | None:
     lines = [line for line in stderr.splitlines() if line.strip()]
     if code in (130, 143) and not (lines and lines[-1].startswith("packexp: interrupted")):
         return "no 'packexp: interrupted' line last"
+    if code in (130, 143) and lines[-1] == "packexp: interrupted":
+        return "a bare 'packexp: interrupted' line, naming no run"
     if code != 0 and sig is None:
         return "an unsignalled run failed"
     return None

@@ -256,6 +256,27 @@ def test_the_line_says_what_is_kept(tmp_path):
         "packexp: interrupted after the search finished; its results are in runs/X")
 
 
+def test_an_interrupt_after_hydras_job_returned_names_the_jobs_run(tmp_path, monkeypatch):
+    """Hydra resets its config as its job returns; a Ctrl-C landing there, before the command
+    line closes, still names the run the job wrote (a suite run once printed a bare
+    'packexp: interrupted' in test_ctrl_c_while_the_plots_are_drawn_keeps_the_finished_results
+    when the signal came late)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from packexp import interrupts
+
+    run_dir = tmp_path / "runs" / "X"
+    run_dir.mkdir(parents=True)
+    Journal(run_dir).append("start", config={}, overrides=[])
+    Journal(run_dir).append("finished", wall_time_s=1.0)
+    monkeypatch.setattr(interrupts, "job_task", ["tune"])
+    monkeypatch.setattr(interrupts, "job_place", [(run_dir, ["seed=1"], tmp_path)])
+    with pytest.raises(ValueError):
+        HydraConfig.get()  # as after Hydra's run_job
+    assert interrupts._job_line(None) == (
+        "packexp: interrupted after the search finished; its results are in runs/X")
+
+
 def test_sigterm_raises_a_keyboard_interrupt_only_inside_the_block():
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Terminated), sigterm_interrupts():
