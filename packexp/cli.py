@@ -43,10 +43,10 @@ def main(cfg: DictConfig) -> float:
     from packexp.run import job
 
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks
-    job_task.append(str(cfg.get("task")))
     hydra_cfg = HydraConfig.get()
     job_place.append((Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task),
                       Path(hydra_cfg.runtime.cwd)))
+    job_task.append(str(cfg.get("task")))  # after its place: a known task has a place
     try:
         with sigterm_interrupts():
             return job(cfg)

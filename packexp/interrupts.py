@@ -149,20 +149,12 @@ def _shown(run_dir: Path, cwd: Path) -> str:
 
 
 def _job_line(task: str | None) -> str:
-    """``interrupted_line`` for the job Hydra is running; a bare line outside a job."""
+    """``interrupted_line`` for the job Hydra runs or ran (its place as it began); the starting
+    line before any job."""
     task = task or (job_task[-1] if job_task else None)
     if task is None:
         return "packexp: interrupted while starting; nothing was written"
-    if job_place:
-        return interrupted_line(task, *job_place[-1])
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        hydra = HydraConfig.get()
-        return interrupted_line(task, Path(hydra.runtime.output_dir),
-                                list(hydra.overrides.task), Path(hydra.runtime.cwd))
-    except ValueError:
-        return "packexp: interrupted"
+    return interrupted_line(task, *job_place[-1])
 
 
 def exit_interrupted(interrupt: KeyboardInterrupt, task: str | None = None) -> NoReturn:
