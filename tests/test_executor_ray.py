@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -285,6 +286,68 @@ def test_packs_go_to_the_worker_that_keeps_their_structure(tmp_path, ray_env):
     assert out["kept"] == out["keys"]  # the two workers' caches, merged
     assert out["again_reused"] is True  # dispatched by affinity, not to the first free worker
     assert out["driver_built"] == 0
+
+
+STRAGGLER = """
+import json, os, sys, time
+from packexp.components import worker_cache
+from packexp.config import fit_dataset_to_model
+from packexp.executors import PackJob
+from packexp.executors import ray as ray_executor
+from packexp.search_space import Trial
+from tests.helpers import compose_config
+
+marker, delay_s, timeout_s = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+
+
+class Straggler(ray_executor.PackWorker):
+    \"\"\"The second actor to start is slow to start (a loaded node).\"\"\"
+
+    def __init__(self, *args):
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            time.sleep(delay_s)
+        super().__init__(*args)
+
+
+ray_executor.PackWorker = Straggler
+cfg = compose_config(["experiment=quick", "pack.fusion=off"])
+fit_dataset_to_model(cfg)
+executor = ray_executor.RayExecutor(cfg, sys.argv[1], num_workers=2,
+                                    ready_timeout_s=timeout_s).start(worker_cache(cfg))
+try:
+    def job(key, seed):
+        hparams = {"batch_size": 32, "optimizer": "adam", "learning_rate": 0.01,
+                   "activation": "relu", "width": 16}
+        return PackJob(key, [Trial(key, hparams, (), seed=seed)], 0.5, {key: None})
+
+    list(executor.run([job("a", 1), job("b", 2)]))
+    print(json.dumps({"worked": executor._worked}))
+except Exception as e:
+    print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+finally:
+    executor.close()
+"""
+
+
+@pytest.mark.parametrize("timeout_s", [120, 2])
+def test_the_first_packs_wait_for_a_worker_slow_to_start(tmp_path, ray_env, timeout_s):
+    """A pack is not queued behind a worker still starting while another trains the rest:
+    packs go out once every worker is ready (the two first packs then train side by side),
+    or, past ``executor.ready_timeout_s``, the run stops in one line naming it."""
+    proc = subprocess.run([sys.executable, "-c", STRAGGLER, str(tmp_path),
+                           str(tmp_path / "first"), "8", str(timeout_s)],
+                          cwd=ROOT, env=ray_env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if timeout_s == 2:
+        assert re.fullmatch(r"ExecutorError: executor.ready_timeout_s=2: [12] of 2 workers were "
+                            r"not ready in time \(importing TensorFlow and loading the data\); "
+                            r"raise it for a slow cluster", out["error"]), out
+        return
+    (_, a_end), (b_start, _) = sorted(out["worked"])
+    assert b_start < a_end, out  # before, the slow worker's pack began after the other's end
 
 
 def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, ray_env):

@@ -145,7 +145,9 @@ class RayExecutor(Executor):
             ``run_dir``.
         max_restarts: Times a dead actor is restarted.
         max_task_retries: Times a pack whose actor died is retried.
-        ready_timeout_s: How long to wait for the cluster to grant the actors' resources.
+        ready_timeout_s: How long to wait for the cluster to grant the actors' resources,
+            and then for every actor to be ready (TensorFlow imported, the data loaded)
+            before the first pack goes out.
     """
 
     trains_here = False
@@ -191,6 +193,7 @@ class RayExecutor(Executor):
         self._actors: list[Any] = []
         self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
         self._refs: dict[Any, tuple[PackJob, int]] = {}  # in flight: its job and actor
+        self._starting: list[Any] = []  # each actor's answer once its __init__ has run
         self._journaled: set[str] = set()  # checkpoints a resumed run's journal names
 
     def start(self, cache: Any) -> RayExecutor:
@@ -233,6 +236,7 @@ class RayExecutor(Executor):
                     config, str(self.shared_dir), float(self.gpus_per_pack))
             for i in range(n)]
         self._views = [CacheView() for _ in self._actors]
+        self._starting = [actor.pid.remote() for actor in self._actors]
         log.info("ray: %d workers (%s each, %s) at %s", n, bundle, self.placement,
                  ray.get_runtime_context().gcs_address)
 
@@ -294,9 +298,36 @@ class RayExecutor(Executor):
 
     def _dispatch(self, job: PackJob) -> None:
         """Sends ``job`` to the free actor whose cache could set up most of it."""
+        self._await_actors()
         busy = {worker for _, worker in self._refs.values()}
         worker = self._closest(job, [w for w in range(len(self._actors)) if w not in busy])
         self._refs[self._actors[worker].run_pack.remote(job)] = (job, worker)
+
+    def _await_actors(self) -> None:
+        """Waits, before the first pack, until every actor is ready; the first has been
+        since it measured the device, and the others started beside it.
+
+        A pack sent to an actor still importing TensorFlow would wait in its queue while the
+        ready ones run the rest of the rung: a straggler that holds back the rung (or, in a
+        short search, the only pack that actor ever trains).
+        """
+        import ray
+
+        if not self._starting:
+            return
+        starting, self._starting = self._starting, []
+        ready, late = ray.wait(starting, num_returns=len(starting),
+                               timeout=self.ready_timeout_s)
+        if late:
+            raise ExecutorError(
+                f"executor.ready_timeout_s={self.ready_timeout_s:g}: {len(late)} of "
+                f"{len(starting)} workers were not ready in time (importing TensorFlow and "
+                "loading the data); raise it for a slow cluster")
+        try:
+            ray.get(ready)
+        except ray.exceptions.RayActorError as e:
+            raise ExecutorError(f"executor: a worker died as it started: "
+                                f"{' '.join(str(e).split())[:160]}") from None
 
     def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
         import ray
@@ -368,6 +399,7 @@ class RayExecutor(Executor):
             ray.kill(actor, no_restart=True)
         self._actors = []
         self._views = []
+        self._starting = []
         if self._group is not None:
             remove_placement_group(self._group)
             self._group = None
