@@ -323,7 +323,10 @@ try:
         return PackJob(key, [Trial(key, hparams, (), seed=seed)], 0.5, {key: None})
 
     list(executor.run([job("a", 1), job("b", 2)]))
-    print(json.dumps({"worked": executor._worked}))
+    import ray
+    pids = ray.get([actor.pid.remote() for actor in executor._actors])
+    print(json.dumps({"worked": executor._worked, "priority": os.getpriority(os.PRIO_PROCESS, 0),
+                      "workers": [os.getpriority(os.PRIO_PROCESS, p) for p in pids]}))
 except Exception as e:
     print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
 finally:
@@ -335,7 +338,8 @@ finally:
 def test_the_first_packs_wait_for_a_worker_slow_to_start(tmp_path, ray_env, timeout_s):
     """A pack is not queued behind a worker still starting while another trains the rest:
     packs go out once every worker is ready (the two first packs then train side by side),
-    or, past ``executor.ready_timeout_s``, the run stops in one line naming it."""
+    or, past ``executor.ready_timeout_s``, the run stops in one line naming it. Workers
+    train at the driver's priority."""
     proc = subprocess.run([sys.executable, "-c", STRAGGLER, str(tmp_path),
                            str(tmp_path / "first"), "8", str(timeout_s)],
                           cwd=ROOT, env=ray_env, capture_output=True, text=True, timeout=240)
@@ -348,6 +352,8 @@ def test_the_first_packs_wait_for_a_worker_slow_to_start(tmp_path, ray_env, time
         return
     (_, a_end), (b_start, _) = sorted(out["worked"])
     assert b_start < a_end, out  # before, the slow worker's pack began after the other's end
+    # Workers train at the driver's priority (Ray's default would lower theirs by 15).
+    assert out["workers"] == [out["priority"]] * 2
 
 
 def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, ray_env):

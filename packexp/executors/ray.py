@@ -227,8 +227,11 @@ class RayExecutor(Executor):
         options = {"num_cpus": self.cpus_per_pack, "num_gpus": self.gpus_per_pack,
                    "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
                    # Workers import this checkout's packexp, whatever the nodes installed.
+                   # They run at the driver's priority: Ray lowers a worker's by 15 (nice),
+                   # which starves the training behind any other work on the machine.
                    "runtime_env": {"env_vars": {"PYTHONPATH": path,
-                                                "TF_CPP_MIN_LOG_LEVEL": "2"}}}
+                                                "TF_CPP_MIN_LOG_LEVEL": "2",
+                                                "RAY_worker_niceness": "0"}}}
         config = OmegaConf.to_container(self.cfg, resolve=True)
         self._actors = [
             worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
