@@ -20,7 +20,10 @@ from tests.helpers import ROOT, packexp, run_whole, wait_until
 
 pytestmark = pytest.mark.slow
 
-SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
+# Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and
+# resumed runs cover the fused engine's journal, checkpoints and resume too, and the slower
+# fused search leaves the signals time to land mid-run.
+SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5", "pack.fusion=auto"]
 
 
 def start(*args: str) -> subprocess.Popen:

@@ -20,7 +20,10 @@ from packexp.records.journal import Journal
 from packexp.runner import Replayed
 from tests.helpers import ROOT, packexp, run_whole
 
-SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5"]
+# Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and
+# resumed runs cover the fused engine's journal, checkpoints and resume too, and the slower
+# fused search leaves the signals time to land mid-run.
+SEARCH = ["experiment=quick", "strategy=knn", "scheduler.R=9", "seed=5", "pack.fusion=auto"]
 RESUME = ": resume it with "
 
 
@@ -186,7 +189,7 @@ def test_ctrl_c_while_hydra_imports_is_one_line_and_leaves_nothing_to_resume(tmp
 def test_ctrl_c_during_calibration_resumes_to_the_plan_of_the_calibration_it_measured(
         tmp_path):
     run_dir, kept = tmp_path / "run", tmp_path / "kept"
-    args = [*SEARCH[:1], *SEARCH[2:], "strategy=cost", "pack.fusion=off",
+    args = [*SEARCH[:1], *SEARCH[2:4], "strategy=cost", "pack.fusion=off",
             f"strategy.calibration_dir={kept}"]
     code, lines, stderr = interrupt(signal.SIGINT, *args, f"hydra.run.dir={run_dir}",
                                     when=logged(run_dir, "calibrating on this device"))

@@ -78,15 +78,17 @@ def kill_after(monkeypatch, packs: int):
 
 @pytest.mark.parametrize("strategy", ["knn", "none", "cost", "knn-asha"])
 def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strategy):
-    """Under ``cost`` the resumed session reads the run's own calibration back (the kept
-    one is deleted first). It plans the rungs still to come from its own pack cache, so it
-    may pack them differently from an unbroken run: with plain packs the scores are the
-    same bit for bit all the same. Under ``scheduler=asha`` (one worker) the resumed run
-    makes the unbroken one's plans, promotions and draws."""
+    """Under ``knn`` packs are fused (experiment=quick trains plain ones). Under ``cost``
+    the resumed session reads the run's own calibration back (the kept one is deleted
+    first). It plans the rungs still to come from its own pack cache, so it may pack them
+    differently from an unbroken run: with plain packs the scores are the same bit for bit
+    all the same. Under ``scheduler=asha`` (one worker) the resumed run makes the unbroken
+    one's plans, promotions and draws."""
     kept = tmp_path / "calibrations"
     strategy = [f"strategy={strategy.split('-')[0]}"] + (
-        [f"strategy.calibration_dir={kept}", "pack.fusion=off"] if strategy == "cost" else []
-        ) + (["scheduler=asha"] if strategy.endswith("asha") else [])
+        [f"strategy.calibration_dir={kept}"] if strategy == "cost" else []
+        ) + (["scheduler=asha"] if strategy.endswith("asha") else []) + (
+        ["pack.fusion=auto"] if strategy == "knn" else [])  # fused packs; quick's are plain
     whole = tune(tmp_path / "whole", *strategy)
     original = kill_after(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):

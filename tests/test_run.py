@@ -104,7 +104,7 @@ def test_a_search_over_keras_optimizers_packs_them_plainly_and_exactly(tmp_path)
              "+search_space.params.lr_schedule=[rex,cosine]",
              "+search_space.params.beta_2=[0.99,0.999]", "scheduler.lr_horizon=rung")
     _, none, _ = tune(tmp_path / "none", "strategy=none", *space)
-    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", *space)
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "pack.fusion=auto", *space)
     assert max(len(p["members"]) for p in knn["packs"]) > 1
     assert not any(p["fused"] for p in knn["packs"])
     assert {t["hparams"]["optimizer"] for t in knn["trials"]} == {"adamw", "rmsprop", "nadam",
@@ -128,7 +128,8 @@ def test_fused_packing_changes_scores_only_by_rounding(tmp_path, capsys, none_r9
     """Fused packs (the default for mlp3 packs of two or more) against plain single-member
     packs: the same scores up to float32 rounding; the summary says so."""
     none = none_r9
-    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4")
+    _, knn, _ = tune(tmp_path / "knn", "strategy=knn", "scheduler.R=9", "seed=4",
+                     "pack.fusion=auto")  # experiment=quick trains plain packs
     summary = " ".join(capsys.readouterr().out.split())
     fused = sum(p["fused"] for p in knn["packs"])
     assert (f"{fused} of {len(knn['packs'])} packs were fused: their members' scores match "
