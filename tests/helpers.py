@@ -237,12 +237,12 @@ def describe(pids: list[int]) -> list[str]:
     return out
 
 
-def wait_until(condition, timeout_s: float) -> bool:
+def wait_until(condition, timeout_s: float, every_s: float = 0.2) -> bool:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if condition():
             return True
-        time.sleep(0.2)
+        time.sleep(every_s)
     return condition()
 
 

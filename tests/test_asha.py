@@ -230,13 +230,14 @@ def test_an_asha_search_is_tracked_and_summarised_like_hyperbands(tmp_path):
     from tests.helpers import compose_config
 
     cfg = compose_config(["experiment=quick", "scheduler=asha", "tracking=mlflow",
-                          "strategy=knn", "scheduler.sample_size=4"])
+                          "strategy=knn", "scheduler.sample_size=4", "pack.fusion=auto"])
     with open_dict(cfg):
         cfg.tracking.store_dir = str(tmp_path / "store")
     best = run(cfg, run_dir=tmp_path / "run")
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     asha = Asha(cfg.scheduler.R, cfg.scheduler.eta)
     assert (results["scheduler"], results["workers"]["workers"]) == ("asha", 1)
+    assert any(p["fused"] for p in results["packs"])  # ASHA over fused packs
     assert asha.max_epochs - 1 < results["epochs_spent"] <= asha.max_epochs
     assert 0 <= results["workers"]["idle_fraction"] < 1
     assert best == results["best"]["val_accuracy"] == results["anytime"][-1]["best"]

@@ -131,7 +131,7 @@ def test_tpe_draws_a_conditional_space_with_absence_never_defaulted():
 
 @pytest.mark.slow
 def test_a_conditional_search_runs_end_to_end(tmp_path):
-    out = packexp("experiment=quick", "tracking=none", "scheduler.R=9",
+    out = packexp("experiment=quick", "tracking=none", "scheduler.R=9", "pack.fusion=auto",
                   "+search_space.params.momentum={kind:float,low:0.5,high:0.99,"
                   "when:{optimizer:[sgd]}}", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -56,7 +56,10 @@ def errors(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory) -> dict:
-    return scores(run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH))
+    run_dir = run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH)
+    packs = json.loads((run_dir / "results.json").read_text())["packs"]
+    assert any(p["fused"] for p in packs)  # SEARCH's fused engine, as its comment says
+    return scores(run_dir)
 
 
 @pytest.fixture(scope="module")

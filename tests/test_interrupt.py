@@ -66,7 +66,10 @@ def scores(run_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory) -> dict:
     """The scores of SEARCH run whole, which every resumed run of it must end with."""
-    return scores(run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH))
+    run_dir = run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH)
+    packs = json.loads((run_dir / "results.json").read_text())["packs"]
+    assert any(p["fused"] for p in packs)  # SEARCH's fused engine, as its comment says
+    return scores(run_dir)
 
 
 def expected_line(run_dir: Path, *args: str) -> str:

@@ -86,10 +86,11 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, strat
     one's plans, promotions and draws."""
     kept = tmp_path / "calibrations"
     strategy = [f"strategy={strategy.split('-')[0]}"] + (
-        [f"strategy.calibration_dir={kept}"] if strategy == "cost" else []
+        [f"strategy.calibration_dir={kept}", "pack.fusion=off"] if strategy == "cost" else []
         ) + (["scheduler=asha"] if strategy.endswith("asha") else []) + (
         ["pack.fusion=auto"] if strategy == "knn" else [])  # fused packs; quick's are plain
     whole = tune(tmp_path / "whole", *strategy)
+    assert any(p["fused"] for p in whole["packs"]) == ("pack.fusion=auto" in strategy)
     original = kill_after(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path / "killed", *strategy)

@@ -146,8 +146,8 @@ class RayExecutor(Executor):
         max_restarts: Times a dead actor is restarted.
         max_task_retries: Times a pack whose actor died is retried.
         ready_timeout_s: How long to wait for the cluster to grant the actors' resources,
-            and then for every actor to be ready (TensorFlow imported, the data loaded)
-            before the first pack goes out.
+            and, while packs wait with none in flight, for an actor to be ready
+            (TensorFlow imported, the data loaded).
     """
 
     trains_here = False
@@ -193,7 +193,9 @@ class RayExecutor(Executor):
         self._actors: list[Any] = []
         self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
         self._refs: dict[Any, tuple[PackJob, int]] = {}  # in flight: its job and actor
-        self._starting: list[Any] = []  # each actor's answer once its __init__ has run
+        self._starting: dict[Any, int] = {}  # actors not yet ready: the answer they owe
+        self._ready: set[int] = set()  # actors that have answered (their __init__ ran)
+        self._queued: list[PackJob] = []  # submitted, waiting for a ready actor to be free
         self._journaled: set[str] = set()  # checkpoints a resumed run's journal names
 
     def start(self, cache: Any) -> RayExecutor:
@@ -224,14 +226,16 @@ class RayExecutor(Executor):
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         worker = ray.remote(PackWorker)
+        # Workers import this checkout's packexp, whatever the nodes installed.
+        env = {"PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        if self.address is None:
+            # On a cluster of this run's own, workers train at the driver's priority: Ray
+            # lowers a worker's by 15 (nice), which starves the training behind any other
+            # work on the machine. A cluster someone started keeps its own policy.
+            env["RAY_worker_niceness"] = "0"
         options = {"num_cpus": self.cpus_per_pack, "num_gpus": self.gpus_per_pack,
                    "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
-                   # Workers import this checkout's packexp, whatever the nodes installed.
-                   # They run at the driver's priority: Ray lowers a worker's by 15 (nice),
-                   # which starves the training behind any other work on the machine.
-                   "runtime_env": {"env_vars": {"PYTHONPATH": path,
-                                                "TF_CPP_MIN_LOG_LEVEL": "2",
-                                                "RAY_worker_niceness": "0"}}}
+                   "runtime_env": {"env_vars": env}}
         config = OmegaConf.to_container(self.cfg, resolve=True)
         self._actors = [
             worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -239,7 +243,8 @@ class RayExecutor(Executor):
                     config, str(self.shared_dir), float(self.gpus_per_pack))
             for i in range(n)]
         self._views = [CacheView() for _ in self._actors]
-        self._starting = [actor.pid.remote() for actor in self._actors]
+        self._starting = {actor.pid.remote(): i for i, actor in enumerate(self._actors)}
+        self._ready = set()
         log.info("ray: %d workers (%s each, %s) at %s", n, bundle, self.placement,
                  ray.get_runtime_context().gcs_address)
 
@@ -300,47 +305,74 @@ class RayExecutor(Executor):
         return len(self._actors)
 
     def _dispatch(self, job: PackJob) -> None:
-        """Sends ``job`` to the free actor whose cache could set up most of it."""
-        self._await_actors()
-        busy = {worker for _, worker in self._refs.values()}
-        worker = self._closest(job, [w for w in range(len(self._actors)) if w not in busy])
-        self._refs[self._actors[worker].run_pack.remote(job)] = (job, worker)
+        """Queues ``job`` for the first ready actor that is free: at once if there is one.
 
-    def _await_actors(self) -> None:
-        """Waits, before the first pack, until every actor is ready; the first has been
-        since it measured the device, and the others started beside it.
-
-        A pack sent to an actor still importing TensorFlow would wait in its queue while the
-        ready ones run the rest of the rung: a straggler that holds back the rung (or, in a
-        short search, the only pack that actor ever trains).
+        An actor still starting (importing TensorFlow, loading the data) takes nothing: a
+        pack queued behind it would wait while the ready ones trained the rest of the rung
+        (a straggler holding the rung back, or, in a short search, the only pack that actor
+        ever trained). The first actor is ready once it has measured the device; the others
+        join as they become ready.
         """
+        self._queued.append(job)
+        self._send_queued()
+
+    def _send_queued(self) -> None:
+        """Sends queued jobs, oldest first, each to the free ready actor whose cache could
+        set up most of it."""
         import ray
 
-        if not self._starting:
-            return
-        starting, self._starting = self._starting, []
-        ready, late = ray.wait(starting, num_returns=len(starting),
-                               timeout=self.ready_timeout_s)
-        if late:
-            raise ExecutorError(
-                f"executor.ready_timeout_s={self.ready_timeout_s:g}: {len(late)} of "
-                f"{len(starting)} workers were not ready in time (importing TensorFlow and "
-                "loading the data); raise it for a slow cluster")
+        if self._starting:
+            done, _ = ray.wait(list(self._starting), num_returns=len(self._starting),
+                               timeout=0)
+            for ref in done:
+                self._started(ref)
+        while self._queued:
+            busy = {worker for _, worker in self._refs.values()}
+            free = [w for w in sorted(self._ready) if w not in busy]
+            if not free:
+                return
+            job = self._queued.pop(0)
+            worker = self._closest(job, free)
+            self._refs[self._actors[worker].run_pack.remote(job)] = (job, worker)
+
+    def _started(self, ref: Any) -> None:
+        """Marks the actor that answered ``ref`` ready; one that died starting stops the run
+        in one line."""
+        import ray
+
+        worker = self._starting.pop(ref)
         try:
-            ray.get(ready)
-        except ray.exceptions.RayActorError as e:
-            raise ExecutorError(f"executor: a worker died as it started: "
-                                f"{' '.join(str(e).split())[:160]}") from None
+            ray.get(ref)
+        except ray.exceptions.RayError as e:  # its __init__ failed, or it was lost
+            raise ExecutorError(f"executor: worker {worker} died as it started (importing "
+                                f"TensorFlow, loading the data): "
+                                f"{' '.join(str(e).split())[:200]}") from None
+        self._ready.add(worker)
 
     def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
         import ray
 
-        [ref], _ = ray.wait(list(self._refs), num_returns=1)
-        job, worker = self._refs.pop(ref)
-        (runs, worked), self._views[worker] = self._get(ref, job)
-        received = time.perf_counter()
-        self._drop_other_attempts(job.key, runs)
-        return job, [unpack(r, job, received) for r in runs], worked
+        while True:
+            self._send_queued()
+            waiting = [*self._refs, *self._starting]
+            # With no pack in flight, only actors still starting can take the queued ones.
+            timeout = None if self._refs else self.ready_timeout_s
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+            if not ready:
+                raise ExecutorError(
+                    f"executor.ready_timeout_s={self.ready_timeout_s:g}: no worker was ready "
+                    f"to train in time ({len(self._starting)} still importing TensorFlow or "
+                    "loading the data); raise it for a slow cluster")
+            [ref] = ready
+            if ref in self._starting:
+                self._started(ref)
+                continue
+            job, worker = self._refs.pop(ref)
+            (runs, worked), self._views[worker] = self._get(ref, job)
+            received = time.perf_counter()
+            self._drop_other_attempts(job.key, runs)
+            self._send_queued()  # the actor just freed takes the oldest queued pack
+            return job, [unpack(r, job, received) for r in runs], worked
 
     def cancel(self) -> None:
         import ray
@@ -348,6 +380,7 @@ class RayExecutor(Executor):
         for ref in self._refs:
             ray.cancel(ref)  # actor tasks: the actors themselves go in ``close``
         self._refs.clear()
+        self._queued.clear()
         super().cancel()
 
     def _closest(self, job: PackJob, free: list[int]) -> int:
@@ -402,7 +435,9 @@ class RayExecutor(Executor):
             ray.kill(actor, no_restart=True)
         self._actors = []
         self._views = []
-        self._starting = []
+        self._starting = {}
+        self._ready = set()
+        self._queued = []
         if self._group is not None:
             remove_placement_group(self._group)
             self._group = None
