@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -317,6 +318,8 @@ class Straggler(ray_executor.PackWorker):
             first = True
         except FileExistsError:
             first = False
+        if slow == "broken" and not first:
+            raise RuntimeError("a broken node")
         if slow == "all" or not first:
             time.sleep(60)
             marker.with_suffix(".slept").touch()
@@ -352,13 +355,14 @@ finally:
 """
 
 
-@pytest.mark.parametrize("slow", ["one", "all"])
+@pytest.mark.parametrize("slow", ["one", "all", "broken"])
 def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, ray_env, slow):
     """A pack is never queued behind a worker still starting (importing TensorFlow, loading
     the data) while a ready one is free: with one worker 60 s late, the ready one trains
     both packs and the run ends before the late one is ready. With none ready within
-    ``executor.ready_timeout_s``, the run stops in one line naming it. Workers of a cluster
-    the run starts train at the driver's priority."""
+    ``executor.ready_timeout_s``, the run stops in one line naming it. A worker that dies as
+    it starts leaves the others training, with a warning naming its cause. Workers of a
+    cluster the run starts train at the driver's priority."""
     proc = subprocess.run([sys.executable, "-c", STRAGGLER, str(tmp_path),
                            str(tmp_path / "first"), slow, "15"],
                           cwd=ROOT, env=ray_env, capture_output=True, text=True, timeout=240)
@@ -369,9 +373,12 @@ def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, ray_env, slow):
                                 "ready to train in time (2 still importing TensorFlow or "
                                 "loading the data); raise it for a slow cluster"}
         return
+    assert out["packs"] == 2 and out["straggler_ready"] is False, out
+    if slow == "broken":
+        assert re.search(r"worker [01] died as it started, the others train on: .*a broken "
+                         r"node", proc.stderr), proc.stderr[-3000:]
     # Before, the second pack waited in the late worker's queue (it began 7 s after the
     # first ended with a worker 8 s late).
-    assert out["packs"] == 2 and out["straggler_ready"] is False, out
     # Ray's default would lower the worker's priority by 15.
     assert out["worker"] == out["priority"]
 

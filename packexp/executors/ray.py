@@ -336,17 +336,25 @@ class RayExecutor(Executor):
             self._refs[self._actors[worker].run_pack.remote(job)] = (job, worker)
 
     def _started(self, ref: Any) -> None:
-        """Marks the actor that answered ``ref`` ready; one that died starting stops the run
-        in one line."""
+        """Marks the actor that answered ``ref`` ready. One that died as it started (its
+        ``__init__`` failed, or its node was lost) leaves the pool with a warning while
+        others can still train; when none can, the run stops in one line with its cause."""
         import ray
 
         worker = self._starting.pop(ref)
         try:
             ray.get(ref)
-        except ray.exceptions.RayError as e:  # its __init__ failed, or it was lost
-            raise ExecutorError(f"executor: worker {worker} died as it started (importing "
-                                f"TensorFlow, loading the data): "
-                                f"{' '.join(str(e).split())[:200]}") from None
+        except ray.exceptions.RayError as e:
+            # Ray's message ends with the exception __init__ raised.
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            reason = (lines[-1] if lines else type(e).__name__)[:200]
+            if not self._ready and not self._starting:
+                raise ExecutorError(f"executor: every worker died as it started (importing "
+                                    f"TensorFlow, loading the data); worker {worker}: "
+                                    f"{reason}") from None
+            log.warning("executor: worker %d died as it started, the others train on: %s",
+                        worker, reason)
+            return
         self._ready.add(worker)
 
     def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
@@ -355,6 +363,8 @@ class RayExecutor(Executor):
         while True:
             self._send_queued()
             waiting = [*self._refs, *self._starting]
+            if not waiting:
+                raise RuntimeError("_collect: no pack in flight and no worker starting")
             # With no pack in flight, only actors still starting can take the queued ones.
             timeout = None if self._refs else self.ready_timeout_s
             ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
@@ -371,7 +381,9 @@ class RayExecutor(Executor):
             (runs, worked), self._views[worker] = self._get(ref, job)
             received = time.perf_counter()
             self._drop_other_attempts(job.key, runs)
-            self._send_queued()  # the actor just freed takes the oldest queued pack
+            # The actor just freed takes the oldest queued pack. (A worker that died as it
+            # started cannot stop the run here: this one is ready, so it only warns.)
+            self._send_queued()
             return job, [unpack(r, job, received) for r in runs], worked
 
     def cancel(self) -> None:
