@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -40,12 +41,16 @@ def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_whole(run_dir: Path, *args: str) -> Path:
-    """Runs ``python -m packexp *args`` in ``run_dir`` to its end (exit 0); returns ``run_dir``:
-    the unbroken run a broken one's resume must end as."""
-    whole = packexp(*args, f"hydra.run.dir={run_dir}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    return run_dir
+def search(run_dir: Path, *overrides: str, strategy: str | None = "knn") -> dict:
+    """Runs the search ``overrides`` compose (``compose_config``) in this process, into
+    ``run_dir``, and returns its ``results.json``: a test that needs a search's results, not
+    the command, so pays no TensorFlow import in a child (``run(cfg)`` is what
+    ``python -m packexp`` runs, less Hydra's ``.hydra`` files and log). Its summary goes to
+    stdout, for ``capsys``."""
+    from packexp.run import run
+
+    run(compose_config(list(overrides), strategy=strategy), run_dir=run_dir)
+    return json.loads((Path(run_dir) / "results.json").read_text())
 
 
 def compose_config(overrides: list[str] | None = None, *,

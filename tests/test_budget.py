@@ -78,26 +78,22 @@ def test_a_search_that_ends_within_its_budget_is_not_stopped(tmp_path, fake_trai
     assert search.stopped is None and len(search.trials) == 17
 
 
-@pytest.mark.slow
-def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path):
+@pytest.mark.tf
+def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, capsys):
     """experiment=quick draws 3 then 2 configurations: a budget of 4 stops after the first
     bracket; resumed with 5 it ends with the trials and scores of an unbroken run."""
-    import json
-
-    from tests.helpers import packexp, run_whole
+    from tests.helpers import search
 
     quick = ("experiment=quick", "tracking=none")
-    whole = json.loads((run_whole(tmp_path / "whole", *quick) / "results.json").read_text())
+    whole = search(tmp_path / "whole", *quick)
     cut = tmp_path / "cut"
-    first = packexp(*quick, "budget.trials=4", f"hydra.run.dir={cut}")
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert "stopped early (budget.trials=4: 3 configurations drawn" in first.stdout
+    capsys.readouterr()
+    first = search(cut, *quick, "budget.trials=4")
+    assert "stopped early (budget.trials=4: 3 configurations drawn" in capsys.readouterr().out
     stopped = [r for r in Journal(cut).read() if r["event"] in ("stopped", "finished")]
     assert [r["event"] for r in stopped] == ["stopped"]
-    assert json.loads((cut / "results.json").read_text())["stopped"] == stopped[0]["reason"]
-    again = packexp(*quick, "resume=true", "budget.trials=5", f"hydra.run.dir={cut}")
-    assert again.returncode == 0, again.stderr[-2000:]
-    resumed = json.loads((cut / "results.json").read_text())
+    assert first["stopped"] == stopped[0]["reason"]
+    resumed = search(cut, *quick, "resume=true", "budget.trials=5")
     assert resumed["stopped"] is None and Journal(cut).read()[-1]["event"] == "finished"
 
     def scores(results):

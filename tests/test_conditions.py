@@ -4,8 +4,6 @@ no-repeat rule all handle the absence."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from packexp.config import check_search
@@ -13,7 +11,7 @@ from packexp.errors import ConfigError
 from packexp.samplers import Observation
 from packexp.samplers.tpe import TpeSampler
 from packexp.search_space import SearchSpace
-from tests.helpers import compose_config, packexp
+from tests.helpers import compose_config, search
 
 PARAMS = {
     "optimizer": ["adam", "sgd", "adagrad"],
@@ -129,13 +127,12 @@ def test_tpe_draws_a_conditional_space_with_absence_never_defaulted():
     assert sum(t.hparams["optimizer"] == "sgd" for t in drawn) > len(drawn) / 2  # it learned
 
 
-@pytest.mark.slow
+@pytest.mark.tf
 def test_a_conditional_search_runs_end_to_end(tmp_path):
-    out = packexp("experiment=quick", "tracking=none", "scheduler.R=9", "pack.fusion=auto",
-                  "+search_space.params.momentum={kind:float,low:0.5,high:0.99,"
-                  "when:{optimizer:[sgd]}}", f"hydra.run.dir={tmp_path}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    trials = json.loads((tmp_path / "results.json").read_text())["trials"]
+    """The whole search (in this process, the default strategy) on a conditional space."""
+    trials = search(tmp_path, "experiment=quick", "tracking=none", "scheduler.R=9",
+                    "pack.fusion=auto", "+search_space.params.momentum={kind:float,low:0.5,"
+                    "high:0.99,when:{optimizer:[sgd]}}", strategy=None)["trials"]
     assert any(t["hparams"]["optimizer"] == "sgd" for t in trials)
     for t in trials:
         assert ("momentum" in t["hparams"]) == (t["hparams"]["optimizer"] == "sgd")

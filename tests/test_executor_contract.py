@@ -17,51 +17,60 @@ from tests.helpers import CONF_DIR, ROOT
 
 EXECUTORS = sorted(p.stem for p in Path(CONF_DIR, "executor").glob("*.yaml"))
 
-CONTRACT = """
+def run_contract(name: str, run_dir: str) -> dict:
+    """Three jobs of two plain members through ``executor=name``: the order and the moment
+    they came back, their scores and steps, and what the executor answers."""
+    from packexp.components import worker_cache
+    from packexp.config import fit_dataset_to_model, instantiate
+    from packexp.device import facts_here
+    from packexp.executors import CacheView, PackJob
+    from packexp.search_space import Trial
+    from tests.helpers import compose_config
+
+    cfg = compose_config(["experiment=quick", "pack.fusion=off", f"executor={name}"])
+    fit_dataset_to_model(cfg)
+    cache = worker_cache(cfg)  # the driver's
+    executor = instantiate(cfg.executor, "executor")(cfg=cfg, run_dir=run_dir).start(cache)
+
+    def job(key, batch, lr, first):
+        hparams = {"batch_size": batch, "optimizer": "adam", "learning_rate": lr,
+                   "activation": "relu"}
+        group = [Trial(f"{key}{i}", hparams, (), seed=first + i) for i in range(2)]
+        return PackJob(key, group, 0.2, {t.trial_id: None for t in group})
+
+    out = {"order": [], "handed_back_unstarted": [], "scores": {}}
+    try:
+        started = []
+        for k, runs in executor.run([job("a", 32, 0.01, 1), job("b", 64, 0.001, 3),
+                                     job("c", 32, 0.1, 5)], started.append):
+            out["order"].append(k)
+            if k not in started:
+                out["handed_back_unstarted"].append(k)
+            for run in runs:
+                for m in run.members:
+                    out["scores"][m.trial_id] = [run.evaluation[m.trial_id].val_accuracy,
+                                                 m.step]
+        out["started"] = sorted(started)
+        out["facts"] = "device.cpu" in executor.on_device(facts_here).tags()
+        out["view"] = isinstance(executor.view(), CacheView)
+    finally:
+        executor.close()
+        executor.close()
+    return out
+
+
+# An executor that starts processes of its own (Ray's cluster) runs the contract from a
+# driver process of its own, as python -m packexp would.
+IN_A_PROCESS = """
 import json, sys
-from packexp.components import worker_cache
-from packexp.config import fit_dataset_to_model, instantiate
-from packexp.device import facts_here
-from packexp.executors import CacheView, PackJob
-from packexp.search_space import Trial
-from tests.helpers import compose_config
+from tests.test_executor_contract import run_contract
 
-cfg = compose_config(["experiment=quick", "pack.fusion=off", f"executor={sys.argv[1]}"])
-fit_dataset_to_model(cfg)
-cache = worker_cache(cfg)  # the driver's
-executor = instantiate(cfg.executor, "executor")(cfg=cfg, run_dir=sys.argv[2]).start(cache)
-
-
-def job(key, batch, lr, first):
-    hparams = {"batch_size": batch, "optimizer": "adam", "learning_rate": lr,
-               "activation": "relu"}
-    group = [Trial(f"{key}{i}", hparams, (), seed=first + i) for i in range(2)]
-    return PackJob(key, group, 0.2, {t.trial_id: None for t in group})
-
-
-out = {"order": [], "handed_back_unstarted": [], "scores": {}}
-try:
-    started = []
-    for k, runs in executor.run([job("a", 32, 0.01, 1), job("b", 64, 0.001, 3),
-                                 job("c", 32, 0.1, 5)], started.append):
-        out["order"].append(k)
-        if k not in started:
-            out["handed_back_unstarted"].append(k)
-        for run in runs:
-            for m in run.members:
-                out["scores"][m.trial_id] = [run.evaluation[m.trial_id].val_accuracy, m.step]
-    out["started"] = sorted(started)
-    out["facts"] = "device.cpu" in executor.on_device(facts_here).tags()
-    out["view"] = isinstance(executor.view(), CacheView)
-finally:
-    executor.close()
-    executor.close()
-print(json.dumps(out))
+print(json.dumps(run_contract(sys.argv[1], sys.argv[2])))
 """
 
 
 def contract(name: str, env: dict, run_dir: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CONTRACT, name, str(run_dir)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", IN_A_PROCESS, name, str(run_dir)], cwd=ROOT,
                           env={**env, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -70,15 +79,16 @@ def contract(name: str, env: dict, run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory) -> dict:
-    return contract("local", dict(os.environ), tmp_path_factory.mktemp("local"))
+    """The contract on the local executor, in this process (through JSON, as a process's)."""
+    return json.loads(json.dumps(run_contract("local", str(tmp_path_factory.mktemp("local")))))
 
 
 def test_every_executor_config_is_found():
     assert {"local", "ray"} <= set(EXECUTORS)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.process]
-                                                 + [pytest.mark.slow] * (n != "local"))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.tf] if n == "local"
+                                                 else [pytest.mark.process, pytest.mark.slow])
                                   for n in EXECUTORS])
 def test_an_executor_trains_as_the_local_one_and_keeps_the_contract(name, request, tmp_path,
                                                                    local):

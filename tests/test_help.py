@@ -44,6 +44,13 @@ def test_help_shows_resolved_values_each_with_its_comment(default_help):
     assert max(map(len, out.stdout.splitlines())) <= WIDTH
 
 
+def test_help_lists_the_groups(default_help):
+    assert default_help.returncode == 0, default_help.stderr
+    for group in ("model", "dataset", "search_space", "strategy", "scheduler", "tracking",
+                  "experiment"):
+        assert f"{group}:" in default_help.stdout
+
+
 def test_help_after_overrides_shows_the_chosen_options_keys(tmp_path):
     out = packexp("strategy=knn", "scheduler.R=27", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

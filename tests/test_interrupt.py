@@ -4,6 +4,7 @@ that resumes to the scores of an unbroken one; so does a SIGKILLed run."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import signal
@@ -18,7 +19,7 @@ import pytest
 from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
 from packexp.records.journal import Journal
 from packexp.runner import Replayed
-from tests.helpers import ROOT, packexp, run_whole
+from tests.helpers import ROOT, packexp, search
 
 # Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and
 # resumed runs cover the fused engine's journal, checkpoints and resume too, and the slower
@@ -57,6 +58,17 @@ def resume(line: str) -> subprocess.CompletedProcess:
     return packexp(*argv[3:])
 
 
+def resume_here(line: str) -> dict:
+    """Resumes, in this process (run(cfg)), the run the interrupted run's line names, with the
+    overrides it names; returns its results. (test_ctrl_c_prints_the_resume_command... runs
+    the command itself, as typed.)"""
+    argv = shlex.split(line.split(RESUME, 1)[1])
+    assert argv[:3] == ["python", "-m", "packexp"]
+    [run_dir] = [a.removeprefix("hydra.run.dir=") for a in argv if a.startswith("hydra.run.dir=")]
+    return search(Path(run_dir), *[a for a in argv[3:] if not a.startswith("hydra.run.dir=")],
+                  strategy=None)
+
+
 def scores(run_dir: Path) -> dict:
     results = json.loads((run_dir / "results.json").read_text())
     return {t["trial_id"]: [(r["rung"], r["val_accuracy"]) for r in t["rungs"]]
@@ -65,9 +77,10 @@ def scores(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory) -> dict:
-    """The scores of SEARCH run whole, which every resumed run of it must end with."""
-    run_dir = run_whole(tmp_path_factory.mktemp("whole") / "run", *SEARCH)
-    packs = json.loads((run_dir / "results.json").read_text())["packs"]
+    """The scores of SEARCH run whole (in this process, as run(cfg)), which every resumed run
+    of it must end with."""
+    run_dir = tmp_path_factory.mktemp("whole") / "run"
+    packs = search(run_dir, *SEARCH)["packs"]
     assert any(p["fused"] for p in packs)  # SEARCH's fused engine, as its comment says
     return scores(run_dir)
 
@@ -99,8 +112,9 @@ def replayed(run_dir: Path) -> int:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_run_then_resume(tmp_path, unbroken):
-    """A SIGKILLed search resumes from its journal and ends as an uninterrupted one."""
+def test_kill_9_mid_run_then_resume(tmp_path, unbroken, caplog):
+    """A SIGKILLed search resumes from its journal (in this process) and ends as an
+    uninterrupted one."""
     run_dir = tmp_path / "killed"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.Popen([sys.executable, "-m", "packexp", *SEARCH,
@@ -123,9 +137,9 @@ def test_kill_9_mid_run_then_resume(tmp_path, unbroken):
     done = replayed(run_dir)
     assert done >= 6
 
-    resumed = packexp(*SEARCH, "resume=true", f"hydra.run.dir={run_dir}")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resuming: {done} member results" in resumed.stdout + resumed.stderr
+    with caplog.at_level(logging.INFO, logger="packexp"):
+        search(run_dir, *SEARCH, "resume=true")
+    assert f"resuming: {done} member results" in caplog.text
     assert scores(run_dir) == unbroken
 
 
@@ -153,8 +167,7 @@ def test_sigterm_ends_the_mlflow_runs_killed_and_resume_finishes_them(tmp_path):
     assert parents == ["KILLED"]
     assert "RUNNING" not in trials
 
-    resumed = resume(line)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    resume_here(line)
     parents, trials = statuses()
     assert parents == ["FINISHED"]
     assert "RUNNING" not in trials
@@ -199,16 +212,12 @@ def test_ctrl_c_during_calibration_resumes_to_the_plan_of_the_calibration_it_mea
     assert code == 130, stderr[-3000:]
     assert lines == [expected_line(run_dir, *args)]
     assert not (run_dir / "calibration.json").exists() and not list(kept.glob("*.json"))
-    resumed = resume(lines[0])
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    measured = json.loads((run_dir / "results.json").read_text())["calibration"]
+    measured = resume_here(lines[0])["calibration"]
     assert measured["source"] == "measured"
     # The plan is the config's, the seed's and the calibration's: an unbroken run pinned to
     # the calibration the resume measured ends as the resumed one.
-    pinned = tmp_path / "pinned"
-    whole = packexp(*args, f"strategy.calibration={run_dir / 'calibration.json'}",
-                    f"hydra.run.dir={pinned}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
+    pinned = tmp_path / "pinned"  # in this process
+    search(pinned, *args, f"strategy.calibration={run_dir / 'calibration.json'}")
     assert scores(pinned) == scores(run_dir)
 
 

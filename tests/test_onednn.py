@@ -27,7 +27,7 @@ ISOLATION = [
     "tests/test_packing.py::test_pack_mates_do_not_matter",
     "tests/test_cnn_pack.py::test_packed_cnn_ends_bit_identical_to_alone",
 ]
-NATIVE = "tests/test_fused_cnn.py"  # its cases named native, with -k
+NATIVE = "tests/test_fused_cnn.py"  # its cases named native (-k)
 ON = "tests/test_onednn.py::test_onednn_is_on_exactly_where_asked"
 
 
@@ -41,20 +41,21 @@ def test_onednn_is_on_exactly_where_asked():
 
 
 @pytest.mark.process
-@pytest.mark.parametrize(("tests", "passing"), [
-    # test_packed_equals_alone: mask and switch; the small CNN: one case per member; and ON.
-    pytest.param([ON, *ISOLATION], 6, id="isolation"),
-    # Fused against plain alone, fused alone against fused packed (twice), native against
-    # split, auto's choice, a finished member's statistics.
-    pytest.param(["-k", "native", NATIVE], 6, id="native-grouped-convolutions"),
-])
-def test_with_onednn_on(tests, passing):
+def test_with_onednn_on():
+    """One pytest process (a TensorFlow import, a collection) for all of them: ON; the
+    isolation checks (test_packed_equals_alone: mask and switch; the small CNN: one case per
+    member); and the fused CNN's native cases (fused against plain alone, fused alone against
+    fused packed (twice), native against split, auto's choice, a finished member's
+    statistics)."""
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    names = " or ".join(["native", *(test.split("::")[1] for test in [ON, *ISOLATION])])
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-m", "not paper_cnns", *tests],
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-m", "not paper_cnns", "-k", names, ON, *ISOLATION, NATIVE],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     summary = [line for line in out.stdout.splitlines() if " passed" in line]
-    assert summary and summary[-1].startswith(f"{passing} passed"), out.stdout[-2000:]
+    assert summary and " 12 passed, " in summary[-1], out.stdout[-2000:]
     assert "skipped" not in summary[-1], summary[-1]  # nothing fell back to the split path
+    passed = [line.split("::")[0] for line in out.stdout.splitlines() if " PASSED" in line]
+    assert passed.count(NATIVE) == 6, out.stdout[-3000:]  # and 6 of ON and ISOLATION

@@ -4,7 +4,6 @@ line, measured per member in the packed evaluation, exact against training alone
 from __future__ import annotations
 
 import functools
-import json
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.objectives import Head
-from tests.helpers import CONFIGS, compose_config, packexp, trial
+from tests.helpers import CONFIGS, compose_config, search, trial
 
 TOP3 = "+model.metrics=[{_target_:keras.metrics.SparseTopKCategoricalAccuracy,k:3,name:top3}]"
 
@@ -80,12 +79,10 @@ def test_an_own_loss_and_metric_pack_exactly_as_alone_and_keep_the_pack_plain(fe
                               packed[0].model.get_weights()[0])  # the own loss trained it
 
 
-@pytest.mark.slow
+@pytest.mark.tf
 def test_a_search_ranks_by_the_models_own_metric(tmp_path):
-    out = packexp("experiment=quick", "tracking=none", "strategy=knn", TOP3,
-                  "objective.metric=val_top3", f"hydra.run.dir={tmp_path}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = search(tmp_path, "experiment=quick", "tracking=none", "strategy=knn", TOP3,
+                     "objective.metric=val_top3")
     rungs = [r for t in results["trials"] for r in t["rungs"] if r.get("metrics")]
     assert rungs and all(0 <= r["metrics"]["val_top3"] <= 1 for r in rungs)
     best = results["best"]

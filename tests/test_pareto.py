@@ -4,7 +4,6 @@ front a search reports (``objective=pareto``)."""
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 
@@ -19,7 +18,7 @@ from packexp.records.search_result import load
 from packexp.schedulers import Asha, Hyperband, Planned
 from packexp.search_space import SearchSpace
 from packexp.testing.policies import simulate
-from tests.helpers import compose_config, packexp
+from tests.helpers import compose_config, search
 
 PARETO = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
                             {"name": "params", "mode": "min"}])
@@ -102,15 +101,12 @@ def test_the_front_is_each_trials_last_rung_not_dominated():
     assert ResultsCollector().front() is None  # one objective: no front
 
 
-@pytest.mark.slow
-def test_a_pareto_search_reports_its_front_and_draws_it(tmp_path):
-    out = packexp("objective=pareto", "+search_space.params.width=[8,32,128]",
-                  "scheduler.R=3", "tracking=none", "pack.jit_compile=false",
-                  f"hydra.run.dir={tmp_path}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "Pareto front of val_accuracy and params" in out.stdout
+@pytest.mark.tf
+def test_a_pareto_search_reports_its_front_and_draws_it(tmp_path, capsys):
+    results = search(tmp_path, "objective=pareto", "+search_space.params.width=[8,32,128]",
+                     "scheduler.R=3", "tracking=none", "pack.jit_compile=false", strategy=None)
+    assert "Pareto front of val_accuracy and params" in capsys.readouterr().out
     assert (tmp_path / "pareto.png").is_file()
-    results = json.loads((tmp_path / "results.json").read_text())
     last = {t["trial_id"]: [r for r in t["rungs"] if r["val_accuracy"] is not None][-1]
             for t in results["trials"] if any(r["val_accuracy"] is not None for r in t["rungs"])}
     ids = list(last)

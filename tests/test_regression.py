@@ -4,7 +4,6 @@ program keeps isolation as it does for classes (plain and looped exact, fused to
 from __future__ import annotations
 
 import functools
-import json
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from packexp.config import load_dataset
 from packexp.data.arrays import from_arrays
 from packexp.errors import ConfigError
 from packexp.objectives import Objective
-from tests.helpers import CONFIGS, compose_config, packexp, trial
+from tests.helpers import CONFIGS, compose_config, search, trial
 
 REGRESSION = Objective("val_mse", "min")
 
@@ -121,25 +120,23 @@ def test_fused_and_compiled_regression_packs_agree_with_plain_to_rounding(values
             plain_evaluation[member.trial_id].val_mse, rel=1e-3)
 
 
-@pytest.mark.slow
-def test_a_regression_search_from_a_csv_ranks_by_the_lowest_mse(tmp_path):
+@pytest.mark.tf
+def test_a_regression_search_from_a_csv_ranks_by_the_lowest_mse(tmp_path, capsys):
     import pandas as pd
 
     x, y = friedman(600)
     table = pd.DataFrame(x, columns=[f"f{i}" for i in range(10)]).assign(y=y)
     table.to_csv(tmp_path / "friedman1.csv", index=False)
-    out = packexp("objective=regression", "dataset=table", f"dataset.path={tmp_path}/friedman1.csv",
-                  "dataset.target=y", "scheduler.R=3", "tracking=none",
-                  f"hydra.run.dir={tmp_path / 'run'}")
-    assert out.returncode == 0, out.stderr[-2000:]
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    results = search(tmp_path / "run", "objective=regression", "dataset=table",
+                     f"dataset.path={tmp_path}/friedman1.csv", "dataset.target=y",
+                     "scheduler.R=3", "tracking=none", strategy=None)
     assert results["objective"] == {"metric": "val_mse", "mode": "min"}
     rungs = [r for t in results["trials"] for r in t["rungs"] if r["val_mse"] is not None]
     assert all(r["val_accuracy"] is None and r["val_loss"] == r["val_mse"] for r in rungs)
     assert all({"val_mae", "val_r2"} <= set(r) for r in rungs)
     best = results["best"]
     assert best["metric"] == "val_mse" and best["value"] == min(r["val_mse"] for r in rungs)
-    assert "val_mse" in out.stdout  # the summary's table ranks by it
+    assert "val_mse" in capsys.readouterr().out  # the summary's table ranks by it
 
 
 @pytest.mark.tf

@@ -564,13 +564,10 @@ def test_a_run_records_each_streamed_split_by_a_digest_of_where_it_is(stream, tm
         assert dataset_splits(data) == [train, val]
 
 
-@pytest.mark.slow
 def test_a_streamed_search_packed_by_knn_scores_every_trial_as_one_alone(folder, tmp_path):
-    """The whole command on a streamed folder, MLflow tracking on: strategy=knn's packs and
+    """The whole search on a streamed folder, MLflow tracking on: strategy=knn's packs and
     strategy=none's singles read the same rows, and so give the same scores."""
-    import json
-
-    from tests.helpers import run_whole
+    from tests.helpers import search
 
     common = ["dataset=image_folder", f"dataset.path={folder}", "dataset.image_size=[8,8]",
               "dataset.cache=none", "dataset.block=16", "model=cnn", "model.width=4",
@@ -579,8 +576,7 @@ def test_a_streamed_search_packed_by_knn_scores_every_trial_as_one_alone(folder,
               f"tracking.store_dir={tmp_path / 'store'}"]
     scores = {}
     for strategy in ("knn", "none"):
-        run = run_whole(tmp_path / strategy, *common, f"strategy={strategy}")
-        results = json.loads((run / "results.json").read_text())
+        results = search(tmp_path / strategy, *common, f"strategy={strategy}")
         scores[strategy] = {t["trial_id"]: [(r["epochs"], r["val_accuracy"], r["val_loss"])
                                             for r in t["rungs"]] for t in results["trials"]}
         sizes = [len(p["members"]) for p in results["packs"]]
