@@ -85,7 +85,7 @@ def markers_tell_the_truth(request, monkeypatch):
 # Rough seconds a test of each kind costs on a 2-core machine (docs/testing.md): modules are
 # handed to xdist's workers whole (--dist loadscope), the costliest first, so that no long
 # module starts last and leaves one worker idle at the end.
-COST = {"slow": 30.0, "process": 5.0, "tf": 3.0}
+COST = {"slow": 30.0, "search": 15.0, "process": 5.0, "tf": 3.0}
 
 
 def pytest_collection_modifyitems(config, items) -> None:

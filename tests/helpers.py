@@ -42,11 +42,14 @@ def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.Comp
 
 
 def search(run_dir: Path, *overrides: str, strategy: str | None = "knn") -> dict:
-    """Runs the search ``overrides`` compose (``compose_config``) in this process, into
-    ``run_dir``, and returns its ``results.json``: a test that needs a search's results, not
-    the command, so pays no TensorFlow import in a child (``run(cfg)`` is what
-    ``python -m packexp`` runs, less Hydra's ``.hydra`` files and log). Its summary goes to
-    stdout, for ``capsys``."""
+    """Runs the search ``overrides`` compose in this process, into ``run_dir``, and returns its
+    ``results.json``: a test that needs a search's results, not the command, so pays no
+    TensorFlow import in a child. ``run(cfg)`` is what ``python -m packexp`` runs, less what
+    Hydra adds around it: the ``.hydra`` files and log, the run directory's checks
+    (``RunDirCheck``), the command's overrides in the journal and Hydra's choices in MLflow.
+    As ``compose_config``, it runs ``strategy`` (knn) unless the overrides name one or
+    ``strategy=None`` (the default, cost), and keeps memory probes in the run directory only.
+    The summary goes to stdout, for ``capsys``; the log to ``caplog``."""
     from packexp.run import run
 
     run(compose_config(list(overrides), strategy=strategy), run_dir=run_dir)

@@ -79,21 +79,22 @@ def test_a_search_that_ends_within_its_budget_is_not_stopped(tmp_path, fake_trai
 
 
 @pytest.mark.tf
+@pytest.mark.search
 def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, capsys):
     """experiment=quick draws 3 then 2 configurations: a budget of 4 stops after the first
     bracket; resumed with 5 it ends with the trials and scores of an unbroken run."""
     from tests.helpers import search
 
-    quick = ("experiment=quick", "tracking=none")
-    whole = search(tmp_path / "whole", *quick)
+    quick = ("experiment=quick", "tracking=none", f"strategy.calibration_dir={tmp_path}")
+    whole = search(tmp_path / "whole", *quick, strategy=None)  # the default strategy, cost
     cut = tmp_path / "cut"
     capsys.readouterr()
-    first = search(cut, *quick, "budget.trials=4")
+    first = search(cut, *quick, "budget.trials=4", strategy=None)
     assert "stopped early (budget.trials=4: 3 configurations drawn" in capsys.readouterr().out
     stopped = [r for r in Journal(cut).read() if r["event"] in ("stopped", "finished")]
     assert [r["event"] for r in stopped] == ["stopped"]
     assert first["stopped"] == stopped[0]["reason"]
-    resumed = search(cut, *quick, "resume=true", "budget.trials=5")
+    resumed = search(cut, *quick, "resume=true", "budget.trials=5", strategy=None)
     assert resumed["stopped"] is None and Journal(cut).read()[-1]["event"] == "finished"
 
     def scores(results):

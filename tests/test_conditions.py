@@ -128,6 +128,7 @@ def test_tpe_draws_a_conditional_space_with_absence_never_defaulted():
 
 
 @pytest.mark.tf
+@pytest.mark.search
 def test_a_conditional_search_runs_end_to_end(tmp_path):
     """The whole search (in this process, the default strategy) on a conditional space."""
     trials = search(tmp_path, "experiment=quick", "tracking=none", "scheduler.R=9",

@@ -80,6 +80,7 @@ def test_an_own_loss_and_metric_pack_exactly_as_alone_and_keep_the_pack_plain(fe
 
 
 @pytest.mark.tf
+@pytest.mark.search
 def test_a_search_ranks_by_the_models_own_metric(tmp_path):
     results = search(tmp_path, "experiment=quick", "tracking=none", "strategy=knn", TOP3,
                      "objective.metric=val_top3")

@@ -102,6 +102,7 @@ def test_the_front_is_each_trials_last_rung_not_dominated():
 
 
 @pytest.mark.tf
+@pytest.mark.search
 def test_a_pareto_search_reports_its_front_and_draws_it(tmp_path, capsys):
     results = search(tmp_path, "objective=pareto", "+search_space.params.width=[8,32,128]",
                      "scheduler.R=3", "tracking=none", "pack.jit_compile=false", strategy=None)

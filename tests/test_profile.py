@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,8 +33,7 @@ CASES = {
     "switch_overhead": (["profile.repeats=2"],
                         ["te_seq_s", "te_single_sum_s", "swoh_s", "te_pack_s"]),
     # Each worker is a TensorFlow process of ~1 GB resident; the budget leaves room for them.
-    # Two points of one member (four processes), so that each arm runs first once.
-    "concurrency": (["profile.batch_sizes=[8,16]", "profile.num_models=[1]",
+    "concurrency": (["profile.batch_sizes=[16]", "profile.num_models=[1,2]",
                      "device.memory_budget_mb=32768"],
                     ["ts_concurrent_ms", "ts_pack_ms", "peak_memory_concurrent_mb",
                      "peak_memory_pack_mb"]),
@@ -154,15 +156,18 @@ def test_concurrency_records_out_of_memory_as_a_result(tmp_path):
     assert math.isfinite(row["ts_pack_ms"])
 
 
-def test_task_profile_of_a_cnn_logs_to_mlflow(tmp_path):
-    """task=profile as the command runs it (run(cfg), in this process), with a small CNN: one
-    point, a pack of two against each alone (the sweep over points is
-    test_each_profile_runs_tiny's)."""
+@pytest.mark.slow
+def test_cli_profile_of_a_cnn_logs_to_mlflow(tmp_path):
+    """python -m packexp task=profile, as a user runs it, with a small CNN: one point,
+    a pack of two against each alone (the sweep over points is test_each_profile_runs_tiny's)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     args = ["task=profile", "profile=num_models", "model=cnn", "model.width=4",
             "dataset=synthetic", "dataset.train_size=64", "dataset.val_size=16",
             "profile.num_models=[2]", "profile.batch_size=8", *TINY,
-            f"tracking.store_dir={tmp_path}"]
-    run(compose_config(args), run_dir=tmp_path / "run")
+            f"hydra.run.dir={tmp_path / 'run'}", f"tracking.store_dir={tmp_path}"]
+    out = subprocess.run([sys.executable, "-m", "packexp", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
     check_csv(tmp_path / "run", "num_models")
     from mlflow.tracking import MlflowClient
 

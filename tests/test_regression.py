@@ -121,6 +121,7 @@ def test_fused_and_compiled_regression_packs_agree_with_plain_to_rounding(values
 
 
 @pytest.mark.tf
+@pytest.mark.search
 def test_a_regression_search_from_a_csv_ranks_by_the_lowest_mse(tmp_path, capsys):
     import pandas as pd
 

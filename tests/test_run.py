@@ -275,6 +275,7 @@ def test_planning_with_the_cost_strategy_measures_a_calibration_once_for_every_r
     assert first == second
 
 
+@pytest.mark.search
 @pytest.mark.parametrize(("model", "rates"), [
     ("cnn", "[0.01,0.1]"),  # a minute of MobileNetV2 on a CPU: make test-paper-cnns runs it
     pytest.param("mobilenet", "[0.001,0.01]", marks=pytest.mark.paper_cnns)])
@@ -297,6 +298,7 @@ def test_a_cnn_search_on_the_embedded_default_learns(tmp_path, model, rates):
     assert sum(s > 0.3 for s in scores) >= 3  # not one lucky trial
 
 
+@pytest.mark.search
 def test_a_search_over_ranges_end_to_end(tmp_path):
     """conf/search_space/ranges.yaml: an int range, choices and a log-uniform float range."""
     results = search(tmp_path, "experiment=quick", "search_space=ranges", "strategy=knn",

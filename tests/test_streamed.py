@@ -564,6 +564,7 @@ def test_a_run_records_each_streamed_split_by_a_digest_of_where_it_is(stream, tm
         assert dataset_splits(data) == [train, val]
 
 
+@pytest.mark.search
 def test_a_streamed_search_packed_by_knn_scores_every_trial_as_one_alone(folder, tmp_path):
     """The whole search on a streamed folder, MLflow tracking on: strategy=knn's packs and
     strategy=none's singles read the same rows, and so give the same scores."""
