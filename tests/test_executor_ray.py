@@ -415,7 +415,7 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
 def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path, ray_env):
     """The config carries the folder's path, never its pixels: each worker reads the files
     itself, and the results equal the local run's."""
-    from tests.test_streamed import photo_folder
+    from packexp.testing.data import photo_folder
 
     photos = photo_folder(tmp_path / "photos", per_class=12, size=16)
     streamed = ["dataset=image_folder", f"dataset.path={photos}", "dataset.image_size=[8,8]",

@@ -18,6 +18,7 @@ from packexp.pack_options import PackSettings
 from packexp.packing import Evaluation, Member, Pack
 from packexp.packing.data import Preprocessing, StreamData, device_data
 from packexp.search_space import Trial, derive_seed
+from packexp.testing.data import photo_folder
 from tests.helpers import PLAIN, assert_same_weights, small_cnn
 
 pytestmark = pytest.mark.tf
@@ -30,23 +31,6 @@ TRIALS = [  # misaligned: 48 training images, 6, 4 and 9 steps per epoch
     Trial("t2", {"batch_size": 5, "optimizer": "sgd", "learning_rate": 1e-2,
                  "activation": "relu"}, (), seed=derive_seed(5, 2)),
 ]
-
-
-def photo_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 24) -> Path:
-    """Noisy photos of ``classes`` colours, PNG and JPEG alternately, of a few sizes."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for c in range(classes):
-        d = root / f"class{c}"
-        d.mkdir(parents=True)
-        for i in range(per_class):
-            side = size + i % 3
-            pixels = rng.integers(0, 256, (side, side + 2, 3), dtype=np.uint8)
-            pixels[..., c] = 200
-            suffix = ".png" if i % 2 else ".jpg"
-            Image.fromarray(pixels).save(d / f"{i:03d}{suffix}")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """Small data for tests, each defined once: datasets in memory (``features``, ``digits``,
 ``small_images``, placed on the device by ``device``) and fake dataset files in each format
-packexp reads (CIFAR-10's archive, an image folder, a ``.npz``, a CSV)."""
+packexp reads (CIFAR-10's archive, an image folder, a ``.npz``, a CSV), and a folder of
+photos large enough to stream (``photo_folder``)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,23 @@ def fake_image_folder(folder: Path) -> Path:
         (d / "notes.txt").write_text("not an image")
     (folder / ".ipynb_checkpoints").mkdir()
     return folder
+
+
+def photo_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 24) -> Path:
+    """Noisy photos of ``classes`` colours, PNG and JPEG alternately, of a few sizes."""
+    from PIL import Image  # Pillow: matplotlib's dependency
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        d = root / f"class{c}"
+        d.mkdir(parents=True)
+        for i in range(per_class):
+            side = size + i % 3
+            pixels = rng.integers(0, 256, (side, side + 2, 3), dtype=np.uint8)
+            pixels[..., c] = 200
+            suffix = ".png" if i % 2 else ".jpg"
+            Image.fromarray(pixels).save(d / f"{i:03d}{suffix}")
+    return root
 
 
 def fake_tfrecords(folder: Path, shards: int = 2) -> Path:
