@@ -56,6 +56,15 @@ def search(run_dir: Path, *overrides: str, strategy: str | None = "knn") -> dict
     return json.loads((Path(run_dir) / "results.json").read_text())
 
 
+def search_command(args: list[str]) -> dict:
+    """``search`` of a command's arguments (a printed resume line's, say): its
+    ``hydra.run.dir=`` is the run directory, the rest are the overrides, and the strategy is
+    the one they name or the default, as the command would run."""
+    [run_dir] = [a.removeprefix("hydra.run.dir=") for a in args if a.startswith("hydra.run.dir=")]
+    return search(Path(run_dir), *[a for a in args if not a.startswith("hydra.run.dir=")],
+                  strategy=None)
+
+
 def compose_config(overrides: list[str] | None = None, *,
                    strategy: str | None = "knn") -> DictConfig:
     """The composed config under ``overrides``: a test's own copy, free to change. Memory

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, packexp, search, wait_until
+from tests.helpers import ROOT, packexp, search, search_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -237,8 +237,7 @@ def test_a_disk_full_mid_search_is_one_line_naming_the_file_and_a_resume_ends_th
     filler.unlink()  # space is back
     argv = shlex.split(line.split("resume with python -m packexp ")[1])
     assert f"hydra.run.dir={run_dir}" in argv
-    search(run_dir, *[a for a in argv if not a.startswith("hydra.run.dir=")],
-           strategy=None)  # the resume it names, in this process
+    search_command(argv)  # the resume it names, in this process
     assert scores(run_dir) == unbroken
     assert set(results_per_rung(run_dir).values()) == {1}
     assert not [p for p in run_dir.rglob(".*.tmp")] and not list(run_dir.rglob(".*.json.*"))

@@ -19,7 +19,7 @@ import pytest
 from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
 from packexp.records.journal import Journal
 from packexp.runner import Replayed
-from tests.helpers import ROOT, packexp, search
+from tests.helpers import ROOT, packexp, search, search_command
 
 # Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and
 # resumed runs cover the fused engine's journal, checkpoints and resume too, and the slower
@@ -64,9 +64,7 @@ def resume_here(line: str) -> dict:
     the command itself, as typed.)"""
     argv = shlex.split(line.split(RESUME, 1)[1])
     assert argv[:3] == ["python", "-m", "packexp"]
-    [run_dir] = [a.removeprefix("hydra.run.dir=") for a in argv if a.startswith("hydra.run.dir=")]
-    return search(Path(run_dir), *[a for a in argv[3:] if not a.startswith("hydra.run.dir=")],
-                  strategy=None)
+    return search_command(argv[3:])
 
 
 def scores(run_dir: Path) -> dict:
