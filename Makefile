@@ -4,7 +4,7 @@ PYTEST_WORKERS ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-pure test-paper-cnns lint docs clean
+.PHONY: install run test test-pure test-paper-cnns coverage lint docs clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -27,6 +27,13 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
 		-m "not paper_cnns" --durations=15 $(PYTEST_ARGS)
 
+# Line coverage of packexp/ by make test's selection, in the test processes (docs/testing.md,
+# "Coverage"): a table of the files not fully covered, and coverage.json for comparisons.
+coverage: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		-m "not paper_cnns" --cov=packexp --cov-report=term:skip-covered \
+		--cov-report=json:coverage.json $(PYTEST_ARGS)
+
 # The pure layer: no TensorFlow model, no process started (docs/testing.md).
 test-pure: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not tf and not process and not slow and not gpu" \
@@ -48,5 +55,5 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist site *.egg-info
+	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist site *.egg-info coverage.json .coverage
 	touch outputs/.gitkeep

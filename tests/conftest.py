@@ -8,6 +8,8 @@ import os
 import random
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -158,3 +160,58 @@ def ray_env(tmp_path):
     assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
     assert not [p for p in home.rglob("*") if "ray" in p.name.lower()]
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+class RayCluster:
+    """A cluster someone started with ``ray start --head``: ``address`` for
+    ``executor.address``, ``env`` for the drivers that join it."""
+
+    def __init__(self, env: dict, address: str) -> None:
+        self.env, self.address = env, address
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """One cluster of two CPUs for a module's tests that join a cluster rather than start
+    their own (``ray.init`` of a local cluster takes about 5 s, and its shutdown 1 s, in each
+    driver that starts one). Its workers train at the drivers' priority, as those of a
+    cluster a run starts do (packexp/executors/ray.py). A driver's actors and placement
+    group end with its job, so a test finds the cluster's two CPUs free. Afterwards no process
+    of it is left."""
+    pytest.importorskip("ray")
+    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
+    home = tmp_path_factory.mktemp("ray_home")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
+           "TF_CPP_MIN_LOG_LEVEL": "2", "RAY_AUTH_MODE": "disabled",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    head = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+         f"--port={port}", "--num-cpus=2", "--node-ip-address=127.0.0.1",
+         "--include-dashboard=false", "--disable-usage-stats"],
+        env={**env, "RAY_worker_niceness": "0"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: head.poll() is not None or _answers(port), 60)
+        assert head.poll() is None, f"ray start --head exited {head.returncode}"
+        yield RayCluster(env, f"127.0.0.1:{port}")
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+    assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False

@@ -169,38 +169,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_env, local_scores):
+def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_cluster, local_scores):
     """Two CPU workers (the cluster's two CPUs) give the results of local."""
-    port = free_port()
-    env = {**ray_env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    ray = Path(sys.executable).with_name("ray")
-    head = subprocess.Popen(
-        [str(ray), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-         "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        assert wait_until(lambda: _answers(port), 60)
-        run_dir = tmp_path / "run"
-        code, err = finish(packexp(run_dir, env, "executor=ray",
-                                   f"executor.address=127.0.0.1:{port}"))
-        assert code == 0, err
-        assert scores(run_dir) == local_scores
-        assert not (run_dir / "attempts").exists()
-    finally:
-        head.send_signal(signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            head.kill()
-            head.wait()
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
+    run_dir = tmp_path / "run"
+    code, err = finish(packexp(run_dir, ray_cluster.env, "executor=ray",
+                               f"executor.address={ray_cluster.address}"))
+    assert code == 0, err
+    assert scores(run_dir) == local_scores
+    assert not (run_dir / "attempts").exists()
 
 
 def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
@@ -212,12 +188,13 @@ def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
     assert line.startswith(f"packexp: error: executor.address=127.0.0.1:{port}: ")
 
 
-def test_a_bad_device_key_found_on_a_worker_is_one_line_naming_it(tmp_path, ray_env):
+def test_a_bad_device_key_found_on_a_worker_is_one_line_naming_it(tmp_path, ray_cluster):
     """No memory budget suits a GPU worker; a CPU worker finds it missing."""
     if shutil.which("nvidia-smi"):
         pytest.skip("a GPU worker needs no memory budget")
     run_dir = tmp_path / "run"
-    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=1",
+    code, err = finish(packexp(run_dir, ray_cluster.env, "executor=ray", ONE_WORKER,
+                               f"executor.address={ray_cluster.address}",
                                "device.memory_budget_mb=null"), 180)
     assert code == 2, err
     [line] = [x for x in err.splitlines() if x.startswith("packexp: error:")]
@@ -255,7 +232,7 @@ from tests.helpers import compose_config
 cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=64"])
 fit_dataset_to_model(cfg)
 cache = worker_cache(cfg)  # the driver's: it trains nothing here
-executor = RayExecutor(cfg, sys.argv[1], num_workers=2).start(cache)
+executor = RayExecutor(cfg, sys.argv[1], address=sys.argv[2], num_workers=2).start(cache)
 try:
     def job(key, width, first):  # mlp3's activation is runtime data: widths differ
         hparams = {"batch_size": 32, "optimizer": "adam", "learning_rate": 0.01,
@@ -281,9 +258,10 @@ print(json.dumps(out))
 """
 
 
-def test_packs_go_to_the_worker_that_keeps_their_structure(tmp_path, ray_env):
-    proc = subprocess.run([sys.executable, "-c", AFFINITY, str(tmp_path)], cwd=ROOT,
-                          env=ray_env, capture_output=True, text=True, timeout=240)
+def test_packs_go_to_the_worker_that_keeps_their_structure(tmp_path, ray_cluster):
+    proc = subprocess.run([sys.executable, "-c", AFFINITY, str(tmp_path), ray_cluster.address],
+                          cwd=ROOT, env=ray_cluster.env, capture_output=True, text=True,
+                          timeout=240)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["limit"] == [64 * 2**20, "device.memory_budget_mb=64"]
@@ -305,6 +283,7 @@ from packexp.search_space import Trial
 from tests.helpers import compose_config
 
 marker, slow, timeout_s = Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+address = sys.argv[5] or None  # empty: a cluster of the run's own
 
 
 class Straggler(ray_executor.PackWorker):
@@ -329,7 +308,7 @@ cfg = compose_config(["experiment=quick"])
 fit_dataset_to_model(cfg)
 executor = None
 try:
-    executor = ray_executor.RayExecutor(cfg, sys.argv[1], num_workers=2,
+    executor = ray_executor.RayExecutor(cfg, sys.argv[1], address=address, num_workers=2,
                                         ready_timeout_s=timeout_s).start(worker_cache(cfg))
 
     def job(key, seed):
@@ -354,20 +333,26 @@ finally:
 
 
 @pytest.mark.parametrize("slow", ["one", "all", "broken"])
-def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, ray_env, slow):
+def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, request, slow):
     """A pack is never queued behind a worker still starting (importing TensorFlow, loading
     the data) while a ready one is free: with one worker 60 s late, the ready one trains
     both packs and the run ends before the late one is ready. With none ready within
     ``executor.ready_timeout_s``, the run stops in one line naming it. A worker that dies as
     it starts leaves the others training, with a warning naming its cause. Workers of a
-    cluster the run starts train at the driver's priority."""
+    cluster the run starts train at the driver's priority (the case ``one`` starts its own;
+    the others join the module's)."""
     # The ready worker must start within the timeout under a loaded suite; where none can
     # (all), a shorter one ends the case sooner (it bounds the placement group's wait too,
-    # which takes well under a second on a cluster of the run's own).
+    # which takes well under a second on an idle cluster).
     timeout_s = 8 if slow == "all" else 15
+    if slow == "one":
+        env, address = request.getfixturevalue("ray_env"), ""
+    else:
+        cluster = request.getfixturevalue("ray_cluster")
+        env, address = cluster.env, cluster.address
     proc = subprocess.run([sys.executable, "-c", STRAGGLER, str(tmp_path),
-                           str(tmp_path / "first"), slow, str(timeout_s)],
-                          cwd=ROOT, env=ray_env, capture_output=True, text=True, timeout=240)
+                           str(tmp_path / "first"), slow, str(timeout_s), address],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if slow == "all":
@@ -381,11 +366,11 @@ def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, ray_env, slow):
                          r"node", proc.stderr), proc.stderr[-3000:]
     # Before, the second pack waited in the late worker's queue (it began 7 s after the
     # first ended with a worker 8 s late).
-    # Ray's default would lower the worker's priority by 15.
-    assert out["worker"] == out["priority"]
+    if slow == "one":  # Ray's default would lower the worker's priority by 15
+        assert out["worker"] == out["priority"]
 
 
-def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, ray_env):
+def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, ray_cluster):
     """scheduler=asha under Ray: packs overlap on the two workers, every promotion follows
     the paper's rule as the results arrived, the budget holds and the idle share is
     reported."""
@@ -396,8 +381,10 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     run_dir = tmp_path / "run"
     # R=9: quick's R=3 search (1.3 s) is shorter than the spread of two actors' start-ups
     # under load, and an actor takes packs only once it is ready.
-    code, err = finish(packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2",
-                               "scheduler=asha", "scheduler.sample_size=2", "scheduler.R=9"))
+    code, err = finish(packexp(run_dir, ray_cluster.env, "executor=ray",
+                               f"executor.address={ray_cluster.address}",
+                               "executor.num_workers=2", "scheduler=asha",
+                               "scheduler.sample_size=2", "scheduler.R=9"))
     assert code == 0, err
     results = json.loads((run_dir / "results.json").read_text())
     asha = Asha(results["R"], results["eta"])
@@ -412,7 +399,8 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     assert not (run_dir / "attempts").exists()  # every checkpoint retired with its trial
 
 
-def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path, ray_env):
+def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path,
+                                                                        ray_cluster):
     """The config carries the folder's path, never its pixels: each worker reads the files
     itself, and the results equal the local run's."""
     from packexp.testing.data import photo_folder
@@ -422,8 +410,8 @@ def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path
                 "dataset.cache=none", "dataset.block=16", "model=cnn", "model.width=4",
                 "search_space.params.batch_size=[4,6,8]"]
     search(tmp_path / "local", *QUICK, *streamed, "executor=local")  # in this process
-    code, err = finish(packexp(tmp_path / "ray", ray_env, *streamed, "executor=ray",
-                               ONE_WORKER))
+    code, err = finish(packexp(tmp_path / "ray", ray_cluster.env, *streamed, "executor=ray",
+                               f"executor.address={ray_cluster.address}", ONE_WORKER))
     assert code == 0, err
     runs = {executor: scores(tmp_path / executor) for executor in ("local", "ray")}
     assert runs["ray"] == runs["local"]

@@ -72,7 +72,8 @@ def test_the_same_command_twice_gives_the_same_results(tmp_path, env, overrides)
         assert len(set(drawn)) == len(drawn)
 
 
-def test_the_same_command_on_one_ray_worker_twice_gives_the_same_results(tmp_path, ray_env):
-    pytest.importorskip("ray")
-    first, again = two_runs(tmp_path, ray_env, "executor=ray", "executor.num_workers=1")
+def test_the_same_command_on_one_ray_worker_twice_gives_the_same_results(tmp_path,
+                                                                         ray_cluster):
+    first, again = two_runs(tmp_path, ray_cluster.env, "executor=ray", "executor.num_workers=1",
+                            f"executor.address={ray_cluster.address}")
     assert again == first
