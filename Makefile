@@ -55,5 +55,5 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist site *.egg-info coverage.json .coverage
+	rm -rf $(VENV) outputs/* multirun .pytest_cache build dist site *.egg-info coverage.json .coverage .coverage.*
 	touch outputs/.gitkeep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import random
@@ -33,7 +34,7 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig, open_dict
 
-from tests.helpers import ROOT, compose_config, ray_processes, wait_until
+from tests.helpers import ROOT, compose_config, describe, ray_processes, wait_until
 
 pytest_plugins = ["packexp.testing.fixtures"]
 
@@ -169,15 +170,25 @@ class RayCluster:
     def __init__(self, env: dict, address: str) -> None:
         self.env, self.address = env, address
 
+    def actors(self) -> list[str]:
+        """The cluster's processes running an actor or a task (Ray titles them
+        ``ray::<class or function>``; a pooled worker with nothing to run is ``ray::IDLE``)."""
+        import psutil
+
+        found = []
+        for pid in ray_processes(self.env["RAY_TMPDIR"]):
+            try:
+                title = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if title.startswith("ray::") and not title.startswith("ray::IDLE"):
+                found.append(f"{pid} {title[:80]}")
+        return found
+
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    """One cluster of two CPUs for a module's tests that join a cluster rather than start
-    their own (``ray.init`` of a local cluster takes about 5 s, and its shutdown 1 s, in each
-    driver that starts one). Its workers train at the drivers' priority, as those of a
-    cluster a run starts do (packexp/executors/ray.py). A driver's actors and placement
-    group end with its job, so a test finds the cluster's two CPUs free. Afterwards no process
-    of it is left."""
+def _ray_head(tmp_path_factory):
+    """``ray start --head`` with two CPUs, once per module (see ``ray_cluster``)."""
     pytest.importorskip("ray")
     ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
     home = tmp_path_factory.mktemp("ray_home")
@@ -192,10 +203,14 @@ def ray_cluster(tmp_path_factory):
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
          f"--port={port}", "--num-cpus=2", "--node-ip-address=127.0.0.1",
          "--include-dashboard=false", "--disable-usage-stats"],
-        env={**env, "RAY_worker_niceness": "0"}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        # Workers at the drivers' priority (Ray's default lowers it by 15); on SIGTERM, stop
+        # at once rather than drain the node for up to 30 s.
+        env={**env, "RAY_worker_niceness": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_until(lambda: head.poll() is not None or _answers(port), 60)
+        # ray start writes the cluster's address file once its node is up.
+        assert wait_until(lambda: head.poll() is not None or (
+            _answers(port) and any(Path(ray_tmp).rglob("ray_current_cluster"))), 60)
         assert head.poll() is None, f"ray start --head exited {head.returncode}"
         yield RayCluster(env, f"127.0.0.1:{port}")
     finally:
@@ -205,8 +220,27 @@ def ray_cluster(tmp_path_factory):
         except subprocess.TimeoutExpired:
             head.kill()
             head.wait()
-    assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
+    if not wait_until(lambda: not ray_processes(ray_tmp), 30):
+        left = ray_processes(ray_tmp)
+        for pid in left:  # the failure names them; none outlives the suite
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"ray start --head left {describe(left)}")
+    assert not [p for p in home.rglob("*") if "ray" in p.name.lower()]
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_cluster(_ray_head):
+    """One cluster of two CPUs, ``ray start --head`` on loopback, for a module's tests that
+    join a cluster rather than start their own (``ray.init`` of a local cluster takes about
+    5 s, and its shutdown 1 s, in each driver that starts one). Its workers train at the
+    drivers' priority, as those of a cluster a run starts do (packexp/executors/ray.py).
+    A driver's actors and placement group end with its job: after each test no actor of it
+    is left, so the next finds the cluster's two CPUs free. After the module no process of
+    the cluster is left, and nothing of Ray's in its HOME."""
+    yield _ray_head
+    assert wait_until(lambda: not _ray_head.actors(), 30), _ray_head.actors()
 
 
 def _answers(port: int) -> bool:
