@@ -171,6 +171,30 @@ def test_looped_packs_hold_states_on_one_template_and_end_as_fresh_unrolled_ones
     assert len(builds) == 2 and len(a) == 12
 
 
+def test_a_reused_compiled_pack_keeps_its_idle_seat_and_ends_where_a_fresh_one_does(
+        features_data):
+    """Compiled packs (XLA, batches padded to the bucket) of one structure are kept per
+    member-count bucket: a pack of three trains in a program of four seats, the fourth
+    idle, and the next pack of three takes it over with that seat idle again, ending bit for
+    bit where a fresh pack does. The bucket here is below the largest batch (a search's is
+    the largest): the member of batch 70 trains unpadded, and the trial of batch 32 that
+    takes its seat, padded, runs a program of its own (the reused one trained on its padded
+    rows as if they were data)."""
+
+    def cache(keep: int) -> PackCache:
+        made = make_cache(features_data, keep, fusion="off", loop="off", jit_compile="auto",
+                          batch_bucket=64, misaligned="mask", data_sharing="gather")
+        made.model_runtime = ("activation",)  # mlp3's: every trial here is one structure
+        return made
+
+    reused, fresh = cache(8), cache(0)
+    a, b = search(reused), search(fresh)
+    assert reused.bucketed and fresh.bucketed
+    assert [r for _, _, r, _ in a.values()] == [False] * 3 + [True] * 9
+    assert reused.hits == 3 and reused.misses == 1
+    assert_same(a, b, exact=True)
+
+
 def test_loose_members_are_bounded_by_keep(features_data):
     cache = make_cache(features_data, keep=1, fusion="off")
     train_group([trial(0, *FIRST[0]), trial(1, *FIRST[1])], cache, 0.5, {})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from packexp import telemetry
 from packexp.data import synthetic
+from packexp.models import mlp3
 from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache
 from packexp.packing.calibrate import calibrate
@@ -32,6 +35,31 @@ def test_a_model_that_cannot_fuse_is_calibrated_as_plain_packs():
     assert record["settings"]["fusable"] is False
     assert {p["fusion"] for p in record["packs"]} == {"off"}
     assert max(len(p["batches"]) for p in record["packs"]) == 2
+
+
+def test_compiled_plain_packs_are_measured_at_one_member_and_the_largest_bucket():
+    """Where packs compile (XLA, batches padded to the bucket) and train plain
+    (``pack.fusion=off``), one program serves each member-count bucket: the calibration
+    measures the single member and the largest bucket, both plain."""
+    data = DeviceData(synthetic.load(shape=[12], num_classes=4, train_size=300, val_size=64))
+    ds = data.dataset
+    build = functools.partial(mlp3.build, width=16)
+
+    def make_member(t):
+        return Member.create(t, build, ds.input_shape, ds.num_classes, data.train_size)
+
+    options = {"fusion": "off", "misaligned": "mask", "data_sharing": "gather",
+               "grouped_conv": "auto", "jit_compile": "auto", "chunk_steps": 50,
+               "eval_batch_size": 1024, "batch_bucket": 64}
+    hparams = {"batch_size": 20, "optimizer": "sgd", "learning_rate": 0.1, "activation": "relu"}
+    # A search's cache is made with a configuration of its space (its template), so it
+    # knows whether its packs compile before the first is measured.
+    cache = PackCache(make_member, data, options, keep=8, template=hparams)
+    record = calibrate(cache, hparams, [20, 40], 4, lambda group: True, 100)
+    assert cache.bucketed
+    assert {p["fusion"] for p in record["packs"]} == {"off"}
+    assert sorted(len(p["batches"]) for p in record["packs"]) == [1, 4]
+    assert record["settings"]["batch_bucket"] == 64
 
 
 @pytest.mark.parametrize("fusion", ["auto", "on"])

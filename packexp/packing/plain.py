@@ -185,8 +185,12 @@ class PlainProgram:
         return not coupled
 
     def _step_fn(self, group: list[Member], masked: bool, stats: PackStats):
-        # By position: a reused pack's members are new trials in the same models.
-        key = (tuple(self.members.index(m) for m in group), masked)
+        # By position: a reused pack's members are new trials in the same models. Whether a
+        # member's batches are padded is traced into the program (its loss masks the padded
+        # rows or takes the mean of all), so a new trial padded where the last was not (a
+        # batch above the bucket before) takes a program of its own.
+        key = (tuple(self.members.index(m) for m in group), masked,
+               tuple(self._pads(m) for m in group))
         switch = stats.group is not None and key != stats.group  # a member left
         stats.group = key
         stats.switches += switch
