@@ -4,7 +4,9 @@ A pack's set-up (building Keras models, tracing its step and evaluation function
 far more than training it for one rung on a small model. The traced functions read the
 members' variables (weights, optimizer slots, learning rates) and take batch sizes, data
 orders and seeds as inputs, so a pack of new trials with the same structure can run on an
-earlier pack's models and functions once their states are assigned to its variables.
+earlier pack's models and functions once their states are assigned to its variables
+(whether a member's batches are padded to the bucket is traced: a plain pack keys its step
+functions by it too).
 
 The structure key of a trial is every hyper-parameter except ``RUNTIME_HPARAMS``: whatever
 else may shape the model or its optimizer (activation, optimizer type, a width) makes a new

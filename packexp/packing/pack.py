@@ -90,8 +90,10 @@ class Pack:
         """Takes in new member states loaded into the same models and optimizers.
 
         The traced step and evaluation functions read the members' variables (learning
-        rates included) and take batch sizes and seeds as inputs, so they stay valid; a
-        fused pack re-stacks its members' weights and optimizer state.
+        rates included) and take batch sizes and seeds as inputs, so they stay valid (a
+        plain pack keys its step functions by whether each member's batches are padded
+        too: a new trial padded where the last was not takes one of its own); a fused pack
+        re-stacks its members' weights and optimizer state.
         """
         if self._step is not None:
             self._step.reload()

@@ -34,8 +34,9 @@ class PlainProgram:
     A member whose budget is spent skips the step (``misaligned=mask``) or leaves, and the
     step is rebuilt for the rest (``switch``). Batches are gathered per member by its own
     seeded order (``data_sharing=gather``) or cut from one shared stream (``slice``); see
-    ``Pack``. Step and evaluation functions are kept by the members' positions, so a
-    reloaded pack (new trials in the same models) runs them again untraced.
+    ``Pack``. Step and evaluation functions are kept by the members' positions (and step
+    functions by whether each member's batches are padded, which their loss is traced
+    with), so a reloaded pack (new trials in the same models) runs them again untraced.
     """
 
     def __init__(self, members: Sequence[Member], data: DeviceData, settings: PackSettings,
