@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig, open_dict
 
-from tests.helpers import ROOT, compose_config, describe, ray_processes, wait_until
+from tests.helpers import ROOT, compose_config, describe, free_port, ray_processes, wait_until
 
 pytest_plugins = ["packexp.testing.fixtures"]
 
@@ -154,13 +154,17 @@ def ray_env(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    yield env
+    yield _ray_environ(ray_tmp, home)
     assert wait_until(lambda: not ray_processes(ray_tmp), 30), ray_processes(ray_tmp)
     assert not [p for p in home.rglob("*") if "ray" in p.name.lower()]
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _ray_environ(ray_tmp: str, home: Path) -> dict:
+    """A Ray's environment: its files in ``ray_tmp`` (socket paths must stay short), HOME in
+    ``home``, this checkout importable."""
+    return {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
+            "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 class RayCluster:
@@ -192,13 +196,9 @@ def _ray_head(tmp_path_factory):
     pytest.importorskip("ray")
     ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
     home = tmp_path_factory.mktemp("ray_home")
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "HOME": str(home),
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT),
-           "TF_CPP_MIN_LOG_LEVEL": "2", "RAY_AUTH_MODE": "disabled",
+    env = {**_ray_environ(ray_tmp, home), "RAY_AUTH_MODE": "disabled",
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     head = subprocess.Popen(
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
          f"--port={port}", "--num-cpus=2", "--node-ip-address=127.0.0.1",

@@ -8,6 +8,7 @@ import functools
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -277,3 +278,10 @@ def small_cnn(input_shape, num_classes, hparams, filters=4, momentum=0.7):
     x = keras.layers.DepthwiseConv2D(3)(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (as the kernel hands it out)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import describe, ray_processes, search, wait_until
+from tests.helpers import describe, free_port, ray_processes, search, wait_until
 
 pytest.importorskip("ray")
 
@@ -161,12 +160,6 @@ def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, loc
     results = json.loads((run_dir / "results.json").read_text())
     assert {p["session"] for p in results["packs"]} == {0, 1}  # the killed session's pack kept
     assert scores(run_dir) == local_scores
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_cluster, local_scores):
