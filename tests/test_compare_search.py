@@ -95,13 +95,15 @@ def test_a_failing_child_names_arm_seed_and_command(tmp_path):
 @pytest.mark.slow
 def test_end_to_end(tmp_path):
     out_dir = tmp_path / "out"
-    out = compare("--seeds", "0,1", "--arms", "random", "--R", str(R), "--dataset",
+    # One seed: the summary's arithmetic over several is test_time_to_random_best_and_gaps_to_
+    # optuna's; each seed here costs two children (a TensorFlow start each).
+    out = compare("--seeds", "1", "--arms", "random", "--R", str(R), "--dataset",
                   "digits", "--out", str(out_dir))
     assert out.returncode == 0, out.stderr[-3000:]
     runs = json.loads((out_dir / "runs.json").read_text())
     arms = ["random", "optuna"]  # one packexp arm: each child costs a TensorFlow start
     # Seeds outside, arms inside.
-    assert [(r["arm"], r["seed"]) for r in runs] == [(a, s) for s in (0, 1) for a in arms]
+    assert [(r["arm"], r["seed"]) for r in runs] == [(a, 1) for a in arms]
     for r in runs:
         assert 0 < r["wall_time_s"] < r["process_s"]
         assert 0 <= r["best"]["val_accuracy"] <= 1
@@ -112,19 +114,19 @@ def test_end_to_end(tmp_path):
     for r in runs:
         if r["arm"] == "optuna":
             # Budget: random's mean epochs; the last trial started below it runs on.
-            assert r["budget_epochs"] == pytest.approx(sum(random_epochs) / 2)
+            assert r["budget_epochs"] == pytest.approx(sum(random_epochs) / len(random_epochs))
             assert r["budget_epochs"] <= r["epochs_spent"] < r["budget_epochs"] + R
     assert (out_dir / "random" / "seed1" / "results.json").is_file()
 
     summary = json.loads((out_dir / "summary.json").read_text())
     assert list(summary["arms"]) == arms
     for arm, row in summary["arms"].items():
-        assert row["seeds"] == 2
+        assert row["seeds"] == 1
         assert row["best_min"] <= row["best_mean"] <= row["best_max"]
         assert 0 < row["wall_time_s_mean"] < row["process_s_mean"]
-        assert row["to_random_best_fraction"] > 0 and 0 <= row["reached_random_best"] <= 2
+        assert row["to_random_best_fraction"] > 0 and 0 <= row["reached_random_best"] <= 1
         assert "best_minus_optuna" in row and row["process_vs_optuna"] > 0, arm
-    assert summary["arms"]["random"]["reached_random_best"] >= 1
+    assert summary["arms"]["random"]["reached_random_best"] == 1
     table = (out_dir / "summary.md").read_text()
     assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == [f"| {a}" for a in arms]
     assert table in out.stdout

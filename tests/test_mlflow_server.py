@@ -86,10 +86,13 @@ def server(sweep):
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [str(mlflow)] if mlflow.exists() else [sys.executable, "-m", "mlflow"]
     log = open(sweep / "server.log", "w")  # noqa: SIM115 (closed at teardown)
+    # Serving a store needs no job runner: without it, the server starts no huey consumers
+    # (seven processes, each importing MLflow). test_docs.py stops a UI that has them.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(
         [*command, "server", "--backend-store-uri", f"sqlite:///{sweep / 'store' / 'mlflow.db'}",
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=sweep, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=sweep, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     started: list[psutil.Process] = []
     try:
