@@ -55,10 +55,10 @@ def test_compiled_plain_packs_are_measured_at_one_member_and_the_largest_bucket(
     # A search's cache is made with a configuration of its space (its template), so it
     # knows whether its packs compile before the first is measured.
     cache = PackCache(make_member, data, options, keep=8, template=hparams)
-    record = calibrate(cache, hparams, [20, 40], 2, lambda group: True, 100)
+    record = calibrate(cache, hparams, [20, 40], 4, lambda group: True, 100)
     assert cache.bucketed
     assert {p["fusion"] for p in record["packs"]} == {"off"}
-    assert sorted(len(p["batches"]) for p in record["packs"]) == [1, 2]
+    assert sorted(len(p["batches"]) for p in record["packs"]) == [1, 4]
     assert record["settings"]["batch_bucket"] == 40
 
 

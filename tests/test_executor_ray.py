@@ -102,7 +102,8 @@ def local_scores(tmp_path_factory) -> dict:
 def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ray_env,
                                                                      local_scores):
     """Two CPU workers on a cluster of the run's own give the results of local, though one
-    is killed mid-pack. (Without a kill: test_joins_a_cluster_started_with_ray_start.)"""
+    is killed mid-pack. (Without a kill, on a cluster it joins:
+    test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does.)"""
     run_dir, killed = tmp_path / "run", []
     proc = packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2")
     kill_a_busy_worker(proc, killed)
@@ -153,23 +154,13 @@ def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, loc
     # loaded suite; 10 s is the margin for a loaded machine, and a failure names what is left.
     left = ray_env["RAY_TMPDIR"]
     assert wait_until(lambda: not ray_processes(left), 10), describe(ray_processes(left))
-    code, err = finish(packexp(run_dir, ray_env, "executor=ray", ONE_WORKER, *slow,
-                               "resume=true"))
-    assert code == 0, err
+    # Resumed in this process (a Ray resume: test_retries_spent_..., test_reproducible.py's
+    # Ray case): from the killed session's journal and the worker's checkpoints.
+    search(run_dir, *QUICK, "executor=local", *slow, "resume=true")
     assert set(results_per_trial_and_rung(run_dir).values()) == {1}
     results = json.loads((run_dir / "results.json").read_text())
     assert {p["session"] for p in results["packs"]} == {0, 1}  # the killed session's pack kept
     assert scores(run_dir) == local_scores
-
-
-def test_joins_a_cluster_started_with_ray_start(tmp_path, ray_cluster, local_scores):
-    """Two CPU workers (the cluster's two CPUs) give the results of local."""
-    run_dir = tmp_path / "run"
-    code, err = finish(packexp(run_dir, ray_cluster.env, "executor=ray",
-                               f"executor.address={ray_cluster.address}"))
-    assert code == 0, err
-    assert scores(run_dir) == local_scores
-    assert not (run_dir / "attempts").exists()
 
 
 def test_a_refused_address_is_one_line_naming_the_key(tmp_path, ray_env):
@@ -365,9 +356,9 @@ def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, request, slow):
 
 
 def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, ray_cluster):
-    """scheduler=asha under Ray: packs overlap on the two workers, every promotion follows
-    the paper's rule as the results arrived, the budget holds and the idle share is
-    reported."""
+    """scheduler=asha under Ray, on a cluster started with ``ray start``: as many workers as
+    its CPUs (two), packs overlap on them, every promotion follows the paper's rule as the
+    results arrived, the budget holds and the idle share is reported."""
     from packexp.records.journal import Journal
     from packexp.schedulers import Asha
     from packexp.testing.asha import assert_promotions_follow_the_rule
@@ -376,8 +367,7 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     # R=9: quick's R=3 search (1.3 s) is shorter than the spread of two actors' start-ups
     # under load, and an actor takes packs only once it is ready.
     code, err = finish(packexp(run_dir, ray_cluster.env, "executor=ray",
-                               f"executor.address={ray_cluster.address}",
-                               "executor.num_workers=2", "scheduler=asha",
+                               f"executor.address={ray_cluster.address}", "scheduler=asha",
                                "scheduler.sample_size=2", "scheduler.R=9"))
     assert code == 0, err
     results = json.loads((run_dir / "results.json").read_text())
@@ -395,8 +385,9 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
 
 def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path,
                                                                         ray_cluster):
-    """The config carries the folder's path, never its pixels: each worker reads the files
-    itself, and the results equal the local run's."""
+    """A cluster started with ``ray start``, joined, gives the results of the local run.
+    The config carries the folder's path, never its pixels: each worker reads the files
+    itself."""
     from packexp.testing.data import photo_folder
 
     photos = photo_folder(tmp_path / "photos", per_class=12, size=16)
@@ -407,6 +398,7 @@ def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path
     code, err = finish(packexp(tmp_path / "ray", ray_cluster.env, *streamed, "executor=ray",
                                f"executor.address={ray_cluster.address}", ONE_WORKER))
     assert code == 0, err
+    assert not (tmp_path / "ray" / "attempts").exists()
     runs = {executor: scores(tmp_path / executor) for executor in ("local", "ray")}
     assert runs["ray"] == runs["local"]
     assert all(rung[3] is not None for t in runs["ray"]["trials"].values() for rung in t[3])
