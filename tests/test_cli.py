@@ -11,7 +11,7 @@ import pytest
 
 from packexp.records.journal import Journal
 from packexp.startup import describe
-from tests.helpers import ROOT, compose_config, packexp
+from tests.helpers import ROOT, packexp
 
 
 @pytest.mark.process
@@ -179,11 +179,9 @@ def test_a_value_no_library_should_see_is_one_line_naming_its_key(tmp_path, args
 def test_the_smallest_R_that_halves_is_named_and_works(tmp_path):
     line = refused(tmp_path, "scheduler=asha", "scheduler.R=2", "tracking=none")
     assert line.endswith("the smallest R that works is 3"), line
-    # The R it names works (planned in this process: a command costs a TensorFlow start).
-    from packexp.run import run
-
-    run(compose_config(["task=plan", "scheduler=asha", "scheduler.R=3", "tracking=none"]),
-        run_dir=tmp_path / "plan")
+    plan = packexp("task=plan", "scheduler=asha", "scheduler.R=3", "tracking=none",
+                   f"hydra.run.dir={tmp_path / 'plan'}", cwd=tmp_path, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-2000:]
     assert (tmp_path / "plan" / "plan.json").exists()
 
 

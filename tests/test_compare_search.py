@@ -62,6 +62,41 @@ def test_time_to_random_best_and_gaps_to_optuna(script):
     assert "0.50 (1/2 reached)" in table[3]
 
 
+def test_seeds_run_outside_arms_and_optuna_s_budget_is_random_s_mean_so_far(script, tmp_path,
+                                                                           monkeypatch):
+    """The loop over seeds, with packexp's and Optuna's children replaced (test_end_to_end
+    runs them, at one seed): each seed runs every arm, then Optuna with a budget of random's
+    mean epochs over the seeds run so far; the outputs hold every run."""
+    calls = []
+
+    def run_packexp(arm, seed, overrides, run_dir):
+        calls.append((arm, seed))
+        assert f"seed={seed}" in overrides and run_dir.name == f"seed{seed}"
+        best = 0.5 + seed / 10
+        return script.Run(arm, seed, 2.0, 1.0, {"val_accuracy": best}, 10.0 + seed,
+                          curve((0.5, best)))
+
+    def run_optuna(seed, overrides, budget, out):
+        calls.append(("optuna", seed, budget))
+        return script.Run("optuna", seed, 3.0, 1.5, {"val_accuracy": 0.55}, budget,
+                          curve((1.0, 0.55)), budget)
+
+    monkeypatch.setattr(script, "run_packexp", run_packexp)
+    monkeypatch.setattr(script, "run_optuna", run_optuna)
+    out_dir = tmp_path / "out"
+    script.compare(script.parser().parse_args(
+        ["--seeds", "0,1", "--arms", "random", "--R", str(R), "--dataset", "digits",
+         "--out", str(out_dir)]))
+    assert calls == [("random", 0), ("optuna", 0, 10.0), ("random", 1), ("optuna", 1, 10.5)]
+    runs = json.loads((out_dir / "runs.json").read_text())
+    assert [(r["arm"], r["seed"]) for r in runs] == [(a, s) for s in (0, 1)
+                                                      for a in ("random", "optuna")]
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["arms"]["random"]["seeds"] == 2
+    assert summary["arms"]["optuna"]["budget_epochs_mean"] == pytest.approx(10.25)
+    assert (out_dir / "best_so_far.png").read_bytes().startswith(b"\x89PNG")
+
+
 @pytest.mark.process
 @pytest.mark.parametrize(
     ("args", "needle"),

@@ -103,7 +103,8 @@ def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ra
                                                                      local_scores):
     """Two CPU workers on a cluster of the run's own give the results of local, though one
     is killed mid-pack. (Without a kill, on a cluster it joins:
-    test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does.)"""
+    test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does, one worker, and
+    test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule, two.)"""
     run_dir, killed = tmp_path / "run", []
     proc = packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2")
     kill_a_busy_worker(proc, killed)
@@ -134,7 +135,8 @@ def test_retries_spent_stop_the_run_in_one_line_and_resume_finishes_it(tmp_path,
     assert scores(run_dir) == local_scores
 
 
-def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, local_scores):
+def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, request, ray_env,
+                                                          local_scores):
     run_dir = tmp_path / "run"
     journal = run_dir / "journal.jsonl"
     # Killed once its first pack is journaled, so the resume continues from the worker's
@@ -154,9 +156,12 @@ def test_a_killed_driver_leaves_no_ray_behind_and_resumes(tmp_path, ray_env, loc
     # loaded suite; 10 s is the margin for a loaded machine, and a failure names what is left.
     left = ray_env["RAY_TMPDIR"]
     assert wait_until(lambda: not ray_processes(left), 10), describe(ray_processes(left))
-    # Resumed in this process (a Ray resume: test_retries_spent_..., test_reproducible.py's
-    # Ray case): from the killed session's journal and the worker's checkpoints.
-    search(run_dir, *QUICK, "executor=local", *slow, "resume=true")
+    # Resumed on Ray, on another cluster (the module's; executor keys may differ on a
+    # resume): from the killed session's journal and the worker's checkpoints.
+    cluster = request.getfixturevalue("ray_cluster")
+    code, err = finish(packexp(run_dir, cluster.env, "executor=ray", ONE_WORKER, *slow,
+                               f"executor.address={cluster.address}", "resume=true"))
+    assert code == 0, err
     assert set(results_per_trial_and_rung(run_dir).values()) == {1}
     results = json.loads((run_dir / "results.json").read_text())
     assert {p["session"] for p in results["packs"]} == {0, 1}  # the killed session's pack kept

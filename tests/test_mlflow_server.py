@@ -60,7 +60,7 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 
 def stop_group(proc: subprocess.Popen, started: list[psutil.Process]) -> None:
-    """Ends the server's whole process group (uvicorn, job runner, huey consumers)."""
+    """Ends the server's whole process group (uvicorn and whatever it started)."""
     pgid = proc.pid  # start_new_session=True: the server leads its own group
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)

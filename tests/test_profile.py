@@ -33,9 +33,7 @@ CASES = {
     "switch_overhead": (["profile.repeats=2"],
                         ["te_seq_s", "te_single_sum_s", "swoh_s", "te_pack_s"]),
     # Each worker is a TensorFlow process of ~1 GB resident; the budget leaves room for them.
-    # One point, two processes at once (test_concurrency_records_out_of_memory_as_a_result
-    # runs one): each process costs a TensorFlow start.
-    "concurrency": (["profile.batch_sizes=[16]", "profile.num_models=[2]",
+    "concurrency": (["profile.batch_sizes=[16]", "profile.num_models=[1,2]",
                      "device.memory_budget_mb=32768"],
                     ["ts_concurrent_ms", "ts_pack_ms", "peak_memory_concurrent_mb",
                      "peak_memory_pack_mb"]),
