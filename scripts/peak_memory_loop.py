@@ -1,0 +1,54 @@
+"""The loop behind tests/test_memory.py::test_peak_memory_on_a_cpu_sees_an_allocation's fix.
+
+    python scripts/peak_memory_loop.py 30          # the test's span as it was
+    FIX=1 python scripts/peak_memory_loop.py 30    # as it is: collected first, collector off
+
+Cyclic garbage left by earlier work (Keras models are full of cycles) is freed by a collection
+that runs inside the span, so the resident set falls while the 50 MB block is filled and the
+span sees less growth than the block (39.7 MB in a fresh-clone run of the suite). Each trial
+leaves 20 MB in cycles and lowers the collector's thresholds, as a long session's counts do.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+import numpy as np
+
+from packexp import telemetry
+
+MB = 2**20
+
+
+def main() -> int:
+    fix = os.environ.get("FIX") == "1"
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    fails = 0
+    for _ in range(runs):
+        # Earlier tests' garbage: reference cycles holding 20 MB (a Keras model is full of cycles).
+        for _ in range(20):
+            a = {"data": np.ones(MB, np.uint8)}
+            a["self"] = a
+        del a
+        gc.set_threshold(50, 1, 1)  # a full collection soon, as a long session's counts make it
+        if fix:
+            gc.collect()
+            gc.disable()
+        try:
+            with telemetry.PeakMemory() as span:
+                block = np.empty(50 * MB, np.uint8)
+                block.fill(1)
+        finally:
+            gc.enable()
+        grew = span.growth_bytes / MB
+        fails += grew < 45
+        del block
+        gc.collect()
+    print(f"FIX={int(fix)}: {fails} of {runs} spans saw under 45 MB of growth")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
