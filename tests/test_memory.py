@@ -3,12 +3,14 @@ without TensorFlow: test_device.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -352,6 +354,18 @@ def test_without_a_gpu_gpu_memory_is_none_and_said_once(caplog):
     assert len(said) == 1
 
 
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """Earlier tests' cyclic garbage collected, and Python's collector off within: a span's
+    resident set then changes by what the span allocates (scripts/peak_memory_loop.py)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def test_peak_memory_on_a_cpu_sees_an_allocation():
     """The span's growth is the block's. Earlier tests leave cyclic garbage (Keras models
     are full of cycles); a collection that ran inside the span freed some of it while the
@@ -362,14 +376,9 @@ def test_peak_memory_on_a_cpu_sees_an_allocation():
         pass
     assert idle.peak_bytes > 0
     assert idle.growth_bytes >= 0
-    gc.collect()
-    gc.disable()
-    try:
-        with telemetry.PeakMemory() as span:
-            block = np.empty(50 * MB, np.uint8)
-            block.fill(1)
-    finally:
-        gc.enable()
+    with collector_off(), telemetry.PeakMemory() as span:
+        block = np.empty(50 * MB, np.uint8)
+        block.fill(1)
     assert span.growth_bytes >= 45 * MB
     assert span.peak_bytes >= span.growth_bytes
     del block
@@ -382,7 +391,7 @@ def test_peak_memory_sees_an_allocation_freed_within_the_span():
 
     Late in a long test session the allocator may hand out pages that are resident already,
     and then the resident set does not grow at all; the test says so rather than guess."""
-    with telemetry.PeakMemory() as span:
+    with collector_off(), telemetry.PeakMemory() as span:
         before = telemetry.host_rss()
         block = np.empty(50 * MB, np.uint8)
         block.fill(1)
