@@ -8,6 +8,7 @@ import functools
 import gc
 import json
 import logging
+import mmap
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -366,22 +367,32 @@ def collector_off() -> Iterator[None]:
         gc.enable()
 
 
+def touched(size: int) -> mmap.mmap:
+    """``size`` bytes of fresh anonymous memory, every page written: resident from now on,
+    whatever pages malloc kept from earlier tests (``np.empty`` may hand those back)."""
+    block = mmap.mmap(-1, size)
+    view = np.frombuffer(block, np.uint8)
+    view.fill(1)
+    del view  # an exported buffer would keep the block from closing
+    return block
+
+
 def test_peak_memory_on_a_cpu_sees_an_allocation():
-    """The span's growth is the block's. Earlier tests leave cyclic garbage (Keras models
-    are full of cycles); a collection that ran inside the span freed some of it while the
-    block was filled, and the resident set then grew by less than the block (39.7 of 50 MB
-    in a fresh-clone run): the garbage is collected first and the collector kept off within
-    the span."""
+    """The span's growth is the block's, measured where nothing else moves the resident set:
+    late in a test worker, a collection inside the span freed earlier tests' cyclic garbage
+    (Keras models are full of cycles), and ``np.empty``'s block came partly from pages
+    already resident (39.7 and then, with the collector off, 19.0 of 50 MB in fresh-clone
+    runs). The garbage is collected first, the collector kept off, and the block is a fresh
+    mapping."""
     with telemetry.PeakMemory() as idle:
         pass
     assert idle.peak_bytes > 0
     assert idle.growth_bytes >= 0
     with collector_off(), telemetry.PeakMemory() as span:
-        block = np.empty(50 * MB, np.uint8)
-        block.fill(1)
+        block = touched(50 * MB)
     assert span.growth_bytes >= 45 * MB
     assert span.peak_bytes >= span.growth_bytes
-    del block
+    block.close()
 
 
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK),
@@ -389,14 +400,14 @@ def test_peak_memory_on_a_cpu_sees_an_allocation():
 def test_peak_memory_sees_an_allocation_freed_within_the_span():
     """The span's peak covers the resident set at its highest, after the memory is freed.
 
-    Late in a long test session the allocator may hand out pages that are resident already,
-    and then the resident set does not grow at all; the test says so rather than guess."""
+    The block is a fresh mapping (``touched``), so it grows the resident set by its size; a
+    run where it did not says so rather than guess. (With ``np.empty``'s block it grew by
+    11 MB only, late in a fresh-clone run's worker, and the test skipped.)"""
     with collector_off(), telemetry.PeakMemory() as span:
         before = telemetry.host_rss()
-        block = np.empty(50 * MB, np.uint8)
-        block.fill(1)
+        block = touched(50 * MB)
         grew = telemetry.host_rss() - before
-        del block
+        block.close()
     if grew < 45 * MB:
         pytest.skip(f"the allocation grew the resident set by {grew / MB:.0f} MB only")
     assert span.growth_bytes >= grew - MB
