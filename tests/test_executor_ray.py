@@ -102,9 +102,10 @@ def local_scores(tmp_path_factory) -> dict:
 def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ray_env,
                                                                      local_scores):
     """Two CPU workers on a cluster of the run's own give the results of local, though one
-    is killed mid-pack. (Without a kill, on a cluster it joins:
-    test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does, one worker, and
-    test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule, two.)"""
+    is killed mid-pack. (Without a kill, on a cluster it joins, the results of local:
+    test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does, one worker; two
+    workers on a joined cluster: test_asha_on_two_workers_keeps_both_busy_and_promotes_by_
+    the_rule, which checks their count and ASHA's rule, not local's scores.)"""
     run_dir, killed = tmp_path / "run", []
     proc = packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2")
     kill_a_busy_worker(proc, killed)
