@@ -12,12 +12,13 @@ span sees less growth than the block (39.7 MB in a fresh-clone run of the suite)
 leaves 20 MB in cycles and lowers the collector's thresholds, as a long session's counts do.
 
 CAUSE=2 makes the second cause the test met (a fresh clone at 4598a30: 19.0 MB, the collector
-off): glibc's malloc hands ``np.empty`` pages that are already resident. Freeing a block
-malloc had mapped raises its mmap threshold (to 32 MB at most), so earlier tests' arrays of a
-few MB come from the heap; freed together below a live one, they leave a free chunk larger
-than 50 MB whose pages stay resident, and malloc serves the 50 MB block from it before it
-maps fresh memory. Each trial leaves 120 MB so. Prints how many spans saw under 45 MB; exits
-1 if any did.
+off), most likely: glibc's malloc hands ``np.empty`` pages that are already resident.
+Freeing a block malloc had mapped raises its mmap threshold to that block's size, if no more
+than 32 MB (64-bit), so earlier tests' arrays of a few MB come from the heap; freed together
+below a live one, they leave a free chunk larger than 50 MB whose pages stay resident, and
+malloc serves the 50 MB block from it before it maps fresh memory. The heap keeps one such
+120 MB free chunk; a 3 MB array above it stays live. Prints how many spans saw under 45 MB;
+exits 1 if any did.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def main() -> int:
     cause = int(os.environ.get("CAUSE", "1"))
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     fails = 0
-    pinned = []
+    pinned = None
+    # PeakMemory asks TensorFlow for a GPU, importing it, on first use: done here, so that the
+    # import's allocations do not fill the free chunk CAUSE=2 prepares.
+    telemetry.gpu_device()
     for _ in range(runs):
         if cause == 2:
             # Earlier tests' arrays: a freed mapped block raises malloc's mmap threshold to
@@ -47,7 +51,8 @@ def main() -> int:
             # the heap from shrinking when they are freed.
             np.ones(8 * MB, np.uint8)  # mapped by malloc, freed at once
             arrays = [np.ones(4 * MB, np.uint8) for _ in range(30)]
-            pinned.append(np.ones(3 * MB, np.uint8))
+            if pinned is None:  # later trials reuse the free chunk below it
+                pinned = np.ones(3 * MB, np.uint8)
             del arrays
         else:
             # Earlier tests' garbage: reference cycles holding 20 MB (a Keras model is full of

@@ -383,8 +383,9 @@ def test_peak_memory_on_a_cpu_sees_an_allocation():
     """The span's growth is the block's, measured where nothing else moves the resident set:
     late in a test worker, a collection inside the span freed earlier tests' cyclic garbage
     (Keras models are full of cycles), and, with the collector off, ``np.empty``'s block
-    came from a free chunk of malloc's heap whose pages were already resident (39.7, then
-    19.0 of 50 MB in fresh-clone runs; ``scripts/peak_memory_loop.py`` makes both). The
+    most likely came partly from a free chunk of malloc's heap, its pages still resident
+    (39.7, then 19.0 of 50 MB in fresh-clone runs; ``scripts/peak_memory_loop.py`` makes
+    both). The
     garbage is collected first, the collector kept off, and the block is a fresh mapping."""
     with telemetry.PeakMemory() as idle:
         pass
