@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
 
 from packexp.pack_options import (
     PACK_DEFAULTS,
@@ -63,6 +62,10 @@ def _fit(rows: list[list[float]], targets: list[float], width: int) -> tuple[flo
     """Non-negative least squares: every coefficient is a time, never below zero."""
     if not rows:
         return (0.0,) * width
+    # Imported here: SciPy's optimize imported before TensorFlow (as the config's check
+    # instantiates this strategy) cost the command 0.5 CPU-seconds more than within it.
+    from scipy.optimize import nnls
+
     coefficients, _ = nnls(np.asarray(rows, float), np.asarray(targets, float))
     return tuple(float(c) for c in coefficients)
 
