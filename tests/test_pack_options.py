@@ -97,6 +97,24 @@ def test_the_config_checks_import_no_tensorflow():
                    cwd=Path(__file__).resolve().parents[1])
 
 
+@pytest.mark.process
+def test_the_default_config_is_checked_before_tensorflow_and_scipy_s_optimize_load():
+    """``python -m packexp`` checks the config (instantiating the default ``strategy=cost``)
+    before TensorFlow starts, and TensorFlow's start loads SciPy's ``optimize``: imported
+    before it, it cost the command 0.47 CPU-s more (docs/BENCHMARKS.md)."""
+    code = ("import sys\n"
+            "from hydra import compose, initialize_config_dir\n"
+            "with initialize_config_dir(config_dir=sys.argv[1], version_base=None):\n"
+            "    cfg = compose('config')\n"
+            "from packexp.run import check\n"
+            "check(cfg)\n"
+            "print(sorted({'tensorflow', 'keras', 'scipy.optimize'} & set(sys.modules)))")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code, str(root / "conf")], check=True,
+                         cwd=root, capture_output=True, text=True)
+    assert out.stdout.split() == ["[]"], out.stdout
+
+
 # The one choice of a pack's program (choose_program), as the engine, the cache and the cost
 # model make it.
 
