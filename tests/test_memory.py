@@ -385,8 +385,8 @@ def test_peak_memory_on_a_cpu_sees_an_allocation():
     (Keras models are full of cycles), and, with the collector off, ``np.empty``'s block
     most likely came partly from a free chunk of malloc's heap, its pages still resident
     (39.7, then 19.0 of 50 MB in fresh-clone runs; ``scripts/peak_memory_loop.py`` makes
-    both). The
-    garbage is collected first, the collector kept off, and the block is a fresh mapping."""
+    both). The garbage is collected first, the collector kept off, and the block is a fresh
+    mapping."""
     with telemetry.PeakMemory() as idle:
         pass
     assert idle.peak_bytes > 0

@@ -62,12 +62,7 @@ def _fit(rows: list[list[float]], targets: list[float], width: int) -> tuple[flo
     """Non-negative least squares: every coefficient is a time, never below zero."""
     if not rows:
         return (0.0,) * width
-    # Imported here, not with the module: the config's check instantiates this strategy
-    # before TensorFlow loads, and SciPy's optimize imported then cost 0.47 CPU-s more
-    # (median; the check and TensorFlow's start, scripts/bench_check_start.py) than where
-    # TensorFlow's import loads it.
-    from scipy.optimize import nnls
-
+    from scipy.optimize import nnls  # here: before TensorFlow, 0.47 CPU-s more (BENCHMARKS)
     coefficients, _ = nnls(np.asarray(rows, float), np.asarray(targets, float))
     return tuple(float(c) for c in coefficients)
 
