@@ -220,7 +220,8 @@ def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_
         abs=1e-4)
     assert "median relative error" in capsys.readouterr().out
     _, again, out = tune(tmp_path / "again", "strategy=cost", *exact)
-    assert again["calibration_s"] < first["calibration_s"] / 2  # read back, not measured
+    assert (first["calibration"]["source"], again["calibration"]["source"]) == (
+        "measured", "kept")  # read back, not measured (a ratio of seconds flaked: #45)
     assert plan(again) == plan(first)  # measured just now or read back: one plan
     assert json.loads((out / "calibration.json").read_text())["key"] == json.loads(
         next(kept.glob("*.json")).read_text())["key"]
@@ -237,7 +238,8 @@ def test_an_asha_search_plans_alike_on_a_calibration_measured_or_read_back(tmp_p
                 "pack.fusion=off", f"strategy.calibration_dir={kept}")
     _, first, out = tune(tmp_path / "first", *settings)
     _, again, _ = tune(tmp_path / "again", *settings)
-    assert again["calibration_s"] < first["calibration_s"] / 2  # read back, not measured
+    assert (first["calibration"]["source"], again["calibration"]["source"]) == (
+        "measured", "kept")  # read back, not measured (a ratio of seconds flaked: #45)
     assert plan(again) == plan(first)
     assert scores(again) == scores(first) and again["best"] == first["best"]
     assert [p["pack_id"] for p in again["packs"]] == [p["pack_id"] for p in first["packs"]]
