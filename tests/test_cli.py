@@ -119,10 +119,8 @@ def test_multirun_sweeps_strategies(tmp_path):
 
     assert scores(runs[0]) == scores(runs[1])
     # The first job's start-up has Python and TensorFlow starting; the second's is its own,
-    # not the first job's whole run.
-    first_job = runs[0]["startup_s"]
-    assert first_job > runs[1]["startup_s"] >= 0
-    assert runs[1]["startup_s"] < runs[0]["wall_time_s"]
+    # not the first job's whole run: its phases have none of the process's (checked by the
+    # phases, not by comparing seconds, which a stalled worker can turn over).
     assert {"python", "imports", "tensorflow"} <= set(runs[0]["startup"])
     assert {"python", "imports"}.isdisjoint(runs[1]["startup"])  # the process's, not the job's
     for run in runs:
