@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.profile.base import OUT_OF_MEMORY, ProfileContext
+from packexp.records.plots import lay_out
 from packexp.telemetry import tf_gpu_name
 
 FIGURE_NAME = "profile.png"
@@ -27,7 +28,7 @@ def figure(ncols: int = 1, width: float = 6.0, height: float = 4.2):
 def save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    lay_out(fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -242,7 +242,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7.5,
                frameon=False)
     legend_rows = -(-len(handles) // 4)
-    fig.tight_layout(rect=(0, (0.15 + 0.2 * legend_rows) / height, 1, 1))
+    lay_out(fig, rect=(0, (0.15 + 0.2 * legend_rows) / height, 1, 1))
     return fig
 
 
@@ -333,7 +333,7 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
     ax.set_title(f"Best {objective.label} over wall time ({results.get('strategy', '?')} "
                  f"packing, {results.get('model', '?')} on {results.get('dataset', '?')})",
                  fontsize=10)
-    fig.tight_layout()
+    lay_out(fig)
     return fig
 
 
@@ -368,7 +368,7 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
                  f"{results.get('dataset', '?')}"
                  + (f", median relative error {error:.0%}" if error is not None else ""),
                  fontsize=10)
-    fig.tight_layout()
+    lay_out(fig)
     fig.savefig(path, dpi=110)
     return path
 
@@ -406,7 +406,7 @@ def pareto_figure(results: Mapping[str, Any]) -> Any:
     ax.legend(loc="best", fontsize=8)
     ax.set_title(f"Pareto front ({' and '.join(f'{n} {m}' for n, m in objective.goals)})",
                  fontsize=10)
-    fig.tight_layout()
+    lay_out(fig)
     return fig
 
 
@@ -465,8 +465,17 @@ def population_figure(results: Mapping[str, Any]) -> Any:
     for ax in axes:
         ax.grid(linewidth=0.3)
     axes[-1].set_xlabel("epochs")
-    fig.tight_layout()
+    lay_out(fig)
     return fig
+
+
+def lay_out(fig: Any, **tight: Any) -> None:
+    """``fig.tight_layout(**tight)``, once. The placeholder layout engine it leaves behind
+    makes every later ``savefig`` (and a notebook's PNG) draw the whole figure one more time
+    to lay out what is laid out already; without an engine the picture is the same, pixel for
+    pixel, drawn once (docs/BENCHMARKS.md, "Plots drawn once")."""
+    fig.tight_layout(**tight)
+    fig.set_layout_engine(None)
 
 
 def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
