@@ -10,6 +10,7 @@ import pytest
 from omegaconf import open_dict
 
 from packexp.run import run
+from packexp.telemetry import gpu_device
 from packexp.tracking import TrackingError
 from tests.helpers import compose_config, search
 
@@ -227,6 +228,33 @@ def test_cost_strategy_calibrates_once_predicts_every_pack_and_keeps_scores(tmp_
         next(kept.glob("*.json")).read_text())["key"]
     assert exact[:3] == NONE_R9[1:]
     assert scores(again) == scores(first) == scores(none_r9)
+
+
+def test_a_search_trains_in_the_programs_its_calibration_compiled_and_plans_as_if_not(
+        tmp_path):
+    """The calibration's compiled packs are shelved for the search (``PackCache.clear``):
+    the run that measures it traces none of the programs they hold, and still packs and
+    scores exactly as a run on the calibration read back, which traces its own."""
+    kept = tmp_path / "calibrations"
+    settings = ("strategy=cost", "scheduler.R=9", "seed=4", "pack.jit_compile=auto",
+                f"strategy.calibration_dir={kept}")
+    _, first, _ = tune(tmp_path / "first", *settings)
+    _, again, _ = tune(tmp_path / "again", *settings)
+    assert (first["calibration"]["source"], again["calibration"]["source"]) == (
+        "measured", "kept")
+    assert all(p["xla"] for p in first["packs"])  # compiled: what the shelf keeps
+    assert plan(again) == plan(first)
+    assert [p["pack_id"] for p in again["packs"]] == [p["pack_id"] for p in first["packs"]]
+    exact = {t["trial_id"]: [(r["rung"], r["val_accuracy"], r["val_loss"], r["train_loss"])
+                             for r in t["rungs"]] for t in first["trials"]}
+    assert exact == {t["trial_id"]: [(r["rung"], r["val_accuracy"], r["val_loss"],
+                                      r["train_loss"]) for r in t["rungs"]]
+                     for t in again["trials"]}
+    traced = [sum(p["programs"] + p["eval_programs"] for p in r["packs"])
+              for r in (first, again)]
+    # Every plan ends on single packs, and the calibration compiled a single's programs.
+    # (A GPU shelves nothing.)
+    assert traced[0] == traced[1] if gpu_device() else traced[0] < traced[1]
 
 
 def test_an_asha_search_plans_alike_on_a_calibration_measured_or_read_back(tmp_path):

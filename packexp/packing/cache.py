@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from packexp import telemetry
 from packexp.pack_options import (
     LOOPED,
     PACK_DEFAULTS,
@@ -92,6 +93,8 @@ class PackCache:
         self._templates: dict[tuple, Member] = {}
         self._fresh: dict[str, MemberState] = {}  # templates' trials' fresh states
         self._loops: dict[tuple, bool] = {}  # (structure, members, fusion) -> whether it loops
+        # A calibration's compiled packs, which no plan sees (``clear(shelve=True)``).
+        self._shelf: dict[tuple, Pack] = {}
 
     def key(self, trials: Sequence[Trial], fusion: str | None = None) -> tuple:
         return pack_key(trials, self.pack_options.get("data_sharing") == "slice",
@@ -201,7 +204,23 @@ class PackCache:
             self._learn_structure(trial, member)
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
+        shelved = self._shelf.pop(key, None)
+        if shelved is not None:
+            return self._unshelve(shelved, members), False
         return Pack(members, self.data, *self._settings(key)), False
+
+    def _unshelve(self, pack: Pack, members: Sequence[Member]) -> Pack:
+        """The shelved ``pack``, its seats taking the states of ``members``: the members a
+        new pack of its key was just given, built or taken as for any new pack, so that the
+        cache is left as it would be. Only the program is the shelved one, traced and
+        compiled already; a kept pack reused is as exact as a fresh one (docs/isolation.md)."""
+        for seat, member in zip(pack.members, members, strict=True):
+            if member.idle:
+                seat.idle_as(member.trial)
+            else:
+                seat.load(member.trial, member.state(), seat.preprocessing)
+        pack.reloaded()
+        return pack
 
     def _settings(self, key: tuple) -> tuple[PackSettings, int | None]:
         """A pack's settings (its fusion is its key's, where the key sets one) and the
@@ -340,11 +359,24 @@ class PackCache:
         while len(self._idle) > self.keep:
             self._idle.popitem(last=False)
 
-    def clear(self) -> None:
+    def clear(self, shelve: bool = False) -> None:
         """Forgets every kept pack, member and replay confirmation, and the counts: the cache
-        as built, so what was trained before (a calibration) steers no plan."""
+        as built, so what was trained before (a calibration) steers no plan.
+
+        With ``shelve`` (after a calibration), the kept packs that run a compiled program
+        on a CPU are shelved instead: no plan sees them, and a later new pack of the same
+        key is set up as a new pack is (its members built or taken, the counts kept) but
+        trains in the shelved pack's program rather than tracing and compiling its own. The
+        calibration measured the same programs the search then runs (docs/BENCHMARKS.md).
+        On a GPU nothing is shelved: the plans do not count shelved packs' device memory.
+        """
+        shelf = ({key: pack for key, pack in self._idle.items()
+                  if not any(isinstance(m, HeldMember) for m in pack.members)}
+                 if shelve and self.bucketed and telemetry.gpu_device() is None else {})
         for kept in (self._idle, self._loose, self._unpacked, self._templates, self._fresh,
-                     self._replay, self._confirmed, self._fresh_slots, self._loops):
+                     self._replay, self._confirmed, self._fresh_slots, self._loops,
+                     self._shelf):
             kept.clear()
+        self._shelf = shelf
         self.hits = self.misses = self.members_reused = 0
 

@@ -203,5 +203,7 @@ def calibrate_here(cache: Any, hparams: Mapping[str, Any], batch_sizes: Sequence
     record = calibrate(cache, hparams, batch_sizes, max_members, fits, longest_steps)
     # The search starts from an empty cache, as it does on a calibration read back: what a
     # plan reuses must not depend on whether the calibration was measured in this process.
-    cache.clear()
+    # Its compiled packs are shelved, out of every plan's sight, for the search's first
+    # packs of their keys to train in (PackCache.clear).
+    cache.clear(shelve=True)
     return record
