@@ -156,6 +156,10 @@ head = subprocess.Popen([sys.executable, "-c",
     "import subprocess, sys, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"],
     start_new_session=True)
 reaper.watch([head.pid])
+import psutil
+end = time.monotonic() + 60
+while not psutil.Process(head.pid).children() and time.monotonic() < end:
+    time.sleep(0.05)  # the head has started its grandchild (late on a loaded machine)
 time.sleep(1.5)  # the reaper notes the grandchild
 print(reaper.pid, head.pid, flush=True)
 time.sleep(600)
@@ -172,6 +176,7 @@ def test_a_killed_driver_s_reaper_ends_its_cluster_s_processes_and_their_childre
                               stdout=subprocess.PIPE, text=True)
     reaper_pid, head_pid = map(int, driver.stdout.readline().split())
     head = psutil.Process(head_pid)
+    assert wait_until(head.children, 60)
     [grandchild] = head.children()
     assert grandchild.cmdline() == ["sleep", "600"]
     driver.send_signal(signum)

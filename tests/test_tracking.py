@@ -30,7 +30,7 @@ from packexp.records import plots
 from packexp.records.results import speedup_metrics
 from packexp.run import run
 from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
-from tests.helpers import compose_config
+from tests.helpers import compose_config, wait_until
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
 
@@ -400,10 +400,12 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
 def test_resource_sampler_reads_host_rss_and_the_gpu_when_there_is_one(monkeypatch):
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=0: None)
     monkeypatch.setattr(telemetry, "gpu_utilization", lambda index=0: None)
+    samples = []  # two samples at least, however late a loaded machine runs the thread
     with telemetry.ResourceSampler(0.02) as sampler:
-        time.sleep(0.2)
-    samples = sampler.drain()
-    assert len(samples) >= 2 and not sampler.drain()
+        assert wait_until(lambda: samples.extend(sampler.drain()) or len(samples) >= 2, 60,
+                          every_s=0.02)
+    samples += sampler.drain()
+    assert not sampler.drain()
     assert all(set(s.metrics()) == {"host_rss_mb"} and s.host_rss_mb > 0 for s in samples)
     assert [s.timestamp_ms for s in samples] == sorted(s.timestamp_ms for s in samples)
 
