@@ -9,12 +9,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.helpers import describe, free_port, ray_processes, search, wait_until
@@ -29,7 +26,6 @@ QUICK = ["experiment=quick", "strategy=knn", "pack.fusion=off"]
 # Where a check needs no second worker: each of quick's rungs is one pack, so a second would
 # add only its start-up (a TensorFlow process) to the run.
 ONE_WORKER = "executor.num_workers=1"
-WORKER_BUSY = "PackWorker.run_pack"
 
 
 def packexp(run_dir: Path, env: dict, *overrides: str) -> subprocess.Popen:
@@ -66,28 +62,41 @@ def results_per_trial_and_rung(run_dir: Path) -> Counter:
                    if r["event"] == "result")
 
 
-def kill_a_busy_worker(proc: subprocess.Popen, killed: list[int]) -> threading.Thread:
-    """SIGKILLs the first actor seen training a pack (Ray titles it ``...run_pack``)."""
+# ``python -m packexp`` whose first pack, on whichever worker trains it, kills its worker
+# (SIGKILL) once trained, its files written and nothing handed back: the death lands inside
+# a pack however fast the machine trains (a watcher that hunted a busy worker could miss a
+# quick search's packs). A marker file makes it happen once per run, on any worker.
+DIES_IN_ITS_FIRST_PACK = """
+import os, runpy, signal, sys
+from pathlib import Path
+from packexp.executors import ray as ray_executor
 
-    def hunt() -> None:
-        while proc.poll() is None and not killed:
-            try:
-                children = psutil.Process(proc.pid).children(recursive=True)
-            except psutil.Error:
-                return
-            for child in children:
-                try:
-                    if WORKER_BUSY in " ".join(child.cmdline()):
-                        child.send_signal(signal.SIGKILL)
-                        killed.append(child.pid)
-                        return
-                except psutil.Error:
-                    continue
-            time.sleep(0.02)
+marker = Path(sys.argv[1])
 
-    thread = threading.Thread(target=hunt, daemon=True)
-    thread.start()
-    return thread
+
+class DiesInItsFirstPack(ray_executor.PackWorker):
+    def run_pack(self, job):
+        done = super().run_pack(job)
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return done
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+ray_executor.PackWorker = DiesInItsFirstPack
+sys.argv = [sys.argv[0], *sys.argv[2:]]
+runpy.run_module("packexp", run_name="__main__", alter_sys=True)
+"""
+
+
+def packexp_killing_a_worker(run_dir: Path, env: dict, *overrides: str) -> subprocess.Popen:
+    """``packexp(...)`` whose first pack kills its worker; ``run_dir.parent / "killed"``
+    exists once it has."""
+    return subprocess.Popen(
+        [sys.executable, "-c", DIES_IN_ITS_FIRST_PACK, str(run_dir.parent / "killed"), *QUICK,
+         *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -106,12 +115,11 @@ def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ra
     test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does, one worker; two
     workers on a joined cluster: test_asha_on_two_workers_keeps_both_busy_and_promotes_by_
     the_rule, which checks their count and ASHA's rule, not local's scores.)"""
-    run_dir, killed = tmp_path / "run", []
-    proc = packexp(run_dir, ray_env, "executor=ray", "executor.num_workers=2")
-    kill_a_busy_worker(proc, killed)
+    run_dir = tmp_path / "run"
+    proc = packexp_killing_a_worker(run_dir, ray_env, "executor=ray", "executor.num_workers=2")
     code, err = finish(proc)
     assert code == 0, err
-    assert killed
+    assert (tmp_path / "killed").exists()
     assert set(results_per_trial_and_rung(run_dir).values()) == {1}
     assert scores(run_dir) == local_scores
     assert not (run_dir / "attempts").exists()  # checkpoints of retired trials go
@@ -119,12 +127,11 @@ def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ra
 
 def test_retries_spent_stop_the_run_in_one_line_and_resume_finishes_it(tmp_path, ray_env,
                                                                        local_scores):
-    run_dir, killed = tmp_path / "run", []
-    proc = packexp(run_dir, ray_env, "executor=ray", ONE_WORKER, "executor.max_restarts=0",
-                   "executor.max_task_retries=0")
-    kill_a_busy_worker(proc, killed)
+    run_dir = tmp_path / "run"
+    proc = packexp_killing_a_worker(run_dir, ray_env, "executor=ray", ONE_WORKER,
+                                    "executor.max_restarts=0", "executor.max_task_retries=0")
     code, err = finish(proc)
-    assert killed
+    assert (tmp_path / "killed").exists()
     assert code == 2, err
     [line] = [x for x in err.splitlines() if x.startswith("packexp: error:")]
     assert "worker died" in line and "executor.max_task_retries=0" in line
