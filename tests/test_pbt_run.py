@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from hydra.utils import instantiate
@@ -138,6 +137,34 @@ def test_a_killed_population_resumes_to_the_unbroken_lineage_and_scores(
     assert [r["event"] for r in Journal(tmp_path / "killed").read()].count("exploit") == 2
 
 
+# ``python -m packexp`` killed (SIGKILL, by its own hand) as the first result after its
+# first exploit is journaled: where a user's kill -9 would find it mid-population, however
+# late a loaded machine would let a watching test send it.
+KILLED_AFTER_AN_EXPLOIT = """
+import os, runpy, signal, sys
+from packexp.listeners.journal import JournalListener
+
+exploited = []
+exploit, scored = JournalListener.on_members_exploited, JournalListener.on_member_scored
+
+
+def on_members_exploited(self, event):
+    exploit(self, event)
+    exploited.append(event)
+
+
+def on_member_scored(self, event):
+    scored(self, event)
+    if exploited:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+JournalListener.on_members_exploited = on_members_exploited
+JournalListener.on_member_scored = on_member_scored
+runpy.run_module("packexp", run_name="__main__", alter_sys=True)
+"""
+
+
 @pytest.mark.slow
 def test_kill_9_of_a_population_then_resume_gives_the_unbroken_run(tmp_path):
     """The population is killed as a user's command would be; the unbroken run and the resume
@@ -146,20 +173,13 @@ def test_kill_9_of_a_population_then_resume_gives_the_unbroken_run(tmp_path):
     whole = search(tmp_path / "whole", *args)
     run_dir = tmp_path / "killed"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.Popen([sys.executable, "-m", "packexp", *args, f"hydra.run.dir={run_dir}"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    journal = run_dir / "journal.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        text = journal.read_text() if journal.exists() else ""
-        if '"event": "exploit"' in text and text.split('"event": "exploit"')[1].count(
-                '"event": "result"'):
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    done = subprocess.run([sys.executable, "-c", KILLED_AFTER_AN_EXPLOIT, *args,
+                           f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    events = [r["event"] for r in Journal(run_dir).read()]
+    assert events[events.index("exploit") + 1:].count("result") == 1
+    assert "finished" not in events
     assert kept(search(run_dir, *args, "resume=true")) == kept(whole)
 
 
