@@ -195,6 +195,44 @@ def test_a_reused_compiled_pack_keeps_its_idle_seat_and_ends_where_a_fresh_one_d
     assert_same(a, b, exact=True)
 
 
+@pytest.mark.parametrize("fusion", ["off", "on"])
+def test_a_pack_shelved_after_a_calibration_serves_its_key_unseen_and_ends_as_a_fresh_one(
+        features_data, fusion):
+    """``clear(shelve=True)``, as a calibration ends: its compiled pack of three (a bucket of
+    four, the fourth seat idle) is kept where no plan sees it, and the search's first pack
+    of that key trains in it (a fused one re-stacked, the idle seat on the calibration's
+    trained weights), ending where a pack on a cache that never calibrated does: bit for bit
+    plain, to float rounding fused. A plain ``clear()`` (a pack out of memory) drops it."""
+
+    def cache(keep: int = 8) -> PackCache:
+        made = make_cache(features_data, keep, fusion=fusion, loop="off", jit_compile="auto",
+                          batch_bucket=70, misaligned="mask", data_sharing="gather")
+        made.model_runtime = ("activation",)  # mlp3's: every trial here is one structure
+        return made  # (the bucket: the largest batch, as a search's)
+
+    calibrated, fresh = cache(), cache()
+    calibration = [trial(100 + i, *c) for i, c in enumerate(reversed(FIRST))]
+    train_group(calibration, calibrated, 0.5, {})
+    calibrated.clear(shelve=True)
+    assert len(calibrated._shelf) == 1  # the pack of three, compiled
+    assert (calibrated.kept(), calibrated.replayed) == (fresh.kept(), fresh.replayed)
+    a, b = search(calibrated), search(fresh)
+    assert not calibrated._shelf  # its key's first pack took it
+    assert (calibrated.hits, calibrated.misses) == (fresh.hits, fresh.misses)
+    assert [r for _, _, r, _ in a.values()] == [r for _, _, r, _ in b.values()]
+    assert_same(a, b, exact=fusion == "off")
+    train_group(calibration, calibrated, 0.5, {})
+    calibrated.clear(shelve=True)
+    calibrated.clear()
+    assert not calibrated._shelf
+    one = cache(keep=1)  # a shelved pack counts against keep: the first kept one evicts it
+    train_group(calibration, one, 0.5, {})
+    one.clear(shelve=True)
+    assert len(one._shelf) == 1
+    train_group([trial(200, *FIRST[0])], one, 0.5, {})  # a single: another key
+    assert not one._shelf and len(one.kept()[0]) == 1
+
+
 def test_loose_members_are_bounded_by_keep(features_data):
     cache = make_cache(features_data, keep=1, fusion="off")
     train_group([trial(0, *FIRST[0]), trial(1, *FIRST[1])], cache, 0.5, {})

@@ -59,12 +59,17 @@ def interrupt(sig: int, *args: str, journal: Path | None = None,
     function is called: ``SIGNALLED_AT``), and returns the exit code, stderr's non-empty
     lines and stderr. A crash prints every thread's stack (``PYTHONFAULTHANDLER``)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "HYDRA_FULL_ERROR": "0",
-           "PYTHONFAULTHANDLER": "1", "PYTHONPATH": str(ROOT)}
-    if at is not None:
+           "PYTHONFAULTHANDLER": "1"}
+    if at is not None:  # (``-c`` imports packexp from the working directory, ROOT)
         proc = subprocess.Popen([sys.executable, "-c", SIGNALLED_AT, *at, str(int(sig)), *args],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
-        _, stderr = proc.communicate(timeout=300)
+        try:
+            _, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
         return proc.returncode, [line for line in stderr.splitlines() if line.strip()], stderr
     proc = subprocess.Popen([sys.executable, "-m", "packexp", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

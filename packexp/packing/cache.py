@@ -356,6 +356,8 @@ class PackCache:
         key = self.key([m.trial for m in pack.members], pack.fusion)
         self._idle[key] = pack
         self._idle.move_to_end(key)
+        while self._shelf and len(self._idle) + len(self._shelf) > self.keep:
+            del self._shelf[next(iter(self._shelf))]  # a shelved pack counts against keep
         while len(self._idle) > self.keep:
             self._idle.popitem(last=False)
 
@@ -379,4 +381,7 @@ class PackCache:
             kept.clear()
         self._shelf = shelf
         self.hits = self.misses = self.members_reused = 0
+        # Learned again as a cache built afresh learns it: ``bucketed`` builds the template
+        # member into the loose ones, which a plan's predictions count.
+        self._convolutional = None
 

@@ -5,7 +5,9 @@ calibration measures one member structure of the run's architecture (the search 
 first configuration) as a single at three batch sizes, and as plain and fused packs of a
 few member counts. The packs are built through the run's ``PackCache``, which is cleared
 afterwards: a plan must not depend on whether the calibration was measured in this process
-or read back (a looped program, kept by the process, still serves the search).
+or read back. Its compiled packs are shelved, out of every plan's sight, for the search's
+first packs of their keys to train in (``PackCache.clear``); a looped program, kept by the
+process, still serves the search.
 
 It is kept per device and structure: in the run directory (a resumed run reads it back, so
 it plans as the first session did) and under ``strategy.calibration_dir`` (the command's
