@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.profile.base import OUT_OF_MEMORY, ProfileContext
-from packexp.records.plots import lay_out
+from packexp.records.figure import lay_out
 from packexp.telemetry import tf_gpu_name
 
 FIGURE_NAME = "profile.png"

@@ -3,13 +3,13 @@ time."""
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from packexp.objectives import NAMES as NAME
+from packexp.records.figure import lay_out, new_figure, png_figure_class
 from packexp.records.results import objective_of
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     order += [t for t in trials if t not in order]
     row = {trial_id: i for i, trial_id in enumerate(order)}
     height = min(60.0, 1.9 + 0.24 * len(order))
-    fig, ax = _figure((12, height))
+    fig, ax = new_figure((12, height))
     palette = matplotlib.colormaps["tab10"]
     idle_from = 0.0
     for start, end in sorted(spans):  # several workers' packs overlap
@@ -310,7 +310,7 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
     objective = objective_of(results)
     points = evaluations(results)
     best = best_so_far_points(results)
-    fig, ax = _figure((9, 5))
+    fig, ax = new_figure((9, 5))
     end = max((e for _, e in pack_spans(results["packs"])), default=1.0)
     if best:
         times, values = [t for t, _ in best], [v for _, v in best]
@@ -340,7 +340,7 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
 def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     """Each pack's predicted duration against its measured one, log-log, fused or plain."""
     packs = [p for p in results["packs"] if p.get("predicted_s") and p.get("duration_s")]
-    fig, ax = _figure((6, 5.5))
+    fig, ax = new_figure((6, 5.5))
     for fused, color, label in ((False, "#0072B2", "plain"), (True, "#D55E00", "fused")):
         mine = [p for p in packs if bool(p.get("fused")) == fused]
         if mine:
@@ -389,7 +389,7 @@ def pareto_figure(results: Mapping[str, Any]) -> Any:
         if scored:
             points.append((t["trial_id"], scored[-1][x_name], scored[-1][y_name]))
     front = {e["trial_id"] for e in results["pareto_front"]}
-    fig, ax = _figure((7, 5))
+    fig, ax = new_figure((7, 5))
     ax.scatter([p[1] for p in points if p[0] not in front],
                [p[2] for p in points if p[0] not in front], s=18, alpha=0.5, color="0.55",
                label="trial (its last scored rung)")
@@ -424,7 +424,7 @@ def population_figure(results: Mapping[str, Any]) -> Any:
 
     trials = [TrialRecord.from_dict(t) for t in results["trials"]]
     names = list(trials[0].hparams) if trials else []
-    fig = _png_figure_class()(figsize=(9, 2.2 * (1 + len(names))))
+    fig = png_figure_class()(figsize=(9, 2.2 * (1 + len(names))))
     axes = fig.subplots(1 + len(names), 1, sharex=True, squeeze=False)[:, 0]
     ends = sorted({r.epochs for t in trials for r in t.rungs})
     by_id = {t.trial_id: t for t in trials}
@@ -467,42 +467,3 @@ def population_figure(results: Mapping[str, Any]) -> Any:
     axes[-1].set_xlabel("epochs")
     lay_out(fig)
     return fig
-
-
-def lay_out(fig: Any, **tight: Any) -> None:
-    """``fig.tight_layout(**tight)``, once. The placeholder layout engine it leaves behind
-    makes every later ``savefig`` (and a notebook's PNG) draw the whole figure one more time
-    to lay out what is laid out already; without an engine the picture is the same, pixel for
-    pixel, drawn once (docs/BENCHMARKS.md, "Plots drawn once")."""
-    fig.tight_layout(**tight)
-    fig.set_layout_engine(None)
-
-
-def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
-    """A figure and its axes made without pyplot: no backend is chosen or changed (a
-    notebook keeps its own), nothing global is kept, and threads may draw. A notebook shows
-    the figure as a PNG."""
-    fig = _png_figure_class()(figsize=size)
-    return fig, fig.subplots()
-
-
-_PngFigure = None
-
-
-def _png_figure_class() -> type:
-    """``PngFigure``: a matplotlib ``Figure`` a notebook shows as a PNG (made once, when
-    first drawn, so that importing this module imports no matplotlib)."""
-    global _PngFigure
-    if _PngFigure is None:
-        from matplotlib.figure import Figure
-
-        class PngFigure(Figure):
-            def _repr_png_(self) -> bytes:
-                buffer = io.BytesIO()
-                self.savefig(buffer, format="png", dpi=90)
-                return buffer.getvalue()
-
-        PngFigure.__qualname__ = PngFigure.__name__  # found by pickle in this module
-        _PngFigure = PngFigure
-        globals()["PngFigure"] = PngFigure
-    return _PngFigure

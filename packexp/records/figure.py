@@ -1,0 +1,45 @@
+"""Figures made without pyplot, laid out once: what ``records.plots`` and the profiles draw."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+
+def lay_out(fig: Any, **tight: Any) -> None:
+    """``fig.tight_layout(**tight)``, once. The placeholder layout engine it leaves behind
+    makes every later ``savefig`` (and a notebook's PNG) draw the whole figure one more time
+    to lay out what is laid out already; without an engine the picture is the same, pixel for
+    pixel, drawn once (docs/BENCHMARKS.md, "Plots drawn once")."""
+    fig.tight_layout(**tight)
+    fig.set_layout_engine(None)
+
+
+def new_figure(size: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its axes made without pyplot: no backend is chosen or changed (a
+    notebook keeps its own), nothing global is kept, and threads may draw. A notebook shows
+    the figure as a PNG."""
+    fig = png_figure_class()(figsize=size)
+    return fig, fig.subplots()
+
+
+_PngFigure = None
+
+
+def png_figure_class() -> type:
+    """``PngFigure``: a matplotlib ``Figure`` a notebook shows as a PNG (made once, when
+    first drawn, so that importing this module imports no matplotlib)."""
+    global _PngFigure
+    if _PngFigure is None:
+        from matplotlib.figure import Figure
+
+        class PngFigure(Figure):
+            def _repr_png_(self) -> bytes:
+                buffer = io.BytesIO()
+                self.savefig(buffer, format="png", dpi=90)
+                return buffer.getvalue()
+
+        PngFigure.__qualname__ = PngFigure.__name__  # found by pickle in this module
+        _PngFigure = PngFigure
+        globals()["PngFigure"] = PngFigure
+    return _PngFigure
