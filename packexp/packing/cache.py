@@ -174,14 +174,8 @@ class PackCache:
         pack = self._idle.pop(key, None)
         if pack is not None:
             self.hits += 1
-            for seat, trial in zip(pack.members, order, strict=True):
-                if trial.trial_id.startswith(IDLE):
-                    seat.idle_as(trial)
-                    continue
-                state = states.get(trial.trial_id) or self.initial_state(trial)
-                seat.load(trial, state, seat.preprocessing)
-            pack.reloaded()
-            return pack, True
+            return self._reseat(pack, order, lambda t: states.get(t.trial_id)
+                                or self.initial_state(t)), True
         self.misses += 1
         members = []
         if template is not None:  # a looped pack: states held on the template, none built
@@ -205,20 +199,22 @@ class PackCache:
             state = states.get(trial.trial_id)
             members.append(member.load(trial, state, member.preprocessing) if state else member)
         shelved = self._shelf.pop(key, None)
-        if shelved is not None:
-            return self._unshelve(shelved, members), False
+        if shelved is not None:  # the members, set up as for any new pack, lend their states
+            held = dict(zip((t.trial_id for t in order), members, strict=True))
+            return self._reseat(shelved, order, lambda t: held[t.trial_id].state()), False
         return Pack(members, self.data, *self._settings(key)), False
 
-    def _unshelve(self, pack: Pack, members: Sequence[Member]) -> Pack:
-        """The shelved ``pack``, its seats taking the states of ``members``: the members a
-        new pack of its key was just given, built or taken as for any new pack, so that the
-        cache is left as it would be. Only the program is the shelved one, traced and
-        compiled already; a kept pack reused is as exact as a fresh one (docs/isolation.md)."""
-        for seat, member in zip(pack.members, members, strict=True):
-            if member.idle:
-                seat.idle_as(member.trial)
-            else:
-                seat.load(member.trial, member.state(), seat.preprocessing)
+    @staticmethod
+    def _reseat(pack: Pack, order: Sequence[Trial],
+                state_of: Callable[[Trial], MemberState]) -> Pack:
+        """A kept or shelved ``pack`` whose seats take ``order``'s trials, each in
+        ``state_of(trial)`` (an idle seat stays idle): its program, traced and compiled
+        already, serves them, as exactly as a fresh one would (docs/isolation.md)."""
+        for seat, trial in zip(pack.members, order, strict=True):
+            if trial.trial_id.startswith(IDLE):
+                seat.idle_as(trial)
+                continue
+            seat.load(trial, state_of(trial), seat.preprocessing)
         pack.reloaded()
         return pack
 
