@@ -1,4 +1,5 @@
-"""Figures made without pyplot, laid out once: what ``records.plots`` and the profiles draw."""
+"""Figures laid out once: ``records.plots``'s figures, made without pyplot, and
+``lay_out``, which the profiles' pyplot figures share."""
 
 from __future__ import annotations
 
