@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from packexp.data import Dataset, split, split_values
+from packexp.data import Dataset, Scaling, split, split_values
 from packexp.errors import ConfigError
 
 KEYS = ("x", "y", "x_val", "y_val")
@@ -210,10 +210,10 @@ def _split(name: str, x: np.ndarray, y: np.ndarray, classes: np.ndarray, val_fra
 
 def _standardized(data: Dataset) -> Dataset:
     # The training split's statistics only: the validation score must not see its own data.
-    mean, std = data.x_train.mean(axis=0), data.x_train.std(axis=0)
-    std[std == 0] = 1
-    return dataclasses.replace(data, x_train=((data.x_train - mean) / std).astype(np.float32),
-                               x_val=((data.x_val - mean) / std).astype(np.float32))
+    # In float32, as the kept model's first layer computes it (``Scaling``).
+    scaling = Scaling.fitted(data.x_train)
+    return dataclasses.replace(data, x_train=scaling(data.x_train), x_val=scaling(data.x_val),
+                               inputs=scaling)
 
 
 def _as_float32(data: Dataset) -> Dataset:

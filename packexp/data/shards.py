@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from packexp.data import Scaling
 from packexp.errors import ConfigError
 from packexp.search_space import derive_seed
 
@@ -91,6 +92,13 @@ class StreamedTable:
         return (len(self.features),)
 
     @property
+    def inputs(self) -> Scaling | None:
+        """The standardisation the rows are read through (``data.Scaling``); None: none."""
+        return None if self.mean is None else Scaling(self.mean, self.std)
+
+    targets = None  # a streamed regression's targets are trained on as given
+
+    @property
     def train_size(self) -> int:
         return min(self.epoch_size or len(self.train_rows), len(self.train_rows))
 
@@ -153,9 +161,7 @@ class StreamedTable:
         for lo, hi in zip(np.r_[0, runs], np.r_[runs, len(rows)], strict=True):
             g = of[lo]
             x = _features(self.groups[g], self.features)[rows[lo:hi] - starts[g]]
-            if self.mean is not None:
-                x = (x - self.mean) / self.std
-            pending.append(x.astype(np.float32))
+            pending.append(x.astype(np.float32) if self.inputs is None else self.inputs(x))
             held += hi - lo
             while held >= size or (hi == len(rows) and held):
                 joined = np.concatenate(pending)
@@ -265,6 +271,6 @@ def moments(table: StreamedTable) -> tuple[np.ndarray, np.ndarray]:
         mean = mean + delta * k / (n + k)
         m2 = m2 + ((part - part_mean) ** 2).sum(axis=0) + delta ** 2 * n * k / (n + k)
         n += k
-    std = np.sqrt(m2 / max(n, 1))
-    std[std == 0] = 1
-    return mean, std
+    std = np.sqrt(m2 / max(n, 1)).astype(np.float32)
+    std[std <= 1e-7] = 1  # float32, as Scaling and the kept model's first layer use them
+    return mean.astype(np.float32), std
