@@ -390,7 +390,7 @@ def write_arrays(cfg: DictConfig, arrays: tuple[np.ndarray, ...]) -> None:
     try:
         from_arrays(*arrays[:2], *arrays[2:], name="arrays", source="packexp.tune(data=...)",
                     val_fraction=d.val_fraction, standardize=d.standardize, seed=cfg.seed,
-                    regression=regression)
+                    regression=regression, standardize_target=d.standardize_target)
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise

@@ -13,6 +13,7 @@ from packexp.checks import flag, is_number, positive_int
 from packexp.config import check_search, config_errors, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.muted import muted_stderr
+from packexp.runner.keep import keep_setting
 from packexp.session import (
     make_dir,
     refuse_run_dir,
@@ -58,6 +59,11 @@ def check_run_settings(cfg: DictConfig) -> None:
     again). A key the config leaves out or null is not checked."""
     positive_int("summary_top_k", cfg.get("summary_top_k"), minimum=0, optional=True,
                  error=ConfigError)
+    if (keep := cfg.get("keep_models")) is not None:
+        try:
+            keep_setting(keep)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if (flip := OmegaConf.select(cfg, "preprocess.flip")) is not None:
         flag("preprocess.flip", flip, error=ConfigError)
     if ((fraction := OmegaConf.select(cfg, "device.gpu_memory_fraction")) is not None

@@ -30,6 +30,7 @@ def load(
     memory_share: float = 0.25,
     block: int = 512,
     epoch_size: int | None = None,
+    standardize_target: bool = True,
 ) -> Dataset | StreamedTable:
     """Loads a table whose ``target`` column holds the labels; classes are its sorted values
     (with ``regression``, the target column's real values).
@@ -48,6 +49,9 @@ def load(
             as float32 take at most ``memory_share`` of the memory available. ``path`` may
             then be a folder of shards or a glob.
         memory_share, block, epoch_size: As ``dataset=image_folder``'s.
+        standardize_target: A regression's targets scaled by the training split's mean and
+            std (metrics are still reported in their own units); a streamed table's are
+            trained on as given.
 
     Returns:
         float32 ``[n, len(features)]`` features and int32 labels, as
@@ -61,7 +65,8 @@ def load(
         if len(files) > 1:
             raise ConfigError(f"dataset.path={path}: {len(files)} shards are streamed; give "
                               "dataset.cache=none (or auto), or one file to read into memory")
-        return _in_memory(path, target, features, val_fraction, standardize, seed, regression)
+        return _in_memory(path, target, features, val_fraction, standardize, seed, regression,
+                          standardize_target)
     return _streamed(files, target, features, val_fraction, standardize, seed, regression,
                      block, epoch_size)
 
@@ -115,8 +120,8 @@ def _streamed(files: Sequence[Path], target: str | None, features: Sequence[str]
 
 
 def _in_memory(path: str | None, target: str | None, features: Sequence[str] | None,
-               val_fraction: float, standardize: bool, seed: int, regression: bool
-               ) -> Dataset:
+               val_fraction: float, standardize: bool, seed: int, regression: bool,
+               standardize_target: bool) -> Dataset:
     source = f"dataset.path={path}"
     frame = _read(path, source)
     columns = ", ".join(frame.columns)
@@ -147,7 +152,7 @@ def _in_memory(path: str | None, target: str | None, features: Sequence[str] | N
                           f"{path}")
     return from_arrays(x, frame[target].to_numpy(), name="table", source=source,
                        val_fraction=val_fraction, standardize=standardize, seed=seed,
-                       regression=regression)
+                       regression=regression, standardize_target=standardize_target)
 
 
 def _read(path: str | None, source: str) -> pd.DataFrame:

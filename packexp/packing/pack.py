@@ -167,7 +167,8 @@ class Pack:
             if m.failed or m.idle:
                 continue
             if self.data.regression:  # c and s: the squared and the absolute errors summed
-                metrics = regression_metrics(float(c), float(s), self.data.dataset.y_val)
+                metrics = regression_metrics(float(c), float(s), self.data.dataset.y_val,
+                                             self.data.dataset.targets)
                 ok = all(math.isfinite(v) for v in metrics.values())
                 out[m.trial_id] = (Evaluation(None, metrics["val_mse"], **metrics,
                                               **self._size(m), extra=metrics_of_own) if ok

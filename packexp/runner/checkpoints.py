@@ -61,6 +61,30 @@ class CheckpointStore:
             stale.append(Path(before))
         return stale
 
+    @property
+    def kept_root(self) -> Path:
+        """Where the states a search may hand over as models wait (``runner.keep``)."""
+        return self.root / "kept"
+
+    def kept(self, trial_id: str, rung: int) -> Path:
+        """The kept state of ``trial_id``'s result of ``rung`` (with its suffix)."""
+        from packexp.packing.member import CHECKPOINT_SUFFIX
+
+        return self.kept_root / f"{trial_id}.r{rung}{CHECKPOINT_SUFFIX}"
+
+    def keep(self, state: Any, trial_id: str, rung: int) -> str:
+        """Writes the state of ``trial_id``'s result of ``rung`` for ``runner.keep``."""
+        from packexp.packing.member import write_state
+
+        return write_state(state, self.kept(trial_id, rung))
+
+    def drop_kept(self, wanted: set[tuple[str, int]], among: set[str] | None = None) -> None:
+        """Deletes the kept states not ``wanted`` (of the trials ``among``; None: all)."""
+        for path in self.kept_root.glob("*.r*.npz"):
+            trial_id, _, rung = path.name[: -len(".npz")].rpartition(".r")
+            if (among is None or trial_id in among) and (trial_id, int(rung)) not in wanted:
+                path.unlink(missing_ok=True)
+
     @staticmethod
     def delete(paths: Iterable[Path]) -> None:
         for path in paths:

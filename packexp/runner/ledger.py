@@ -26,6 +26,7 @@ from packexp.events import (
 from packexp.listeners.results import ResultsCollector
 from packexp.pack_options import steps_for
 from packexp.runner.checkpoints import CheckpointStore
+from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.schedulers import Bracket, Exploits
 from packexp.search_space import Trial
 from packexp.strategies import Capacity
@@ -51,6 +52,7 @@ class Ledger:
     probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
     started: float = 0.0
     session: int = 0
+    keep: KeepModels = NO_MODELS  # whose trained weights the search hands over
     states: dict[str, Any] = field(default_factory=dict)
     starts: dict[str, tuple[Any, int]] = field(default_factory=dict)
     _probed: float = 0.0
@@ -109,36 +111,57 @@ class Ledger:
             if m.state is not None and not m.failed and self.continues(bracket, rung):
                 checkpoints[m.trial_id] = self.store.write(m.state, m.trial_id, rung)
                 self.states[m.trial_id] = m.state  # the next rung reads the memory copy
+        results = [self._result(m, pack_run.evaluation[m.trial_id], bracket, rung, epochs,
+                                pack_id, checkpoints[m.trial_id]) for m in members]
+        self._keep(members, results)
         pack = self._record(bracket, rung, epochs, pack_id, pack_run, predicted_s,
                             time.perf_counter() - t0, self._spent(members, epochs, exploited))
-        results: list[RungResult] = []
         stale: list[Path] = []
-        for m in members:
-            ev = pack_run.evaluation[m.trial_id]
-            result = RungResult(
-                m.trial_id, bracket.s, rung, epochs, m.step, ev.val_accuracy, ev.val_loss,
-                m.train_loss if m.train_loss is not None and math.isfinite(m.train_loss)
-                else None, pack_id, checkpoints[m.trial_id], m.failed,
-                getattr(ev, "val_mse", None), getattr(ev, "val_mae", None),
-                getattr(ev, "val_r2", None),
-                *(getattr(ev, k, None) if k in self._sizes_ranked else None
-                  for k in ("params", "flops")), getattr(ev, "extra", None))
+        for m, result in zip(members, results, strict=True):
             before = self.book.trials[m.trial_id].last
             self.emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,
                                     round(self.capacity.cost(m.trial) / 2**20, 2)))
             stale += self.store.superseded(m.trial_id, rung, before and before.checkpoint,
                                            result.checkpoint)
-            results.append(result)
         best, packs = self.book.best(), self.book.packs
         self.emit(PackFinished(pack, len(packs), best.value if best else None,
                                round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4),
                                self.book.objective.metric))
         self.store.delete(stale)
+        if self.keep.keeps:  # journaled: the states that no longer count go
+            self.store.drop_kept(*self.keep.wanted(self.book.trials,
+                                                   [m.trial_id for m in members]))
         for m in members:
             if m.failed:
                 self.retire(m.trial_id, "failed")
         return results
+
+    def _result(self, m: Any, ev: Any, bracket: Bracket, rung: int, epochs: float,
+                pack_id: str, checkpoint: str | None) -> RungResult:
+        return RungResult(
+            m.trial_id, bracket.s, rung, epochs, m.step, ev.val_accuracy, ev.val_loss,
+            m.train_loss if m.train_loss is not None and math.isfinite(m.train_loss)
+            else None, pack_id, checkpoint, m.failed,
+            getattr(ev, "val_mse", None), getattr(ev, "val_mae", None),
+            getattr(ev, "val_r2", None),
+            *(getattr(ev, k, None) if k in self._sizes_ranked else None
+              for k in ("params", "flops")), getattr(ev, "extra", None))
+
+    def _keep(self, members: Sequence[Any], results: Sequence[RungResult]) -> None:
+        """Writes the states of the pack's results that ``keep`` may hand over as models,
+        before the journal names the results (so a resumed search finds them)."""
+        if not self.keep.keeps:
+            return
+        from packexp.packing.member import read_state
+
+        by_id = {m.trial_id: m for m in members}
+        for result in self.keep.candidates(self.book.trials, results):
+            m = by_id[result.trial_id]
+            state = m.state if m.state is not None else (
+                read_state(m.checkpoint) if m.checkpoint else None)
+            if state is not None and not m.failed:
+                self.store.keep(state, result.trial_id, result.rung)
 
     def _spent(self, members: list, epochs: float, exploited: set[str]) -> float:
         """Epochs the members trained in this pack: a continued trial only those its rung

@@ -101,9 +101,11 @@ class Packer:
 
     def job(self, key: str, bracket: Bracket, rung: int, group: list[Trial],
             fusion: str | None) -> PackJob:
+        # A worker writes its members' end states where they continue or may be kept.
         return PackJob(key, group, bracket.rungs[rung].r,
                        {t.trial_id: self.ledger.state_for(t) for t in group}, fusion,
-                       self.lr_horizon, checkpoint=self.ledger.continues(bracket, rung))
+                       self.lr_horizon,
+                       checkpoint=self.ledger.continues(bracket, rung) or self.ledger.keep.keeps)
 
     def predict(self, job: PackJob, context: RungContext) -> float | None:
         """The pack's time as the strategy predicts it with the caches as they stand now (None

@@ -29,6 +29,7 @@ from packexp.objectives import Objective
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.dispatch import Dispatch
 from packexp.runner.draws import Draws
+from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
 from packexp.runner.resume import Replayed
@@ -78,6 +79,7 @@ class PackedSearch:
     budget: Budget = NO_BUDGET  # when to stop early
     earlier_s: float = 0.0  # seconds the sessions before this one searched (a resume's)
     stopped: str | None = None  # why the search stopped early; None: it ran to its end
+    keep: KeepModels = NO_MODELS  # whose trained weights it hands over (``keep.py``)
     _current: dict[str, Trial] = field(default_factory=dict)  # each trial as it trains next
     _members: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # rung -> plan's
     _keyed: int = 0  # keyed plans so far: the next one's draw is seeded by this number
@@ -88,7 +90,7 @@ class PackedSearch:
         self.store = CheckpointStore(self.checkpoints)
         self.ledger = Ledger(self.book, self._emit, self.store, self.capacity, self.tags,
                              self.continue_on_promotion, self.probe_seconds, self.started,
-                             self.session)
+                             self.session, keep=self.keep)
         self.draws = Draws(self.space, self.sampler, self.seed, self.book, self.brackets)
         self.packer = Packer(self.strategy, self.capacity, self.capacity_source, self.executor,
                              self.cache, self.space, self.ledger, self._emit,

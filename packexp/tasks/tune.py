@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from contextlib import closing
 from pathlib import Path
@@ -22,7 +23,9 @@ from packexp.records.plots import write_plots
 from packexp.records.report import print_summary
 from packexp.records.results import search_metrics, search_results
 from packexp.runner import PackedSearch
+from packexp.runner.keep import BEST, KeepModels, keep_setting
 from packexp.runner.resume import journaled_checkpoints
+from packexp.search_space import Trial
 from packexp.session import (
     command_started,
     earlier_sessions_s,
@@ -79,7 +82,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     train_size=cache.data.train_size, brackets=scheduler.brackets(),
                     executor=executor, sampler=parts.sampler, session=sessions(records),
                     started=started, budget=budget_of(cfg),
-                    earlier_s=earlier_sessions_s(records))
+                    earlier_s=earlier_sessions_s(records), keep=keep_of(cfg, parts.objective))
                 if records:
                     log.info("resuming: %d member results from %s", search.replay(records),
                              journal.path)
@@ -89,6 +92,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     search.finish()
                 else:
                     log.info("search stopped early: %s", search.stopped)
+            kept = hand_over(search, cache, run_dir)
             results = search_results(
                 book.trials.values(), book.packs, book.best(), objective=parts.objective,
                 wall_time_s=time.perf_counter() - started + earlier_sessions_s(records),
@@ -102,10 +106,61 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 memory_probes=probes.summary(),
                 workers=executor.usage(), stopped=search.stopped,
                 **({} if (front := book.front()) is None else {"pareto_front": front}))
+            name_models(results, kept)
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)
     return float(search_metrics(results)["best_value"])
+
+
+def keep_of(cfg: DictConfig, objective: Any) -> KeepModels:
+    """``keep_models`` for the search's objective (``runner.keep``)."""
+    return KeepModels(keep_setting(cfg.get("keep_models", BEST)), objective)
+
+
+def hand_over(search: PackedSearch, cache: Any, run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The models ``keep_models`` keeps, written to ``<run_dir>/models/`` from the states
+    kept for them (``runner.keep``; the weights their reported scores came from), each as
+    ``{"file", "rung", "epochs"}`` by trial; then every kept state deleted, and any model a
+    session before this one wrote that is not kept."""
+    from packexp.packing.export import export_member
+    from packexp.packing.member import read_state
+
+    started = time.perf_counter()
+    chosen = search.keep.chosen(search.trials)
+    kept: dict[str, dict[str, Any]] = {}
+    for trial_id, result in chosen.items():
+        path = search.store.kept(trial_id, result.rung)
+        if not path.is_file():
+            log.warning("models: no kept state for %s's rung %d (%s); its model is not kept",
+                        trial_id, result.rung, path)
+            continue
+        record = search.trials[trial_id]
+        trial = Trial(trial_id, record.hparams_at(result.epochs), ())
+        file = export_member(trial, read_state(path), cache.make_member, cache.data, run_dir)
+        kept[trial_id] = {"file": file.file, "rung": result.rung,
+                          "epochs": int(result.epochs) if float(result.epochs).is_integer()
+                          else result.epochs, **({} if file.whole else {"why": file.why})}
+    files = {run_dir / k["file"] for k in kept.values()}
+    for stale in (run_dir / "models").glob("*"):
+        if stale.is_file() and stale not in files and not stale.name.startswith("refit"):
+            stale.unlink()
+    shutil.rmtree(search.store.kept_root, ignore_errors=True)
+    if kept:
+        log.info("models: %d kept in %s (%.2f s)", len(kept), run_dir / "models",
+                 time.perf_counter() - started)
+    return kept
+
+
+def name_models(results: dict[str, Any], kept: dict[str, dict[str, Any]]) -> None:
+    """``results.json``'s ``models`` (each kept trial's file, rung and epochs), and a
+    ``model`` key on ``best`` and on each Pareto front entry whose model is kept."""
+    results["models"] = kept
+    entries = [results.get("best"), *results.get("pareto_front", [])]
+    for entry in (e for e in entries if e):
+        model = kept.get(entry["trial_id"])
+        if model is not None and model["epochs"] == entry["epochs"]:
+            entry["model"] = model["file"]
 
 
 def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
