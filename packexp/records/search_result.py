@@ -71,6 +71,49 @@ class SearchResult:
         """The best trial's hyper-parameters (Optuna's ``Study.best_params``)."""
         return dict(self.best["hparams"]) if self.best else None
 
+    @property
+    def models(self) -> dict[str, dict[str, Any]]:
+        """The kept models (``keep_models``) by trial: ``file`` (relative to ``run_dir``),
+        ``rung`` and ``epochs``, the result whose weights they hold."""
+        return dict(self.results.get("models") or {})
+
+    def model_path(self, trial_id: str) -> Path:
+        """The file of ``trial_id``'s kept model.
+
+        Raises:
+            KeyError: the search kept no model of that trial (the message lists those kept).
+        """
+        kept = self.models
+        if trial_id not in kept:
+            held = ", ".join(kept) or "none"
+            raise KeyError(f"{trial_id}: the search kept no model of it (kept: {held}; "
+                           "keep_models chooses which are kept)")
+        return self.run_dir / kept[trial_id]["file"]
+
+    def model(self, trial_id: str) -> Any:
+        """``trial_id``'s kept model, loaded with ``keras.saving.load_model``: it takes the
+        rows as they were given to the search and returns class probabilities (a
+        regression: the target in its units). See docs/models.md."""
+        path = self.model_path(trial_id)
+        if not path.name.endswith(".keras"):
+            raise ValueError(f"{path}: only the weights of {trial_id}'s model were kept "
+                             f"({self.models[trial_id].get('why')}); build the model and "
+                             "load them with model.load_weights")
+        import keras
+
+        return keras.saving.load_model(path)
+
+    def best_model(self) -> Any:
+        """The best trial's kept model (``model``); under several objectives, the model of
+        ``best``, one end of the Pareto front (``best_trials`` names each kept one)."""
+        if not self.best:
+            raise ValueError(f"{self.run_dir}: the search scored no trial, so it has no best "
+                             "model")
+        if "model" not in self.best:
+            raise KeyError(f"{self.run_dir}: the best trial's model was not kept "
+                           f"(keep_models; kept: {', '.join(self.models) or 'none'})")
+        return self.model(self.best["trial_id"])
+
     def trials_dataframe(self) -> Any:
         """``trials``, by the name Optuna's ``Study.trials_dataframe()`` has."""
         return self.trials
