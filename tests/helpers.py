@@ -285,3 +285,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def kept_models(run_dir: Path) -> dict[str, tuple[str, str]]:
+    """The models a search in ``run_dir`` kept (``keep_models``): each trial's file and a
+    SHA-256 of its weights, for comparing two runs' kept models exactly."""
+    import hashlib
+
+    import keras
+
+    results = json.loads((Path(run_dir) / "results.json").read_text())
+    out = {}
+    for trial_id, kept in (results.get("models") or {}).items():
+        model = keras.saving.load_model(Path(run_dir) / kept["file"])
+        digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes()
+                                         for w in model.get_weights())).hexdigest()
+        out[trial_id] = (kept["file"], digest)
+    return out

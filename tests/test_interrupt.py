@@ -19,7 +19,7 @@ import pytest
 from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
 from packexp.records.journal import Journal
 from packexp.runner import Replayed
-from tests.helpers import ROOT, packexp, search, search_command
+from tests.helpers import ROOT, kept_models, packexp, search, search_command
 
 # Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and
 # resumed runs cover the fused engine's journal, checkpoints and resume too, and the slower
@@ -104,9 +104,10 @@ def resume_here(line: str) -> dict:
 
 
 def scores(run_dir: Path) -> dict:
+    """Every trial's rung scores, and the models the run kept (the same weights, exactly)."""
     results = json.loads((run_dir / "results.json").read_text())
-    return {t["trial_id"]: [(r["rung"], r["val_accuracy"]) for r in t["rungs"]]
-            for t in results["trials"]}
+    return {**{t["trial_id"]: [(r["rung"], r["val_accuracy"]) for r in t["rungs"]]
+               for t in results["trials"]}, "kept models": kept_models(run_dir)}
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,9 @@ def unbroken(tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("whole") / "run"
     packs = search(run_dir, *SEARCH)["packs"]
     assert any(p["fused"] for p in packs)  # SEARCH's fused engine, as its comment says
-    return scores(run_dir)
+    whole = scores(run_dir)
+    assert whole["kept models"], "the best model is kept by default"
+    return whole
 
 
 def expected_line(run_dir: Path, *args: str) -> str:

@@ -103,6 +103,26 @@ def servable(member: Member, data: Any) -> keras.Model:
     return keras.Model(inputs, x, name=f"packexp_{member.trial_id.replace('-', '_')}")
 
 
+def _rebuilt(model: keras.Model) -> None:
+    """Raises ValueError naming the first layer that its config cannot rebuild, if the model
+    cannot be rebuilt from its config."""
+    try:
+        keras.Model.from_config(model.get_config())
+        return
+    except Exception as whole:
+        error = whole
+    layers = list(model._flatten_layers(include_self=False))
+    for layer in sorted(layers, key=lambda x: isinstance(x, keras.Model)):  # leaves first
+        kind = type(layer)
+        try:
+            kind.from_config(layer.get_config())
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ValueError(f"layer {layer.name!r} ({kind.__module__}.{kind.__qualname__}) "
+                             f"cannot be rebuilt from its get_config(): {first}") from e
+    raise ValueError(str(error)) from error
+
+
 def save_atomically(model: keras.Model, path: Path) -> None:
     """Saves ``model`` to ``path`` (``.keras``): a reader finds the whole file or none."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,22 +139,29 @@ def save_atomically(model: keras.Model, path: Path) -> None:
 
 
 def export_member(trial: Trial, state: MemberState, make_member: Callable[[Trial], Member],
-                  data: Any, run_dir: Path, directory: str = "models") -> Kept:
-    """Writes ``trial``'s model in ``state`` to ``<run_dir>/<directory>/<trial_id>.keras``.
+                  data: Any, run_dir: Path, directory: str = "models",
+                  name: str | None = None) -> Kept:
+    """Writes ``trial``'s model in ``state`` to ``<run_dir>/<directory>/<name>.keras``
+    (``name``: the trial's id unless given; a refit's is ``refit``).
 
     A model Keras cannot save whole (a custom layer without ``get_config``) keeps its
     weights (``.weights.h5``, ``model.save_weights``) and the reason, said in one line.
     """
     member = make_member(trial)
     member.put_state(state)
-    relative = Path(directory) / f"{trial.trial_id}{SUFFIX}"
+    stem = name or trial.trial_id
+    relative = Path(directory) / f"{stem}{SUFFIX}"
     try:
         model = servable(member, data)
+        # Keras saves a layer whose config cannot rebuild it (a custom layer's constructor
+        # argument missing from get_config) and fails only when the file is loaded: rebuild
+        # the model from its config first, as loading it would.
+        _rebuilt(model)
         save_atomically(model, run_dir / relative)
         return Kept(relative.as_posix())
-    except (NotImplementedError, TypeError, ValueError) as e:
+    except Exception as e:
         why = " ".join(str(e).split())[:300] or type(e).__name__
-        weights = relative.with_name(f"{trial.trial_id}{WEIGHTS_SUFFIX}")
+        weights = relative.with_name(f"{stem}{WEIGHTS_SUFFIX}")
         (run_dir / weights).parent.mkdir(parents=True, exist_ok=True)
         member.model.save_weights(run_dir / weights)
         log.warning("models: Keras cannot save %s's model whole (%s); its weights are kept in "

@@ -1,0 +1,187 @@
+"""The models a search keeps (``keep_models``): the weights its reported scores came from, as
+self-contained Keras files that take the rows as the user gave them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import packexp
+from packexp.data import split
+from packexp.errors import ConfigError
+from packexp.packing.export import plain_network
+
+pytestmark = pytest.mark.tf
+
+QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking
+PLAIN = {"fusion": "off", "jit_compile": False}  # exact: plain packs, no XLA
+
+
+def raw_validation(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The digits' validation rows as ``packexp.tune(data=(x, y))`` splits them, raw."""
+    digits = load_digits()
+    data = split("raw", digits.data, digits.target, 0.2, seed, num_classes=10)
+    return data.x_val, data.y_val
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> packexp.SearchResult:
+    digits = load_digits()
+    return packexp.tune(data=(digits.data, digits.target), **QUICK, pack=PLAIN,
+                        run_dir=tmp_path_factory.mktemp("plain") / "run")
+
+
+def test_the_best_model_predicts_the_best_s_recorded_accuracy_from_raw_rows(plain):
+    x_val, y_val = raw_validation()
+    model = plain.best_model()
+    probabilities = model.predict(x_val, verbose=0)
+    assert probabilities.shape == (len(x_val), 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1, rtol=1e-5)
+    # Plain packs: the same predictions, so exactly the recorded accuracy.
+    assert (probabilities.argmax(axis=1) == y_val).mean() == plain.best["val_accuracy"]
+    assert plain.best["model"] == f"models/{plain.best['trial_id']}.keras"
+    assert plain.models == {plain.best["trial_id"]: {
+        "file": plain.best["model"], "rung": plain.models[plain.best["trial_id"]]["rung"],
+        "epochs": plain.best["epochs"]}}
+    # Only the kept model is left: no kept state, no other trial's checkpoint.
+    assert [p.name for p in (plain.run_dir / "models").iterdir()] == [
+        f"{plain.best['trial_id']}.keras"]
+    assert not any((plain.run_dir / "checkpoints").rglob("*.npz"))
+    again = packexp.load(plain.run_dir)
+    assert again.best["model"] == plain.best["model"]
+    assert np.array_equal(again.best_model().predict(x_val, verbose=0), probabilities)
+    with pytest.raises(KeyError, match="kept no model of it"):
+        again.model("b9-t999")
+
+
+@pytest.mark.process
+def test_plain_keras_loads_it_in_a_process_that_never_imports_packexp(plain, tmp_path):
+    x_val, _ = raw_validation()
+    np.save(tmp_path / "rows.npy", x_val)
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, keras
+        model = keras.saving.load_model({str(plain.run_dir / plain.best["model"])!r})
+        rows = np.load({str(tmp_path / "rows.npy")!r})
+        np.save({str(tmp_path / "out.npy")!r}, model.predict(rows, verbose=0))
+        assert not any(m.split(".")[0] == "packexp" for m in sys.modules), "imported packexp"
+        """)
+    # Not from the checkout's directory, where packexp would be importable; with this
+    # process's TensorFlow settings (the suite's oneDNN setting: its kernels round otherwise).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert np.array_equal(np.load(tmp_path / "out.npy"),
+                          plain.best_model().predict(x_val, verbose=0))
+
+
+def test_fused_packs_keep_a_model_within_float_rounding_of_its_score(tmp_path):
+    digits = load_digits()
+    fused = packexp.tune(data=(digits.data, digits.target), **QUICK, pack={"fusion": "on"},
+                         run_dir=tmp_path / "run")
+    assert any(p["fused"] for p in fused.results["packs"])
+    x_val, y_val = raw_validation()
+    accuracy = (fused.best_model().predict(x_val, verbose=0).argmax(axis=1) == y_val).mean()
+    assert abs(accuracy - fused.best["val_accuracy"]) <= 1 / len(y_val)  # one row at most
+
+
+def test_keep_models_keeps_the_top_k_best_first_or_none(tmp_path):
+    digits = load_digits()
+    data = (digits.data, digits.target)
+    top = packexp.tune(data=data, **QUICK, pack=PLAIN, keep_models=3, run_dir=tmp_path / "top")
+    best_of = {}
+    for row in top.trials.itertuples():
+        if row.val_accuracy == row.val_accuracy:  # scored
+            best_of[row.trial_id] = max(best_of.get(row.trial_id, -1), row.val_accuracy)
+    # The three best scores, best first (of two as good, the one scored at more epochs).
+    assert [best_of[t] for t in top.models] == sorted(best_of.values(), reverse=True)[:3]
+    assert next(iter(top.models)) == top.best["trial_id"]
+    x_val, y_val = raw_validation()
+    for trial_id, kept in top.models.items():
+        rung = top.trials[(top.trials.trial_id == trial_id) & (top.trials.rung == kept["rung"])]
+        accuracy = (top.model(trial_id).predict(x_val, verbose=0).argmax(1) == y_val).mean()
+        assert accuracy == rung.val_accuracy.item() == best_of[trial_id]
+    none = packexp.tune(data=data, **QUICK, pack=PLAIN, keep_models="none",
+                        run_dir=tmp_path / "none")
+    assert none.models == {} and "model" not in none.best
+    assert not (none.run_dir / "models").exists()
+    assert scores(none) == scores(top)  # keeping changes no result
+    with pytest.raises(KeyError, match="not kept"):
+        none.best_model()
+
+
+def scores(result: packexp.SearchResult) -> list[tuple]:
+    return [(r.trial_id, r.rung, r.val_accuracy) for r in result.trials.itertuples()]
+
+
+@pytest.mark.parametrize("value", ["all", 0, -2, True])
+def test_a_bad_keep_models_is_one_line_before_anything_trains(tmp_path, value):
+    with pytest.raises(ConfigError, match="keep_models=") as caught:
+        packexp.tune(**QUICK, keep_models=value, run_dir=tmp_path / "run")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "run" / "journal.jsonl").exists()
+
+
+def test_a_pareto_search_keeps_every_trial_of_its_front(tmp_path):
+    result = packexp.tune(**QUICK, objective="pareto", pack=PLAIN,
+                          overrides=["+search_space.params.width=[8,64]"],
+                          run_dir=tmp_path / "run")
+    front = result.best_trials
+    assert front and {e["trial_id"] for e in front} == set(result.models)
+    for entry in front:
+        assert entry["model"] == result.models[entry["trial_id"]]["file"]
+        assert result.model(entry["trial_id"]).count_params() >= entry["params"]
+
+
+class Doubled(keras.layers.Layer):
+    """A custom layer with a constructor argument and no ``get_config``: Keras cannot save it."""
+
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def call(self, x):
+        return x * self.factor
+
+
+def doubled_mlp(input_shape, num_classes, hparams):
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Dense(16, activation=hparams.get("activation", "relu"))(inputs)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(Doubled(2.0)(x)))
+
+
+def test_a_model_keras_cannot_save_keeps_its_weights_and_says_so_in_one_line(tmp_path, capfd):
+    result = packexp.tune(doubled_mlp, **QUICK, run_dir=tmp_path / "run")
+    [kept] = result.models.values()
+    assert kept["file"].endswith(".weights.h5") and "Doubled" in kept["why"]
+    assert (result.run_dir / kept["file"]).is_file()
+    [line] = [x for x in capfd.readouterr().err.splitlines() if "cannot save" in x]
+    assert "'doubled" in line and kept["file"] in line
+    model = doubled_mlp((64,), 10, result.best["hparams"])
+    model.load_weights(result.run_dir / kept["file"])  # the weights are whole
+    with pytest.raises(ValueError, match="only the weights"):
+        result.best_model()
+
+
+def test_a_run_time_activation_becomes_the_keras_layer_it_selected():
+    from packexp.models import mobilenet
+    from packexp.models.activation import SelectActivation
+    from packexp.packing.member import seed_keras
+
+    seed_keras(3)
+    model = mobilenet.build((32, 32, 1), 10, {"activation": "relu"}, alpha=0.35)
+    assert any(isinstance(x, SelectActivation) for x in model._flatten_layers())
+    plain = plain_network(model)
+    assert not any(isinstance(x, SelectActivation) for x in plain._flatten_layers())
+    x = np.random.default_rng(0).uniform(size=(4, 32, 32, 1)).astype(np.float32)
+    assert np.array_equal(plain.predict(x, verbose=0), model.predict(x, verbose=0))
+    saved = json.loads(plain.to_json())
+    assert "SelectActivation" not in json.dumps(saved)
