@@ -83,6 +83,12 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                       "scores match training alone to float32 rounding, not bit for bit "
                       "(pack.fusion=off for bit-exact plain packs)")
     console.print(f"run directory: {run_dir.resolve()}")
+    if (best := results.get("best")) and best.get("model"):
+        more = len(results.get("models") or {}) - 1
+        console.print(f"best model: {run_dir.resolve() / best['model']}"
+                      + (f" (and {more} more in models/)" if more > 0 else "")
+                      + "; keras.saving.load_model(path).predict(rows) takes the rows as "
+                        "given")
     if store and lost:
         console.print(f"MLflow store: {store}: tracking was lost mid-search ({lost}); its runs "
                       "are marked FAILED and lack what came after; the run directory's "
