@@ -66,9 +66,13 @@ class TestFromArrays:
         x, y = wine
         data = make(x, y, seed=3)
         raw = split("raw", x, y, 0.2, 3, num_classes=3)  # the same rows, still float64
-        mean, std = raw.x_train.mean(axis=0), raw.x_train.std(axis=0)
-        np.testing.assert_array_equal(data.x_train, ((raw.x_train - mean) / std).astype(np.float32))
-        np.testing.assert_array_equal(data.x_val, ((raw.x_val - mean) / std).astype(np.float32))
+        # In float32, as the kept model's Normalization layer computes it (data.Scaling).
+        mean = raw.x_train.astype(np.float32).mean(axis=0, dtype=np.float64).astype(np.float32)
+        std = raw.x_train.astype(np.float32).std(axis=0, dtype=np.float64).astype(np.float32)
+        np.testing.assert_array_equal(data.inputs.mean, mean)
+        np.testing.assert_array_equal(data.inputs.std, std)
+        for rows, scaled in ((raw.x_train, data.x_train), (raw.x_val, data.x_val)):
+            np.testing.assert_array_equal(scaled, (rows.astype(np.float32) - mean) / std)
         assert data.x_train.dtype == data.x_val.dtype == np.float32
         np.testing.assert_allclose(data.x_train.mean(axis=0), 0, atol=1e-6)
         np.testing.assert_allclose(data.x_train.std(axis=0), 1, atol=1e-6)
