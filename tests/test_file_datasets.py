@@ -11,7 +11,7 @@ import pytest
 from sklearn.datasets import load_wine
 
 from packexp.config import instantiate
-from packexp.data import Dataset, arrays, split, table
+from packexp.data import Dataset, Scaling, arrays, split, table
 from packexp.data.arrays import from_arrays
 from packexp.errors import ConfigError
 from tests.helpers import compose_config
@@ -111,9 +111,11 @@ class TestFromArrays:
     def test_given_validation_arrays_are_used_as_is_with_the_training_statistics(self, wine):
         x, y = wine
         data = make(x[:100], y[:100], x[100:], y[100:], val_fraction=0.5)
-        mean, std = x[:100].mean(axis=0), x[:100].std(axis=0)
-        np.testing.assert_array_equal(data.x_train, ((x[:100] - mean) / std).astype(np.float32))
-        np.testing.assert_array_equal(data.x_val, ((x[100:] - mean) / std).astype(np.float32))
+        scaling = Scaling.fitted(x[:100])  # in float32, as the kept model's first layer
+        np.testing.assert_array_equal(data.inputs.mean, scaling.mean)
+        np.testing.assert_array_equal(data.x_train, scaling(x[:100]))
+        np.testing.assert_array_equal(data.x_val, scaling(x[100:]))
+        np.testing.assert_allclose(scaling.mean, x[:100].mean(axis=0), rtol=1e-5)
         np.testing.assert_array_equal(data.y_train, y[:100])
         np.testing.assert_array_equal(data.y_val, y[100:])
 

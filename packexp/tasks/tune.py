@@ -37,6 +37,7 @@ from packexp.startup import mark
 from packexp.strategies import Capacity, WeighsCosts
 from packexp.strategies.calibration import kept_directory
 from packexp.tasks.plan import plan_dict
+from packexp.tasks.refit import refit_after_search
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)
+    if cfg.get("refit"):
+        refit_after_search(cfg, run_dir, parts)
     return float(search_metrics(results)["best_value"])
 
 
