@@ -2,6 +2,7 @@
 
 From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
 ``packexp.load(run_dir)`` reads a finished one back (README, "From Python");
+``packexp.refit(run_dir)`` trains its best configuration again on every row;
 ``packexp.to_optuna(run_dir, storage)`` writes it as an Optuna study.
 """
 
@@ -32,10 +33,10 @@ def conf_dir() -> str:
     return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")
 
 __all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load",
-           "to_optuna", "tune"]
+           "refit", "to_optuna", "tune"]
 
 # Loaded when first used: ``import packexp`` stays light for the command line and workers.
-_LAZY = {"tune": "packexp.api", "load": "packexp.records.search_result",
+_LAZY = {"tune": "packexp.api", "refit": "packexp.api", "load": "packexp.records.search_result",
          "to_optuna": "packexp.records.optuna_study",
          "SearchResult": "packexp.records.search_result", "TrackingError": "packexp.tracking.base"}
 

@@ -1,4 +1,5 @@
-"""packexp from Python: ``tune`` runs ``python -m packexp``'s job on the same composed config.
+"""packexp from Python: ``tune`` runs ``python -m packexp``'s job on the same composed config;
+``refit`` trains a finished search's best configuration again on all its rows.
 
 A builder function, arrays or a search-space dict replace their group's node in the composed
 config before the job starts, so the same checks read them. Hydra runs no multirun from
@@ -27,7 +28,7 @@ from packexp.errors import ConfigError
 from packexp.objectives import REGRESSION_METRICS
 from packexp.records.search_result import SearchResult, load
 
-__all__ = ["SearchResult", "load", "tune"]
+__all__ = ["SearchResult", "load", "refit", "tune"]
 
 CONF_DIR = Path(conf_dir())
 
@@ -143,6 +144,37 @@ def tune(model: str | Callable[..., Any] | None = None,
         if returned.status == JobStatus.FAILED:  # its own error, without Hydra's printed line
             raise returned._return_value
     return load(returned.hydra_cfg.hydra.runtime.output_dir)
+
+
+def refit(run_dir: str | Path, epochs: float | None = None) -> Path:
+    """Trains the best configuration of the finished search in ``run_dir`` again, from
+    scratch, on the training and validation rows together (scikit-learn's ``refit``), and
+    keeps it as ``<run_dir>/models/refit.keras``: ``python -m packexp task=refit
+    hydra.run.dir=<run_dir>`` in this process.
+
+    The run's data is read as the search read it (its ``.hydra/config.yaml``); both splits
+    are standardised by the training split's statistics, as in the search, so the model
+    takes the rows as they were given. It trains alone, with the best trial's hyper-parameters
+    and seed (a refit is reproducible), and has no validation score: no rows are held out.
+    ``results.json``'s ``refit`` records ``file``, ``trial_id``, ``hparams``, ``epochs``,
+    ``seed``, ``train_rows`` and ``train_loss``; a tracked search's MLflow run gets it as the
+    MLflow Model ``refit_model`` (``mlflow_model`` says where).
+
+    Args:
+        run_dir: The run directory of a finished search.
+        epochs: Epochs to train; None for the epochs the best trial trained.
+
+    Returns:
+        The model's file, loadable with ``keras.saving.load_model``.
+
+    Raises:
+        ConfigError: No such directory, no finished search in it, no best trial, a best of
+            ``scheduler=pbt`` whose values changed as it trained, or streamed data; one line.
+    """
+    from packexp.run import start_tensorflow
+    from packexp.tasks.refit import refit_here
+
+    return refit_here(run_dir, epochs, start=start_tensorflow)
 
 
 def home() -> Path:

@@ -104,16 +104,18 @@ class Components:
         return (f"{n['strategy']}-{n['model']}-{n['dataset']}-"
                 f"{component_name(self.cfg, 'scheduler')}-{budget}-seed{self.cfg.seed}")
 
-    def cache(self) -> Any:
-        """A ``PackCache`` on this process's device: the dataset there, members built from
-        the config, the model's runtime hyper-parameters left out of structures, and every
-        batch padded to the search's largest where a program is compiled."""
+    def cache(self, dataset: Any = None) -> Any:
+        """A ``PackCache`` on this process's device: the dataset there (``dataset``: another
+        of the same shape instead, a refit's training and validation rows), members built
+        from the config, the model's runtime hyper-parameters left out of structures, and
+        every batch padded to the search's largest where a program is compiled."""
         from packexp.models import runtime_hparams
         from packexp.packing import Member
         from packexp.packing.cache import PackCache
         from packexp.packing.data import device_data
 
-        cfg, dataset, build_model = self.cfg, self.dataset, self.build_model
+        cfg, build_model = self.cfg, self.build_model
+        dataset = self.dataset if dataset is None else dataset
         data = device_data(dataset, head=self.head)
 
         def make_member(trial: Trial) -> Member:

@@ -23,6 +23,8 @@ from packexp.session import (
 )
 from packexp.startup import mark
 from packexp.tasks import TASKS
+from packexp.tasks.refit import check_settings as check_refit
+from packexp.tasks.refit import keep_run_config
 
 __all__ = ["TASKS", "RunDirCheck", "check", "job", "run"]
 
@@ -59,6 +61,7 @@ def check_run_settings(cfg: DictConfig) -> None:
     again). A key the config leaves out or null is not checked."""
     positive_int("summary_top_k", cfg.get("summary_top_k"), minimum=0, optional=True,
                  error=ConfigError)
+    check_refit(cfg)
     if (keep := cfg.get("keep_models")) is not None:
         try:
             keep_setting(keep)
@@ -111,10 +114,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
 class RunDirCheck(Callback):
     """Refuses a run before Hydra writes in its directory: a value ``check`` refuses, a
-    ``resume=true`` that names no directory, a directory that cannot be made, and a search
-    that cannot start in it (``checked_records``), so that a refused run leaves no files and
-    a refused resume leaves the run's ``.hydra`` files and log as they were. One line and
-    exit code 2, as every configuration error."""
+    ``resume=true`` that names no directory, a directory that cannot be made, a search
+    that cannot start in it (``checked_records``) and a run ``task=refit`` cannot refit
+    (``tasks.refit.keep_run_config``, which also keeps the run's ``.hydra`` files), so that
+    a refused run leaves no files and a refused resume leaves the run's ``.hydra`` files and
+    log as they were. One line and exit code 2, as every configuration error."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refused():
@@ -122,6 +126,8 @@ class RunDirCheck(Callback):
                 check(config)
             if config.get("resume", False) and not run_dir_given(config):
                 raise ConfigError(resume_needs_a_run_dir(Path(str(config.hydra.run.dir)).parent))
+            if config.get("task") == "refit":
+                keep_run_config(config)
             refuse_run_dir(config)
             make_dir("hydra.run.dir", config.hydra.run.dir)
 

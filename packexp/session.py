@@ -61,9 +61,9 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
 # Keys that may differ between a run and its resume: they change no result (where packs
 # train included: the same plan gives the same numbers in any process; where calibrations
 # and downloads are kept, which packexp.tune moves to its home: a resume reads its
-# calibration from the run directory).
+# calibration from the run directory; refit and refit_epochs, what follows the search).
 RESUME_FREE = ("resume", "summary_top_k", "budget.", "tracking.", "executor.", "listeners",
-               "strategy.calibration_dir", "dataset.cache_dir", "device.probe_dir")
+               "strategy.calibration_dir", "dataset.cache_dir", "device.probe_dir", "refit")
 
 
 

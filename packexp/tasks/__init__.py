@@ -9,9 +9,10 @@ from omegaconf import DictConfig
 
 from packexp.tasks.plan import plan
 from packexp.tasks.profile import profile
+from packexp.tasks.refit import refit
 from packexp.tasks.tune import tune
 
 TASKS: dict[str, Callable[[DictConfig, Path], float]] = {"tune": tune, "plan": plan,
-                                                         "profile": profile}
+                                                         "profile": profile, "refit": refit}
 
 __all__ = ["TASKS"]
