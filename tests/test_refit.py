@@ -214,6 +214,8 @@ def test_a_refit_is_reproducible_bit_for_bit(searched):
     path = packexp.refit(searched.result.run_dir)
     assert path == searched.result.run_dir / "models" / "refit.keras"
     again = weights(path)
+    loaded = packexp.load(searched.result.run_dir).refit_model()
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), again, strict=True))
     assert len(again) == len(searched.weights) > 0
     assert all(np.array_equal(a, b) for a, b in zip(searched.weights, again, strict=True))
 

@@ -114,6 +114,17 @@ class SearchResult:
                            f"(keep_models; kept: {', '.join(self.models) or 'none'})")
         return self.model(self.best["trial_id"])
 
+    def refit_model(self) -> Any:
+        """The model ``packexp.refit`` (or ``refit=true``) trained on every row, loaded with
+        ``keras.saving.load_model``; it takes and gives what ``best_model`` does."""
+        refit = self.results.get("refit")
+        if not refit:
+            raise KeyError(f"{self.run_dir}: has no refit model; make one with "
+                           "packexp.refit(run_dir) or refit=true")
+        import keras
+
+        return keras.saving.load_model(self.run_dir / refit["file"])
+
     def trials_dataframe(self) -> Any:
         """``trials``, by the name Optuna's ``Study.trials_dataframe()`` has."""
         return self.trials
