@@ -38,6 +38,7 @@ from packexp.strategies import Capacity, WeighsCosts
 from packexp.strategies.calibration import kept_directory
 from packexp.tasks.plan import plan_dict
 from packexp.tasks.refit import refit_after_search
+from packexp.tracking.models import log_best_model
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                 workers=executor.usage(), stopped=search.stopped,
                 **({} if (front := book.front()) is None else {"pareto_front": front}))
             name_models(results, kept)
+            log_best_model(tracker, results, run_dir, parts.dataset, cfg)
             finish(results, run_dir, listeners)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)

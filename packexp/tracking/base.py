@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from packexp.data import Dataset
+    from packexp.tracking.models import KerasFile
 
 
 class TrackingError(RuntimeError):
@@ -57,6 +58,12 @@ class Tracker(Listener, abc.ABC):
     @abc.abstractmethod
     def end(self, status: str = "FINISHED") -> None:
         """Ends the parent run and any trial run still open; nothing once it has ended."""
+
+    def log_model(self, model: KerasFile) -> dict[str, str] | None:
+        """Logs a kept model file on the run as an MLflow-style model; returns where it goes
+        (``uri``, and ``registered_as``), or None when nowhere."""
+        del model
+        return None
 
     @property
     def location(self) -> str | None:

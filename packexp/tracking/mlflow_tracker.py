@@ -23,10 +23,12 @@ from packexp.tracking import writer_process
 from packexp.tracking.base import STATUS, Tracker, TrackingError
 from packexp.tracking.datasets import SOURCE, dataset_splits, source_tags, split_inputs
 from packexp.tracking.mlflow_writer import EXPERIMENT_KIND, INTERRUPTED, OUTCOMES, one_line
+from packexp.tracking.models import registered_name
 from packexp.tracking.writer_process import CallFailed, WriterGone
 
 if TYPE_CHECKING:
     from packexp.data import Dataset
+    from packexp.tracking.models import KerasFile
 
 __all__ = ["EXPERIMENT_KIND", "INTERRUPTED", "OUTCOMES", "SOURCE", "MlflowTracker",
            "dataset_inputs", "experiment_name", "source_tags"]
@@ -57,12 +59,15 @@ class MlflowTracker(Tracker):
             readings logged on the parent run; null or 0 for none.
         journal_mode: The journal mode a sqlite store is set to (SQLite's ``PRAGMA
             journal_mode``); None leaves the store's own.
+        register_as: A registered model's name: the search's logged model becomes its next
+            version in the Model Registry; None registers nothing.
     """
 
     def __init__(self, uri: str | None = None, experiment: Any = "packexp",
                  store_dir: str = "outputs", sample_interval_s: float | None = 1.0,
-                 journal_mode: str | None = "wal") -> None:
+                 journal_mode: str | None = "wal", register_as: str | None = None) -> None:
         self.experiment = experiment_name(experiment)
+        self.register_as = registered_name(register_as)
         if sample_interval_s is not None and (
                 isinstance(sample_interval_s, bool)
                 or not isinstance(sample_interval_s, int | float) or sample_interval_s < 0):
@@ -300,6 +305,17 @@ class MlflowTracker(Tracker):
         if not path.exists():
             return
         self._post(f"log {path.name}", "log_artifact", str(path), artifact_path, path.is_dir())
+
+    def log_model(self, model: KerasFile) -> dict[str, str] | None:
+        """The kept model on the parent run as an MLflow Model of the Keras flavor, loadable
+        as ``runs:/<run_id>/<artifact_path>`` and registered as ``register_as`` when set; the
+        writer logs it while this process goes on (a warning if it cannot), and says its
+        registered version in a log line; None once the store is lost."""
+        if self._parent is None or self._lost:
+            return None
+        self._post(f"log the model {model.artifact_path}", "log_model", model, self.register_as)
+        return {"uri": f"runs:/{self._parent}/{model.artifact_path}",
+                **({"registered_as": self.register_as} if self.register_as else {})}
 
     def end(self, status: str = "FINISHED") -> None:
         """Ends the parent run and any trial run still open (``outcome`` = interrupted), once

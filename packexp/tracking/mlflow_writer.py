@@ -41,7 +41,7 @@ MAX_METRICS, MAX_PARAMS_TAGS, MAX_ENTITIES = 1000, 100, 1000
 HOLD_S = 1.0
 # The calls a tracker may queue.
 OPERATIONS = frozenset({"start", "log_rung_plan", "log_trial_rung", "log_metrics", "end_trial",
-                        "reopen_trial", "log_artifact", "end"})
+                        "reopen_trial", "log_artifact", "log_model", "log_model_file", "end"})
 
 Metric = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
@@ -327,6 +327,22 @@ class MlflowWriter:
     def log_artifact(self, path: str, artifact_path: str | None, folder: bool) -> None:
         log_it = self._client.log_artifacts if folder else self._client.log_artifact
         log_it(self._parent, path, artifact_path)
+
+    def log_model(self, model: Any, register_as: str | None) -> dict[str, str]:
+        """A kept model (``tracking.models.KerasFile``) on the parent run (``mlflow_model``)."""
+        from packexp.tracking.mlflow_model import log_keras_file
+
+        return log_keras_file(self._client, self._parent, model, register_as,
+                              self._experiment_id)
+
+    def log_model_file(self, uri: str, run_id: str, model: Any,
+                       register_as: str | None) -> dict[str, str]:
+        """A kept model into any run of the store at ``uri``, with no tracker's runs open."""
+        from mlflow.tracking import MlflowClient
+
+        from packexp.tracking.mlflow_model import log_keras_file
+
+        return log_keras_file(MlflowClient(tracking_uri=uri), run_id, model, register_as)
 
     def end(self, status: str, timestamp: int | None) -> None:
         """Ends any trial run still open (``outcome`` = interrupted) and the parent run, at
