@@ -111,7 +111,7 @@ def test_a_kept_file_must_be_a_whole_model_with_rows_to_show(tmp_path):
     whole.write_bytes(b"")
     frame = pd.DataFrame([[1.0, 2.0]], columns=["x", "y"])
     model = keras_file(whole, frame, tags={"trial_id": "b0-t000", "rung": None})
-    assert model.columns == ("x", "y") and model.example.dtype == np.float32
+    assert model.columns == ("x", "y") and model.example.dtype == np.float64
     assert dict(model.tags) == {"trial_id": "b0-t000"}
     assert any(r.startswith("keras==") for r in model.requirements)
     with pytest.raises(ValueError, match="3 column names"):
@@ -133,7 +133,7 @@ def test_the_folder_is_the_one_mlflow_keras_save_model_writes(tmp_path):
     inputs = keras.Input((4,), name="rows")
     net = keras.Model(inputs, keras.layers.Softmax()(keras.layers.Dense(3)(inputs)))
     net.save(tmp_path / "m.keras")
-    frame = pd.DataFrame(np.arange(8, dtype=np.float32).reshape(2, 4), columns=list("abcd"))
+    frame = pd.DataFrame(np.arange(8, dtype=np.float64).reshape(2, 4), columns=list("abcd"))
     model = keras_file(tmp_path / "m.keras", frame, outputs=(3,))
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     save_keras_file(model, ours, Model())
@@ -187,12 +187,12 @@ def test_the_best_model_loads_from_the_run_and_predicts_as_its_file(tuned, store
     result, _ = tuned
     logged = result.results["mlflow_model"]
     assert logged == {"uri": f"runs:/{result.mlflow_run_id}/model", "registered_as": NAME}
-    rows = digits_rows()[0][:16].astype(np.float32)  # the user's raw pixels, 0 to 16
+    rows = digits_rows()[0][:16]  # the user's raw pixels, 0 to 16, float64 as NumPy gives
     model = mlflow.pyfunc.load_model(logged["uri"])
     np.testing.assert_array_equal(np.asarray(model.predict(pd.DataFrame(rows))),
                                   keras_predictions(result.run_dir / result.best["model"], rows))
     schema = model.metadata.signature
-    assert [(s.type, s.shape) for s in schema.inputs.inputs] == [(np.float32, (-1, 64))]
+    assert [(s.type, s.shape) for s in schema.inputs.inputs] == [(np.float64, (-1, 64))]
     assert [(s.type, s.shape) for s in schema.outputs.inputs] == [(np.float32, (-1, 10))]
     assert model.metadata.flavors["keras"]["keras_backend"] == "tensorflow"
 
@@ -216,7 +216,7 @@ def test_it_is_version_1_of_the_name_made_from_the_search_s_run(tuned, store):
     assert logged.tags["file"] == result.best["model"]
     example = json.loads(Path(mlflow.artifacts.download_artifacts(
         f"models:/{NAME}/1/serving_input_example.json")).read_text())
-    rows = np.asarray(example["inputs"], np.float32)
+    rows = np.asarray(example["inputs"], np.float64)
     np.testing.assert_array_equal(
         np.asarray(mlflow.pyfunc.load_model(f"models:/{NAME}/1").predict(rows)),
         keras_predictions(result.run_dir / result.best["model"], rows))
@@ -232,7 +232,7 @@ def test_a_model_kept_later_joins_the_ended_run_and_the_next_version(tuned, stor
 
     result, uri = tuned
     file = result.run_dir / result.best["model"]
-    rows = pd.DataFrame(digits_rows()[0][:4].astype(np.float32),
+    rows = pd.DataFrame(digits_rows()[0][:4],
                         columns=[f"px{i}" for i in range(64)])
     logged = log_model_file(uri, result.mlflow_run_id, file, "refit_model", rows,
                             register_as=NAME, outputs=(10,), tags={"refit": "true"})

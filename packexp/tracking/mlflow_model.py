@@ -125,17 +125,18 @@ def save_keras_file(model: KerasFile, path: Path, mlflow_model: Any) -> None:
 
 
 def signature(model: KerasFile) -> Any:
-    """One unnamed float32 tensor in, the example's row shape; one out, when its shape is
-    known. The Keras flavor takes tensor specs only; the scoring server casts a request's
-    columns to float32, so a ``dataframe_split`` of any column names works."""
+    """One unnamed float64 tensor in, the example's row shape (float64: NumPy's and pandas'
+    own, so a user's arrays and tables pass MLflow's type check as they are; the model casts
+    to float32 as packexp did before training); one float32 out, when its shape is known.
+    The Keras flavor takes tensor specs only; the scoring server casts a request's columns to
+    the input's type, so a ``dataframe_split`` of any column names works."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
-    float32 = np.dtype(np.float32)
     outputs = None if model.outputs is None else Schema(
-        [TensorSpec(float32, (-1, *model.outputs))])
-    return ModelSignature(Schema([TensorSpec(float32, (-1, *model.example.shape[1:]))]),
-                          outputs)
+        [TensorSpec(np.dtype(np.float32), (-1, *model.outputs))])
+    return ModelSignature(
+        Schema([TensorSpec(np.dtype(np.float64), (-1, *model.example.shape[1:]))]), outputs)
 
 
 def input_example(model: KerasFile) -> Any:

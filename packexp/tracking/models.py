@@ -35,7 +35,7 @@ class KerasFile:
     Attributes:
         path: The file.
         artifact_path: The model's name in its run: ``runs:/<run_id>/<artifact_path>``.
-        example: A few rows the model takes, as a user gives them, float32: the model's
+        example: A few rows the model takes, as a user gives them, float64: the model's
             input example, whose shape (after the rows) the signature's input has.
         columns: The feature columns' names for 2-D rows (the example is then a table, and
             the served example a ``dataframe_split`` with them); None: none known.
@@ -75,7 +75,7 @@ def keras_file(path: str | Path, example: Any, artifact_path: str = "model",
         raise ValueError(f"{path}: not a whole-model .keras file")
     if columns is None and hasattr(example, "columns"):
         columns = [str(c) for c in example.columns]
-    rows = np.asarray(example, dtype=np.float32)
+    rows = np.asarray(example, dtype=np.float64)
     if rows.ndim < 2 or not len(rows):
         raise ValueError(f"input example of shape {rows.shape}: must be one or more rows")
     columns = tuple(str(c) for c in columns) if columns is not None else None
