@@ -83,7 +83,7 @@ def test_a_search_that_ends_within_its_budget_is_not_stopped(tmp_path, fake_trai
 def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, capsys):
     """experiment=quick draws 3 then 2 configurations: a budget of 4 stops after the first
     bracket; resumed with 5 it ends with the trials and scores of an unbroken run."""
-    from tests.helpers import search
+    from tests.helpers import kept_models, search
 
     quick = ("experiment=quick", "tracking=none", f"strategy.calibration_dir={tmp_path}")
     whole = search(tmp_path / "whole", *quick, strategy=None)  # the default strategy, cost
@@ -94,6 +94,7 @@ def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, c
     stopped = [r for r in Journal(cut).read() if r["event"] in ("stopped", "finished")]
     assert [r["event"] for r in stopped] == ["stopped"]
     assert first["stopped"] == stopped[0]["reason"]
+    assert first["models"] and any((cut / "checkpoints" / "kept").iterdir())  # for the resume
     resumed = search(cut, *quick, "resume=true", "budget.trials=5", strategy=None)
     assert resumed["stopped"] is None and Journal(cut).read()[-1]["event"] == "finished"
 
@@ -103,3 +104,6 @@ def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, c
                 for t in results["trials"]}
 
     assert scores(resumed) == scores(whole)
+    # It hands over the unbroken run's models, whichever session scored them.
+    assert kept_models(cut) == kept_models(tmp_path / "whole") != {}
+    assert not (cut / "checkpoints" / "kept").exists()

@@ -139,6 +139,9 @@ def test_a_pareto_search_keeps_every_trial_of_its_front(tmp_path):
     for entry in front:
         assert entry["model"] == result.models[entry["trial_id"]]["file"]
         assert result.model(entry["trial_id"]).count_params() >= entry["params"]
+    # The model standing for the best: its own, or the front's best on the first goal.
+    stands = max(front, key=lambda e: e["val_accuracy"])
+    assert result.best_model().count_params() == result.model(stands["trial_id"]).count_params()
 
 
 class Doubled(keras.layers.Layer):

@@ -6,6 +6,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from packexp.records.results import best_kept
 from packexp.startup import describe
 
 # Whether a search shows its progress bar and summary: ``packexp.tune(verbose=False)``, a
@@ -83,7 +84,7 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
                       "scores match training alone to float32 rounding, not bit for bit "
                       "(pack.fusion=off for bit-exact plain packs)")
     console.print(f"run directory: {run_dir.resolve()}")
-    if (best := results.get("best")) and best.get("model"):
+    if best := best_kept(results):
         more = len(results.get("models") or {}) - 1
         console.print(f"best model: {run_dir.resolve() / best['model']}"
                       + (f" (and {more} more in models/)" if more > 0 else "")

@@ -45,6 +45,22 @@ def objective_of(results: Mapping[str, Any]) -> Objective:
     return Objective.from_dict(results["objective"]) if results.get("objective") else ACCURACY
 
 
+def best_kept(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The kept model that stands for the search's best: ``best``'s own when it was kept;
+    under several objectives, where ``best`` (the best on the first goal at any rung) may be
+    a rung whose weights the front does not keep, the front's kept model best on the first
+    goal. None when no such model was kept."""
+    best = results.get("best")
+    if best and best.get("model"):
+        return dict(best)
+    front = [e for e in results.get("pareto_front") or () if e.get("model")]
+    if not front:
+        return None
+    name, mode = objective_of(results).goals[0]
+    sign = 1 if mode == "max" else -1
+    return dict(max(front, key=lambda e: sign * e[name]))
+
+
 def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRecord]]:
     """``results.json``'s trials and packs read back as their records (``events``), the one
     definition of their fields."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from packexp.events import TrialRecord
 from packexp.records.journal import Journal, JournalError
-from packexp.records.results import objective_of
+from packexp.records.results import best_kept, objective_of
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
@@ -104,15 +104,17 @@ class SearchResult:
         return keras.saving.load_model(path)
 
     def best_model(self) -> Any:
-        """The best trial's kept model (``model``); under several objectives, the model of
-        ``best``, one end of the Pareto front (``best_trials`` names each kept one)."""
+        """The best trial's kept model (``model``). Under several objectives ``best`` is the
+        best on the first goal at any rung, whose weights the front may not keep: then the
+        front's kept model best on the first goal (``records.results.best_kept``)."""
         if not self.best:
             raise ValueError(f"{self.run_dir}: the search scored no trial, so it has no best "
                              "model")
-        if "model" not in self.best:
+        entry = best_kept(self.results)
+        if entry is None:
             raise KeyError(f"{self.run_dir}: the best trial's model was not kept "
                            f"(keep_models; kept: {', '.join(self.models) or 'none'})")
-        return self.model(self.best["trial_id"])
+        return self.model(entry["trial_id"])
 
     def refit_model(self) -> Any:
         """The model ``packexp.refit`` (or ``refit=true``) trained on every row, loaded with

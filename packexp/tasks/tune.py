@@ -111,6 +111,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
             name_models(results, kept)
             log_best_model(tracker, results, run_dir, parts.dataset, cfg)
             finish(results, run_dir, listeners)
+            if search.stopped is None:  # journaled as finished: no resume needs them
+                shutil.rmtree(search.store.kept_root, ignore_errors=True)
     print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
                   lost=tracker.lost)
     if cfg.get("refit"):
@@ -126,17 +128,21 @@ def keep_of(cfg: DictConfig, objective: Any) -> KeepModels:
 def hand_over(search: PackedSearch, cache: Any, run_dir: Path) -> dict[str, dict[str, Any]]:
     """The models ``keep_models`` keeps, written to ``<run_dir>/models/`` from the states
     kept for them (``runner.keep``; the weights their reported scores came from), each as
-    ``{"file", "rung", "epochs"}`` by trial; then every kept state deleted, and any model a
-    session before this one wrote that is not kept."""
+    ``{"file", "rung", "epochs"}`` by trial; then any model a session before this one wrote
+    that is no longer kept is deleted. The kept states stay until the journal says the search
+    has finished (then ``tune`` deletes them): a search stopped early, or killed before then,
+    hands the same models over when it is resumed."""
     from packexp.packing.export import export_member
     from packexp.packing.member import read_state
 
     started = time.perf_counter()
     chosen = search.keep.chosen(search.trials)
     kept: dict[str, dict[str, Any]] = {}
+    missing: set[str] = set()
     for trial_id, result in chosen.items():
         path = search.store.kept(trial_id, result.rung)
         if not path.is_file():
+            missing.add(trial_id)  # a model written from it before, if any, is left alone
             log.warning("models: no kept state for %s's rung %d (%s); its model is not kept",
                         trial_id, result.rung, path)
             continue
@@ -148,9 +154,9 @@ def hand_over(search: PackedSearch, cache: Any, run_dir: Path) -> dict[str, dict
                           else result.epochs, **({} if file.whole else {"why": file.why})}
     files = {run_dir / k["file"] for k in kept.values()}
     for stale in (run_dir / "models").glob("*"):
-        if stale.is_file() and stale not in files and not stale.name.startswith("refit"):
+        if (stale.is_file() and stale not in files and not stale.name.startswith("refit")
+                and stale.name.split(".")[0] not in missing):
             stale.unlink()
-    shutil.rmtree(search.store.kept_root, ignore_errors=True)
     if kept:
         log.info("models: %d kept in %s (%.2f s)", len(kept), run_dir / "models",
                  time.perf_counter() - started)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from packexp.records.results import best_kept
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -94,7 +96,7 @@ def log_best_model(tracker: Tracker, results: dict[str, Any], run_dir: Path, dat
     """Logs the best trial's kept model on the tracker's run as ``model`` when it is a whole
     model (``.keras``), and says where in ``results["mlflow_model"]``; nothing for a tracker
     that keeps no run (``tracking=none``)."""
-    best = results.get("best") or {}
+    best = best_kept(results) or {}
     file = best.get("model")
     if tracker.run_id is None or not file or not str(file).endswith(".keras"):
         return
@@ -106,7 +108,9 @@ def log_best_model(tracker: Tracker, results: dict[str, Any], run_dir: Path, dat
                        (int(dataset.num_classes),),
                        {"trial_id": best["trial_id"], "file": file, "epochs": best.get("epochs"),
                         "rung": (results.get("models") or {}).get(best["trial_id"], {}).get("rung"),
-                        str(best.get("metric")): best.get("value")})
+                        **({str(best["metric"]): best.get("value")} if "metric" in best else
+                           {k: v for k, v in best.items()
+                            if k not in ("trial_id", "model", "epochs", "hparams")})})
     where = tracker.log_model(model)
     if where:
         results["mlflow_model"] = where
