@@ -188,3 +188,34 @@ def test_a_run_time_activation_becomes_the_keras_layer_it_selected():
     assert np.array_equal(plain.predict(x, verbose=0), model.predict(x, verbose=0))
     saved = json.loads(plain.to_json())
     assert "SelectActivation" not in json.dumps(saved)
+
+
+def test_a_regression_s_model_answers_in_the_target_s_units(tmp_path):
+    from sklearn.datasets import load_diabetes
+
+    from packexp.data import split_values
+
+    x, y = load_diabetes(return_X_y=True)
+    result = packexp.tune(data=(x, y), objective="regression", **QUICK, pack=PLAIN,
+                          run_dir=tmp_path / "run")
+    raw = split_values("raw", x, y.astype(np.float32), 0.2, 0)
+    predicted = result.best_model().predict(raw.x_val, verbose=0)
+    assert predicted.shape == (len(raw.x_val), 1)
+    errors = predicted[:, 0].astype(np.float64) - raw.y_val
+    best = result.trials[(result.trials.trial_id == result.best["trial_id"])
+                         & (result.trials.epochs == result.best["epochs"])]
+    assert np.mean(errors ** 2) == pytest.approx(best.val_mse.item(), rel=1e-4)
+    assert np.mean(np.abs(errors)) == pytest.approx(best.val_mae.item(), rel=1e-4)
+    assert 25 <= np.median(predicted) <= 346  # the targets' units, not standardised ones
+
+
+def test_an_image_model_takes_uint8_images_as_given(tmp_path):
+    digits = load_digits()
+    images = (digits.images * (255 / 16)).round().astype(np.uint8)[..., None]
+    result = packexp.tune(data=(images, digits.target), **QUICK, pack=PLAIN,
+                          run_dir=tmp_path / "run")
+    data = split("raw", images, digits.target, 0.2, 0, num_classes=10)
+    model = result.best_model()
+    assert model.get_layer("rescale") is not None
+    accuracy = (model.predict(data.x_val, verbose=0).argmax(axis=1) == data.y_val).mean()
+    assert accuracy == result.best["val_accuracy"]
