@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from packexp.data import Dataset
-    from packexp.tracking.models import KerasFile
 
 
 class TrackingError(RuntimeError):
@@ -59,8 +58,9 @@ class Tracker(Listener, abc.ABC):
     def end(self, status: str = "FINISHED") -> None:
         """Ends the parent run and any trial run still open; nothing once it has ended."""
 
-    def log_model(self, model: KerasFile) -> dict[str, str] | None:
-        """Logs a kept model file on the run as an MLflow-style model; returns where it goes
+    def log_model(self, model: Any) -> dict[str, str] | None:
+        """Logs a kept model file (a ``tracking.models.KerasFile``) on the run as an MLflow
+        Model; returns where it goes
         (``uri``, and ``registered_as``), or None when nowhere."""
         del model
         return None
