@@ -60,8 +60,7 @@ class Tracker(Listener, abc.ABC):
 
     def log_model(self, model: Any) -> dict[str, str] | None:
         """Logs a kept model file (a ``tracking.models.KerasFile``) on the run as an MLflow
-        Model; returns where it goes
-        (``uri``, and ``registered_as``), or None when nowhere."""
+        Model; returns where it goes (``uri``, and ``registered_as``), or None when nowhere."""
         del model
         return None
 
