@@ -3,7 +3,7 @@
 From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
 ``packexp.load(run_dir)`` reads a finished one back (README, "From Python");
 ``packexp.refit(run_dir)`` trains its best configuration again on every row;
-``packexp.to_optuna(run_dir, storage)`` writes it as an Optuna study.
+``packexp.to_optuna(run_dir, storage)`` writes it as an Optuna study and returns it.
 """
 
 from __future__ import annotations

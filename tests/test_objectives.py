@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 
@@ -140,29 +141,40 @@ def test_best_so_far_falls_under_a_min_objective():
     assert [v for _, v in best_so_far_points(results)] == [0.5, 0.2]
 
 
+def exported_run(run_dir, fake_trainer, objective: Objective):
+    """The fake search's results.json and Hydra's kept config in ``run_dir``, as ``tune``
+    leaves them; the search."""
+    import json
+
+    import yaml
+
+    from packexp.records.results import search_results
+    from packexp.testing.fake_trainer import SPACE
+
+    search = fake_search(run_dir, fake_trainer, objective=objective)
+    search.run(HYPERBAND)
+    search.finish()
+    front = search.book.front()
+    results = search_results(search.trials.values(), search.packs, search.best(),
+                             wall_time_s=1.0, objective=objective,
+                             **({} if front is None else {"pareto_front": front}))
+    (run_dir / "results.json").write_text(json.dumps(results))
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"search_space": {
+        "_target_": "packexp.search_space.SearchSpace", "params": {
+            k: list(v.values) for k, v in SPACE.dims.items()}}}))
+    return search
+
+
 def test_a_search_exported_to_optuna_loads_back_with_its_trials_and_direction(tmp_path,
                                                                                fake_trainer):
     """The fake search's results.json and Hydra's kept config, written as a study to SQLite
     and read back by ``optuna.load_study``, as optuna-dashboard reads it."""
-    import json
-
     import optuna
-    import yaml
 
     from packexp.records.optuna_study import to_optuna
-    from packexp.records.results import search_results
-    from packexp.testing.fake_trainer import SPACE
 
-    search = fake_search(tmp_path, fake_trainer, objective=LOSS)
-    search.run(HYPERBAND)
-    search.finish()
-    results = search_results(search.trials.values(), search.packs, search.best(),
-                             wall_time_s=1.0, objective=LOSS)
-    (tmp_path / "results.json").write_text(json.dumps(results))
-    (tmp_path / ".hydra").mkdir()
-    (tmp_path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"search_space": {
-        "_target_": "packexp.search_space.SearchSpace", "params": {
-            k: list(v.values) for k, v in SPACE.dims.items()}}}))
+    search = exported_run(tmp_path, fake_trainer, LOSS)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     to_optuna(tmp_path, storage, study_name="s")
     study = optuna.load_study(study_name="s", storage=storage)
@@ -181,3 +193,53 @@ def test_a_search_exported_to_optuna_loads_back_with_its_trials_and_direction(tm
     complete = [r.rungs[-1].val_loss for r in search.trials.values() if r.status == "finished"]
     assert study.best_value == min(complete)
     assert {t.state.name for t in study.trials} == {"COMPLETE", "PRUNED", "FAIL"}
+
+
+@pytest.mark.parametrize("loss_mode", ["min", "max"])  # every trial a trade-off; one best
+def test_a_pareto_search_exported_to_optuna_has_every_goal_and_its_front(tmp_path, fake_trainer,
+                                                                         loss_mode):
+    """Under two goals the study has both directions and values, and Optuna's ``best_trials``
+    are ``results.json``'s ``pareto_front``, which Optuna's Pareto plot draws."""
+    import json
+
+    import matplotlib
+    import optuna
+
+    from packexp.records.optuna_study import to_optuna
+
+    matplotlib.use("Agg")
+    objective = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
+                                   {"name": "val_loss", "mode": loss_mode}])
+    exported_run(tmp_path, fake_trainer, objective)
+    front = json.loads((tmp_path / "results.json").read_text())["pareto_front"]
+    study = to_optuna(tmp_path)
+    assert [d.name for d in study.directions] == ["MAXIMIZE", loss_mode.upper() + "IMIZE"]
+    assert study.metric_names == ["val_accuracy", "val_loss"]
+    best = {t.user_attrs["trial_id"]: t.values for t in study.best_trials}
+    assert best == {e["trial_id"]: [e["val_accuracy"], e["val_loss"]] for e in front}
+    assert 0 < len(best) < len(study.trials) or loss_mode == "min"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.visualization.matplotlib.plot_pareto_front(study)
+
+
+def test_exporting_to_optuna_twice_returns_the_study_and_another_runs_is_refused(
+        tmp_path, fake_trainer):
+    """A second call into the same storage returns the first call's study, no trial written
+    twice; a study of that name with another run's trials is one ``ValueError``."""
+    import optuna
+
+    from packexp.records.optuna_study import to_optuna
+
+    run = tmp_path / "run"
+    exported_run(run, fake_trainer, LOSS)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    first = to_optuna(run, storage, study_name="s")
+    again = to_optuna(run, storage, study_name="s")
+    assert again.trials == first.trials == optuna.load_study(study_name="s",
+                                                             storage=storage).trials
+    assert len(optuna.get_all_study_summaries(storage)) == 1
+    other = tmp_path / "other"
+    exported_run(other, fake_trainer, ACCURACY)
+    with pytest.raises(ValueError, match=r"study 's' in .*study\.db"):
+        to_optuna(other, storage, study_name="s")

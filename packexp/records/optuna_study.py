@@ -3,16 +3,22 @@ optuna-dashboard read it unchanged."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import warnings
 from pathlib import Path
 from typing import Any
 
+from packexp.objectives import Objective
 from packexp.records.results import objective_of
 from packexp.records.search_result import load
 
 #: Each packexp status as an Optuna trial state's name: cut by halving is pruned; a trial a
 #: stopped search left running stays running.
 STATES = {"finished": "COMPLETE", "killed": "PRUNED", "failed": "FAIL", "running": "RUNNING"}
+
+#: The study's user attribute that marks it as this export, so a second call finds it.
+DIGEST = "packexp_digest"
 
 
 def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None = None) -> Any:
@@ -22,7 +28,16 @@ def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None =
     each rung's objective value as an intermediate value at its epochs (rounded), and its
     state: ``COMPLETE`` (it finished its bracket; its value is its last rung's), ``PRUNED``
     (cut by halving), ``FAIL`` (diverged) or ``RUNNING`` (a stopped search's). The study's
-    direction is the objective's. ``user_attrs`` keep packexp's ``trial_id`` and bracket.
+    direction is the objective's. ``user_attrs`` keep packexp's ``trial_id``, bracket and
+    ``status``.
+
+    Under several objectives the study has every goal's direction and metric name, and each
+    trial with a scored rung is ``COMPLETE`` with every goal's value at its last scored rung,
+    as ``results.json``'s ``pareto_front`` counts it, so ``study.best_trials`` is that front;
+    its intermediate values are the first goal's.
+
+    A second call with the same ``storage`` and ``study_name`` returns the study the first
+    wrote, unchanged: nothing is written twice.
 
     Args:
         run_dir: A run directory holding ``results.json`` (``packexp.load`` reads it too).
@@ -30,9 +45,13 @@ def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None =
             (``"sqlite:///search.db"``); None keeps it in memory.
         study_name: The study's name; by default the run directory's name.
 
+    Returns:
+        The ``optuna.Study``.
+
     Raises:
         FileNotFoundError, ValueError: As ``packexp.load``.
-        optuna.exceptions.DuplicatedStudyError: ``storage`` holds a study of that name.
+        ValueError: ``storage`` holds a study of that name that is not this export (another
+            run's, or this run's before it was resumed): delete it or choose another name.
     """
     import optuna
     from optuna.trial import TrialState, create_trial
@@ -42,29 +61,56 @@ def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None =
     result = load(run_dir)
     objective = objective_of(result.results)
     space = _space(Path(run_dir))
+    rows = [_row(trial, objective, space.dims) for trial in result.results["trials"]]
+    directions = ["maximize" if mode == "max" else "minimize" for _, mode in objective.goals]
+    names = [name for name, _ in objective.goals]
+    digest = hashlib.sha256(json.dumps([directions, names, rows], sort_keys=True,
+                                       default=str).encode()).hexdigest()
+    name = study_name or Path(run_dir).name
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=storage, study_name=study_name or Path(run_dir).name,
-                                direction="maximize" if objective.mode == "max" else "minimize")
-    trials = []
-    for trial in result.results["trials"]:
-        rungs = trial["rungs"]
-        values = {round(r["epochs"]): objective.value(r) for r in rungs}
-        state = STATES[trial["status"]]
-        last = objective.value(rungs[-1]) if rungs else None
-        if state == "COMPLETE" and last is None:
-            state = "FAIL"
-        params = {k: v for k, v in trial["hparams"].items() if k in space.dims}
-        trials.append(create_trial(
-            params=params, distributions={k: distribution(space.dims[k]) for k in params},
-            value=last if state == "COMPLETE" else None,
-            intermediate_values={e: v for e, v in values.items() if v is not None},
-            state=TrialState[state],
-            user_attrs={"trial_id": trial["trial_id"], "bracket": trial["bracket"]}))
+    study = optuna.create_study(storage=storage, study_name=name, directions=directions,
+                                load_if_exists=True)
+    if study.user_attrs.get(DIGEST) == digest:
+        return study
+    if study.trials or study.user_attrs or [d.name.lower() for d in study.directions] \
+            != directions:
+        raise ValueError(f"to_optuna: study {name!r} in {storage!r} holds other trials or "
+                         f"directions than {run_dir}'s; delete it (optuna.delete_study) or "
+                         "pass another study_name")
+    trials = [create_trial(
+        params=r["params"], distributions={k: distribution(space.dims[k]) for k in r["params"]},
+        values=r["values"], intermediate_values=r["intermediate"],
+        state=TrialState[r["state"]], user_attrs=r["attrs"]) for r in rows]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([objective.metric])
+        study.set_metric_names(names)
         study.add_trials(trials)
+    study.set_user_attr(DIGEST, digest)  # last, so a half-written study is never taken as done
     return study
+
+
+def _row(trial: dict[str, Any], objective: Objective, dims: dict[str, Any]) -> dict[str, Any]:
+    """One trial as the study records it: params, state, values, intermediate values and
+    user attributes."""
+    rungs = trial["rungs"]
+    state = STATES[trial["status"]]
+    if objective.several:
+        scored = [s for r in rungs if (s := objective.scores(r)) is not None]
+        if scored:  # the front's convention: every trial at its last scored rung
+            state = "COMPLETE"
+        values = [s if mode == "max" else -s
+                  for s, (_, mode) in zip(scored[-1], objective.goals, strict=True)] \
+            if scored else None
+    else:
+        values = [v] if rungs and (v := objective.value(rungs[-1])) is not None else None
+    if state == "COMPLETE" and values is None:
+        state = "FAIL"
+    intermediate = {round(r["epochs"]): objective.value(r) for r in rungs}
+    return {"params": {k: v for k, v in trial["hparams"].items() if k in dims},
+            "state": state, "values": values if state == "COMPLETE" else None,
+            "intermediate": {e: v for e, v in intermediate.items() if v is not None},
+            "attrs": {"trial_id": trial["trial_id"], "bracket": trial["bracket"],
+                      "status": trial["status"]}}
 
 
 def _space(run_dir: Path) -> Any:
