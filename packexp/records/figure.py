@@ -1,5 +1,5 @@
 """Figures laid out once: ``records.plots``'s figures, made without pyplot, and
-``lay_out``, which the profiles' pyplot figures share."""
+``lay_out``, which the profiles' pyplot figures share; ``log_scaled``, their axes' rule."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ def lay_out(fig: Any, **tight: Any) -> None:
     pixel, drawn once (docs/BENCHMARKS.md, "Plots drawn once")."""
     fig.tight_layout(**tight)
     fig.set_layout_engine(None)
+
+
+def log_scaled(values: list[float]) -> bool:
+    """Whether a value axis is logarithmic: every value positive, spanning over 100 times
+    (one near-diverged trial's loss would flatten the rest to a line at 0)."""
+    return bool(values) and min(values) > 0 and max(values) > 100 * min(values)
 
 
 def new_figure(size: tuple[float, float]) -> tuple[Any, Any]:

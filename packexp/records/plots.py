@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.objectives import NAMES as NAME
-from packexp.records.figure import lay_out, new_figure, png_figure_class
+from packexp.records.figure import lay_out, log_scaled, new_figure, png_figure_class
 from packexp.records.results import objective_of
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,8 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
             ax.axvspan(idle_from, start, color=IDLE_COLOR, zorder=0, gid="idle")
         idle_from = max(idle_from, end)
     drawn: dict[str, float] = {}
+    objective = objective_of(results)
+    last_end: dict[str, float] = {}  # each trial's last pack's end
     old_records = False
     free_from = 0.0
     for k, (pack, (start, end)) in enumerate(zip(packs, spans, strict=True)):
@@ -201,15 +203,18 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
             _bars(ax, rows, start, end - start, color=color, alpha=0.35, linewidth=0.6)
             _bars(ax, rows, start + build, train, color=color, linewidth=0)
         for m in pack["members"]:
-            acc = next((r["val_accuracy"] for r in trials[m]["rungs"]
-                        if r["pack_id"] == pack["pack_id"]), None)
-            ax.text(end, row[m], " ✗" if acc is None else f" {acc:.2f}", va="center",
-                    fontsize=6, color="firebrick" if acc is None else "dimgray")
+            value = next((objective.value(r) for r in trials[m]["rungs"]
+                          if r["pack_id"] == pack["pack_id"]), None)
+            last_end[m] = end
+            if value is not None:  # a diverged member's end is its status mark
+                ax.text(end, row[m], f"  {value:.3g}", va="center", fontsize=6,
+                        color="dimgray")
         if len(rows) > 1:  # a singleton's row already names it
             ax.text((start + end) / 2, min(rows) - 0.5,
                     f"{pack['pack_id']} ({len(rows)}, {pack['epochs']:g} ep"
                     f"{', reused' if pack.get('reused') else ''})", ha="center",
                     va="bottom", fontsize=6.5, fontweight="bold")
+    ends = _end_marks(ax, trials, last_end, row)
     brackets = [trials[t]["bracket"] for t in order]
     for i in range(1, len(order)):
         if brackets[i] != brackets[i - 1]:
@@ -236,6 +241,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
                                                       "function built, evaluation"),
             Patch(color=palette(0), label="training steps (train_s), after the build"),
         ]
+    handles += ends
     # Before the phase timings, checkpoints and probes fell between packs.
     handles.append(Patch(color=IDLE_COLOR, label="between packs: planning, logging" if drawn
                          else "between packs: planning, memory probes, checkpoints"))
@@ -255,6 +261,24 @@ def _bars(ax: Any, rows: list[int], left: float, width: float, **style: Any) -> 
 
     for r in rows:
         ax.add_artist(Rectangle((left, r - 0.4), width, 0.8, **style))
+
+
+# How a trial's row ends: cut by the scheduler is a neutral stop, diverged a red cross.
+END_MARKS = {"killed": ("s", "0.45", "stopped by the scheduler (killed)"),
+             "failed": ("X", "firebrick", "failed (diverged)")}
+
+
+def _end_marks(ax: Any, trials: Mapping[str, Any], last_end: Mapping[str, float],
+               row: Mapping[str, int]) -> list[Any]:
+    """Marks each killed or failed trial's row at its last pack's end (``gid``: the status);
+    returns the marks drawn, for the legend."""
+    handles = []
+    for status, (marker, color, label) in END_MARKS.items():
+        if ended := [t for t in last_end if trials[t]["status"] == status]:
+            handles += ax.plot([last_end[t] for t in ended], [row[t] for t in ended],
+                               linestyle="none", marker=marker, markersize=4, color=color,
+                               gid=status, label=label)
+    return handles
 
 
 def _phase_color(phase: str) -> str:
@@ -324,6 +348,8 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
         ax.annotate(f"{values[-1]:.4f}", (times[-1], values[-1]), textcoords="offset points",
                     xytext=(4, 6), fontsize=8)
         ax.legend(loc="best", fontsize=8)
+        if log_scaled([p[1] for p in points]):
+            ax.set_yscale("log")
     ax.set_xlim(0, end * 1.05)
     ax.set_xlabel("seconds since the search started")
     ax.set_ylabel(objective.name)

@@ -6,6 +6,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from packexp.objectives import REGRESSION_METRICS, measured
 from packexp.records.results import best_kept
 from packexp.startup import describe
 
@@ -30,13 +31,14 @@ def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
     table = Table(title=f"Best configurations ({results['strategy']} packing, "
                         f"{results['model']} on {results['dataset']}, seed {results['seed']})")
     names = list(dict.fromkeys(k for t in trials for k in t.hparams))  # a conditional's too
-    for column in ["trial", *names, "epochs", objective.metric]:
+    shown = shown_metrics(objective)
+    for column in ["trial", *names, "epochs", *shown]:
         table.add_column(column, justify="right" if column != "trial" else "left")
-    for score, epochs, trial in rows:
+    for _, epochs, trial in rows:
         values = trial.hparams_at(epochs)  # a population's member: those it ended with
         table.add_row(trial.trial_id, *(_cell(values[n]) if n in values else "-"
                                         for n in names),
-                      f"{epochs:g}", f"{objective.signed(score):.4f}")
+                      f"{epochs:g}", *(_metric_cell(measured(trial.last, m)) for m in shown))
     console = _console(160)
     console.print(table)
     if results.get("pareto_front"):
@@ -147,6 +149,20 @@ def print_plan(payload: dict, path: Path) -> None:
         console.print(f"  bracket {record['s']}: {len(sizes)} packs of {sizes}; batch sizes "
                       f"{record['first_rung_pack_batch_sizes']}")
     console.print(f"plan written to {path.resolve()}")
+
+
+def shown_metrics(objective: Any) -> list[str]:
+    """The summary's metric columns: every goal's, and for a regression its MSE, MAE and R²
+    too (one number hides an R² that says the fit is poor)."""
+    goals = [n for n, _ in objective.goals]
+    regression = any(n in REGRESSION_METRICS for n in goals)
+    return list(dict.fromkeys([*goals, *(REGRESSION_METRICS if regression else ())]))
+
+
+def _metric_cell(value: Any) -> str:
+    if value is None or isinstance(value, int):  # a parameter count: every digit
+        return "-" if value is None else str(value)
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
 
 
 def _cell(value: Any) -> str:
