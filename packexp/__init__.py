@@ -9,14 +9,13 @@ From Python: ``packexp.tune(...)`` runs a search and returns a ``SearchResult``;
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
-from packexp import muted
+from packexp.app import muted
 
 # TensorFlow's C++ log lines stay off a terminal and a notebook unless asked for: this holds
 # when packexp is imported before TensorFlow (python -m packexp; import packexp first), and
-# its start-up banner is muted whoever imports it (packexp.muted).
+# its start-up banner is muted whoever imports it (packexp.app.muted).
 muted.install()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -25,18 +24,21 @@ from packexp.errors import ConfigError, ExecutorError  # noqa: E402
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
 
-def conf_dir() -> str:
-    """The configs ``python -m packexp`` and ``packexp.tune`` compose: the copy a wheel ships
-    as ``packexp/conf``, or the checkout's top-level ``conf/`` (an editable install)."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "conf"
-    return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")
-
-__all__ = ["ConfigError", "ExecutorError", "SearchResult", "TrackingError", "load",
-           "refit", "to_optuna", "tune"]
+__all__ = [
+    "ConfigError",
+    "ExecutorError",
+    "SearchResult",
+    "TrackingError",
+    "conf_dir",
+    "load",
+    "refit",
+    "to_optuna",
+    "tune",
+]
 
 # Loaded when first used: ``import packexp`` stays light for the command line and workers.
-_LAZY = {"tune": "packexp.api", "refit": "packexp.api", "load": "packexp.records.search_result",
+_LAZY = {"conf_dir": "packexp.config", "tune": "packexp.app.api", "refit": "packexp.app.api",
+         "load": "packexp.records.search_result",
          "to_optuna": "packexp.records.optuna_study",
          "SearchResult": "packexp.records.search_result", "TrackingError": "packexp.tracking.base"}
 

@@ -2,7 +2,7 @@
 
 Ctrl-C and SIGTERM are handled from the first line: while Hydra and TensorFlow still import
 (seconds), an interrupt ends the process with one line and the signal's exit code, as it does
-later in a job (``packexp/interrupts.py``); the application is ``packexp/cli.py``.
+later in a job (``packexp/app/interrupts.py``); the application is ``packexp/app/cli.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from packexp.interrupts import (
+from packexp.app.interrupts import (
     closing,
     end,
     exit_interrupted,
@@ -26,11 +26,11 @@ def run() -> None:
     code: int | str | None = 0
     try:
         try:
-            from packexp.startup import mark
+            from packexp.app.startup import mark
 
             mark("python")
-            from packexp.cli import main
-            from packexp.help import help_argv
+            from packexp.app.cli import main
+            from packexp.app.help import help_argv
 
             mark("imports")
 

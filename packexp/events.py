@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from packexp.search_space import Trial
+from packexp.space import Trial
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 def main() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=sys.argv[1:])
-    from packexp.run import check, start_tensorflow  # after composing, as measured
+    from packexp.app.main import check, start_tensorflow  # after composing, as measured
 
     check(cfg)
     start_tensorflow()

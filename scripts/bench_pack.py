@@ -27,10 +27,10 @@ from rich.table import Table
 from packexp.config import register_resolvers
 from packexp.data import digits, synthetic
 from packexp.models import needs_images
-from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.program import why_not_fused
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
+from packexp.space.options import PackSettings
 from packexp.telemetry import device_facts
 
 OPTIMIZERS = ("adam", "sgd", "adagrad", "momentum")

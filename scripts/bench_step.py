@@ -51,9 +51,9 @@ def main() -> None:
 
     from packexp.data import digits
     from packexp.models import mlp3
-    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
-    from packexp.search_space import Trial, derive_seed
+    from packexp.space import Trial, derive_seed
+    from packexp.space.options import PackSettings
 
     data = DeviceData(digits.load())
     ds = data.dataset

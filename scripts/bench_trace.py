@@ -43,9 +43,9 @@ def main() -> None:
 
     from packexp.data import digits
     from packexp.models import mobilenet
-    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
-    from packexp.search_space import Trial, derive_seed
+    from packexp.space import Trial, derive_seed
+    from packexp.space.options import PackSettings
 
     data = DeviceData(digits.load(images=True))
     build = functools.partial(mobilenet.build, bn_momentum=0.7)

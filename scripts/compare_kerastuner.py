@@ -87,8 +87,8 @@ def kerastuner_worker(out: Path, overrides: list[str]) -> None:
     from hydra.utils import instantiate
 
     from packexp.config import fit_dataset_to_model
-    from packexp.dimensions import FloatRange, IntRange
-    from packexp.pack_options import OPTIMIZERS
+    from packexp.space.dimensions import FloatRange, IntRange
+    from packexp.space.options import OPTIMIZERS
 
     cfg = compose(overrides)
     fit_dataset_to_model(cfg)  # dataset.images: auto, as packexp resolves it

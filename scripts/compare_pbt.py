@@ -60,7 +60,7 @@ def load_space(name: str = "table3") -> Any:
     """The search space ``conf/search_space/<name>.yaml``, as packexp builds it."""
     from omegaconf import OmegaConf
 
-    from packexp.search_space import SearchSpace
+    from packexp.space import SearchSpace
 
     cfg = OmegaConf.to_container(OmegaConf.load(SPACES / f"{name}.yaml"), resolve=True)
     return SearchSpace(cfg["params"], cfg.get("categorical", ()))
@@ -140,7 +140,7 @@ def train_member(config: dict, data: tuple, epochs: int, interval: int) -> None:
     import numpy as np
     from ray import tune
 
-    from packexp.pack_options import OPTIMIZERS
+    from packexp.space.options import OPTIMIZERS
 
     x_train, y_train, x_val, y_val, num_classes = data
     epoch, state, checkpoint = 0, None, tune.get_checkpoint()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_search import search
 
-from packexp.pack_options import LR_HORIZONS, LR_SCHEDULES
+from packexp.space.options import LR_HORIZONS, LR_SCHEDULES
 
 
 def arms(schedules: list[str], horizons: list[str]) -> list[tuple[str, str | None]]:

@@ -165,12 +165,12 @@ def optuna_worker(out: Path, overrides: list[str], budget: float) -> None:
     import numpy as np
     import optuna
 
-    from packexp.components import Components
     from packexp.config import fit_dataset_to_model
-    from packexp.dimensions import Choice, FloatRange, IntRange
-    from packexp.pack_options import OPTIMIZERS
+    from packexp.config.components import Components
     from packexp.packing.optimizers import optimizer_args
-    from packexp.search_space import derive_seed
+    from packexp.space import derive_seed
+    from packexp.space.dimensions import Choice, FloatRange, IntRange
+    from packexp.space.options import OPTIMIZERS
 
     cfg = compose(overrides)
     fit_dataset_to_model(cfg)

@@ -26,7 +26,7 @@ from packexp.models import mlp3, runtime_hparams
 from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache
 from packexp.packing.trainer import train_group
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 
 OPTIMIZERS = ("adam", "sgd", "adagrad", "momentum")
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "leaky_relu")

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from packexp.config import register_resolvers
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 
 if TYPE_CHECKING:
     import keras
@@ -51,7 +51,7 @@ def search(run_dir: Path, *overrides: str, strategy: str | None = "knn") -> dict
     As ``compose_config``, it runs ``strategy`` (knn) unless the overrides name one or
     ``strategy=None`` (the default, cost), and keeps memory probes in the run directory only.
     The summary goes to stdout, for ``capsys``; the log to ``caplog``."""
-    from packexp.run import run
+    from packexp.app.main import run
 
     run(compose_config(list(overrides), strategy=strategy), run_dir=run_dir)
     return json.loads((Path(run_dir) / "results.json").read_text())

@@ -18,8 +18,8 @@ from rich.console import Console
 from sklearn.datasets import load_digits
 
 import packexp
-from packexp import in_process
-from packexp.api import literal, overrides_for
+from packexp.app import in_process
+from packexp.app.api import literal, overrides_for
 from packexp.events import Listener
 from packexp.listeners import SearchProgress
 from packexp.schedulers import Hyperband
@@ -102,11 +102,11 @@ def test_a_builder_is_named_by_its_path_or_kept_under_a_name_its_code_gives():
         return small_mlp(input_shape, num_classes, hparams)
 
     name = in_process.target(local)
-    assert name.startswith("packexp.in_process.local_") and in_process.is_in_process(name)
+    assert name.startswith("packexp.app.in_process.local_") and in_process.is_in_process(name)
     assert in_process.target(local) == name  # the same code, the same name
     assert getattr(in_process, name.rsplit(".", 1)[1]) is local
     wide, narrow = (in_process.target(functools.partial(small_mlp, width=w)) for w in (64, 8))
-    assert wide.startswith("packexp.in_process.small_mlp_") and wide != narrow
+    assert wide.startswith("packexp.app.in_process.small_mlp_") and wide != narrow
     with pytest.raises(AttributeError, match="no builder of that name"):
         _ = in_process.nothing_here
 
@@ -158,7 +158,7 @@ def test_a_run_dir_that_holds_a_run_is_never_written_over(tmp_path, earlier):
 
 
 def test_labels_from_pandas_are_kept_as_strings_without_pickling(tmp_path):
-    from packexp.api import arrays_of
+    from packexp.app.api import arrays_of
 
     x, y = digits_arrays()
     names = pd.Series(y).map(lambda d: f"digit {d}")
@@ -171,7 +171,7 @@ def test_labels_from_pandas_are_kept_as_strings_without_pickling(tmp_path):
 
 
 def test_a_partial_of_an_importable_builder_puts_its_settings_in_the_config():
-    from packexp.api import _hydra, compose, use_builder
+    from packexp.app.api import _hydra, compose, use_builder
 
     with _hydra():
         cfg = compose([])
@@ -238,7 +238,7 @@ def test_the_api_gives_the_command_line_s_trials_and_scores(tmp_path):
     # The same config, but where a call keeps what the command line keeps in ./outputs.
     api, cli = (OmegaConf.load(tmp_path / run / ".hydra" / "config.yaml") for run in ("api", "cli"))
     assert (cli.device.probe_dir, api.device.probe_dir) == (
-        "outputs/probes", str(packexp.api.home() / "probes"))
+        "outputs/probes", str(packexp.app.api.home() / "probes"))
     api.device.probe_dir = cli.device.probe_dir
     assert api == cli
 
@@ -276,10 +276,10 @@ def test_a_call_prints_nothing_unless_verbose_and_writes_only_in_packexp_s_home(
 ])
 def test_a_call_keeps_what_the_command_line_writes_in_outputs_in_its_home(
         tmp_path, monkeypatch, args, expected):
-    from packexp.api import compose, keep_in_home
+    from packexp.app.api import compose, keep_in_home
 
     monkeypatch.setenv("PACKEXP_HOME", str(tmp_path))
-    with packexp.api._hydra():
+    with packexp.app.api._hydra():
         cfg = compose(["tracking=mlflow", "strategy=cost", *args])
     with open_dict(cfg):
         keep_in_home(cfg, args)
@@ -296,7 +296,7 @@ def test_a_run_directory_in_the_overrides_is_the_run_directory(tmp_path, monkeyp
 
 @pytest.mark.tf  # resolving the model's ${default:} imports Keras
 def test_where_a_call_keeps_its_files_is_no_part_of_what_a_resume_compares():
-    from packexp.session import comparable
+    from packexp.app.session import comparable
 
     a = compose_config(["strategy=cost", "dataset=mnist1d"], strategy=None)
     b = a.copy()
@@ -389,7 +389,7 @@ def test_a_builder_no_module_can_import_trains_here_and_not_on_ray(tmp_path):
     assert not (tmp_path / "ray" / "journal.jsonl").exists()
     result = packexp.tune(local_mlp, **QUICK, run_dir=tmp_path / "run")
     config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
-    assert "_target_: packexp.in_process.local_mlp_" in config
+    assert "_target_: packexp.app.in_process.local_mlp_" in config
     assert result.best["val_accuracy"] > 0
 
 

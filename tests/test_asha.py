@@ -226,7 +226,7 @@ def test_an_asha_search_is_tracked_and_summarised_like_hyperbands(tmp_path):
     from mlflow.tracking import MlflowClient
     from omegaconf import open_dict
 
-    from packexp.run import run
+    from packexp.app.main import run
     from tests.helpers import compose_config
 
     cfg = compose_config(["experiment=quick", "scheduler=asha", "tracking=mlflow",
@@ -259,7 +259,7 @@ def test_an_asha_search_is_tracked_and_summarised_like_hyperbands(tmp_path):
 def test_task_plan_shows_ashas_rungs_budget_and_first_packs(tmp_path, capsys):
     import json
 
-    from packexp.run import run
+    from packexp.app.main import run
     from tests.helpers import compose_config
 
     cfg = compose_config(["task=plan", "scheduler=asha", "scheduler.R=27", "tracking=none",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from packexp.budget import Budget
 from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.records.journal import Journal
+from packexp.runner.budget import Budget
 from packexp.testing.fake_trainer import HYPERBAND, fake_search, outcome
 from tests.helpers import compose_config
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from packexp.models import mlp3
-from packexp.pack_options import PackSettings
 from packexp.packing import Member, Pack
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
+from packexp.space.options import PackSettings
 from tests.helpers import PLAIN
 
 pytestmark = pytest.mark.tf

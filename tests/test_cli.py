@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from packexp.records.journal import Journal
-from packexp.startup import describe
+from packexp.records.report import describe
 from tests.helpers import ROOT, packexp
 
 
@@ -32,7 +32,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, override, needle):
 CHECK_WITHOUT_TENSORFLOW = """
 import sys
 from packexp.errors import ConfigError
-from packexp.run import check
+from packexp.app.main import check
 from tests.helpers import compose_config
 
 check(compose_config(["experiment=quick"]))  # a good config passes

@@ -12,9 +12,9 @@ import pytest
 
 from packexp.data import synthetic
 from packexp.models import mobilenet
-from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Evaluation, Member, Pack
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
+from packexp.space.options import PackSettings
 from tests.helpers import PLAIN, small_cnn
 
 pytestmark = pytest.mark.tf

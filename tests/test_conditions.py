@@ -10,7 +10,7 @@ from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.samplers import Observation
 from packexp.samplers.tpe import TpeSampler
-from packexp.search_space import SearchSpace
+from packexp.space import SearchSpace
 from tests.helpers import compose_config, search
 
 PARAMS = {

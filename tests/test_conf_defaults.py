@@ -111,7 +111,7 @@ import sys
 from hydra import compose, initialize_config_dir
 from packexp.config import register_resolvers
 from packexp.errors import ConfigError
-from packexp.session import refuse_run_dir
+from packexp.app.session import refuse_run_dir
 
 register_resolvers()
 with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
@@ -139,8 +139,8 @@ def test_a_resume_is_checked_before_hydra_writes_without_importing_keras(tmp_pat
     import subprocess
     import sys
 
+    from packexp.app.session import comparable
     from packexp.records.journal import Journal
-    from packexp.session import comparable
 
     Journal(tmp_path).append("start", config=comparable(compose_config(["seed=5"], strategy=None)),
                              overrides=["seed=5"])

@@ -8,11 +8,11 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import open_dict
 
+from packexp.app.main import run
 from packexp.config import check_space, fit_dataset_to_model
-from packexp.dimensions import FloatRange, IntRange
 from packexp.errors import ConfigError
-from packexp.run import run
-from packexp.search_space import SearchSpace
+from packexp.space import SearchSpace
+from packexp.space.dimensions import FloatRange, IntRange
 from tests.helpers import CONF_DIR, compose_config
 
 GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "executor",

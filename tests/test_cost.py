@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext
 from packexp.strategies.cost import CostModel, CostStrategy
 from tests.helpers import device
@@ -149,7 +149,7 @@ def test_a_kept_pack_is_predicted_without_its_set_up():
     ts = trials(2)
     rung = context(ts)
     fresh = s.predict(ts, "off", rung)
-    from packexp.pack_options import member_key, pack_key
+    from packexp.space.options import member_key, pack_key
 
     replayed = frozenset(member_key(t) for t in ts)
     kept = s.predict(ts, "off", context(ts, kept=frozenset({pack_key(ts, False, "off")}),

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from packexp import telemetry
-from packexp.device import RUN_PROBES, ProbeFiles, device_capacity_bytes
+from packexp.config.device import RUN_PROBES, ProbeFiles, device_capacity_bytes
 
 FACTS = {"device": {"cpu": "x", "gpu": None}, "model": {"width": 64}, "tensorflow": "2.21.0"}
 PROBES = {20: (400_000, 16_000_000)}
@@ -46,7 +46,7 @@ def test_a_damaged_or_foreign_kept_file_is_passed_over_with_a_warning(tmp_path, 
     first = kept_once(tmp_path)
     first.kept_file.write_text(damage.replace("KEY", first.key))
     again = ProbeFiles(tmp_path / "run1", tmp_path / "probes", FACTS)
-    with caplog.at_level(logging.WARNING, "packexp.device"):
+    with caplog.at_level(logging.WARNING, "packexp.config.device"):
         assert again.kept_factor() is None
     assert f"memory probes {first.kept_file}: " in caplog.text and "probing again" in caplog.text
     again.run_dir.mkdir()
@@ -85,7 +85,7 @@ def test_a_later_search_takes_the_kept_probe_only_where_it_would_probe(tmp_path)
     """device.probe=true: the second search plans with the first one's probe, probing
     nothing, and ends alike; device.probe=auto far below the budget: no probe, so the kept
     one is not read and the plan is the estimate's, as with no probe ever kept."""
-    from packexp.run import run
+    from packexp.app.main import run
     from tests.helpers import compose_config
 
     def search(name, *overrides):

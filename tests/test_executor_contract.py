@@ -20,11 +20,11 @@ EXECUTORS = sorted(p.stem for p in Path(CONF_DIR, "executor").glob("*.yaml"))
 def run_contract(name: str, run_dir: str) -> dict:
     """Three jobs of two plain members through ``executor=name``: the order and the moment
     they came back, their scores and steps, and what the executor answers."""
-    from packexp.components import worker_cache
     from packexp.config import fit_dataset_to_model, instantiate
-    from packexp.device import facts_here
+    from packexp.config.components import worker_cache
+    from packexp.config.device import facts_here
     from packexp.executors import CacheView, PackJob
-    from packexp.search_space import Trial
+    from packexp.space import Trial
     from tests.helpers import compose_config
 
     cfg = compose_config(["experiment=quick", "pack.fusion=off", f"executor={name}"])

@@ -219,11 +219,11 @@ def test_two_half_gpu_workers_share_one_gpu(tmp_path, ray_env, local_scores):
 AFFINITY = """
 import json, sys
 from packexp.config import fit_dataset_to_model
-from packexp.device import facts_here, limit_here
+from packexp.config.device import facts_here, limit_here
 from packexp.executors import PackJob
 from packexp.executors.ray import RayExecutor
-from packexp.search_space import Trial
-from packexp.components import worker_cache
+from packexp.space import Trial
+from packexp.config.components import worker_cache
 from tests.helpers import compose_config
 
 cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=64"])
@@ -272,11 +272,11 @@ def test_packs_go_to_the_worker_that_keeps_their_structure(tmp_path, ray_cluster
 STRAGGLER = """
 import json, os, sys, time
 from pathlib import Path
-from packexp.components import worker_cache
+from packexp.config.components import worker_cache
 from packexp.config import fit_dataset_to_model
 from packexp.executors import PackJob
 from packexp.executors import ray as ray_executor
-from packexp.search_space import Trial
+from packexp.space import Trial
 from tests.helpers import compose_config
 
 marker, slow, timeout_s = Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])

@@ -94,11 +94,11 @@ def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path, monkeyp
     from omegaconf import OmegaConf
 
     from packexp import telemetry
-    from packexp.components import worker_cache
     from packexp.config import fit_dataset_to_model
-    from packexp.device import device_capacity, limit_here
+    from packexp.config.components import worker_cache
+    from packexp.config.device import device_capacity, limit_here
     from packexp.executors import CacheView, PackJob
-    from packexp.search_space import Trial
+    from packexp.space import Trial
 
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=None: None)  # a CPU's budget
     cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=48"])
@@ -126,7 +126,8 @@ def test_the_local_executor_measures_and_reports_its_own_cache(tmp_path, monkeyp
 def test_the_driver_leaves_the_gpu_to_ray_workers(monkeypatch, overrides, hidden):
     import tensorflow as tf
 
-    from packexp import run, telemetry
+    from packexp import telemetry
+    from packexp.app import main as run
 
     calls = []
     monkeypatch.setattr(tf.config, "set_visible_devices", lambda *a: calls.append(a))
@@ -138,7 +139,7 @@ def test_the_driver_leaves_the_gpu_to_ray_workers(monkeypatch, overrides, hidden
 
 def test_a_gpu_left_to_workers_is_not_planned_on(monkeypatch):
     from packexp import telemetry
-    from packexp.device import device_capacity_bytes
+    from packexp.config.device import device_capacity_bytes
 
     monkeypatch.setattr(telemetry, "gpu_memory", lambda index=None: (16 * 2**30, 8 * 2**30))
     monkeypatch.setattr(telemetry, "_gpu_left", True)

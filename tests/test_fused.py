@@ -9,14 +9,14 @@ import keras
 import numpy as np
 import pytest
 
+from packexp.app.main import run
 from packexp.data import synthetic
 from packexp.models import mlp3
-from packexp.pack_options import PackSettings, member_key
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.data import Preprocessing
 from packexp.packing.program import why_not_fused
-from packexp.run import run
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import PackSettings, member_key
 from tests.helpers import (
     CONFIGS,
     assert_same_weights,

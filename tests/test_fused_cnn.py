@@ -20,12 +20,12 @@ import pytest
 from packexp import telemetry
 from packexp.data import synthetic
 from packexp.models import mobilenet
-from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.fused import grouped_conv_path
 from packexp.packing.fused_graph import fused_ops
 from packexp.packing.fused_ops import Unfusable
 from packexp.packing.program import why_not_fused
+from packexp.space.options import PackSettings
 from tests.helpers import CONFIGS, every_layer_cnn, trial
 
 pytestmark = pytest.mark.tf

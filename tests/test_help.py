@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from packexp.help import WIDTH, help_argv
+from packexp.app.help import WIDTH, help_argv
 from tests.helpers import ROOT, packexp
 
 pytestmark = [pytest.mark.process]

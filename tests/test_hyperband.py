@@ -5,7 +5,7 @@ import math
 import pytest
 
 from packexp.schedulers import Hyperband, Planned, Retire, keep_best
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 from packexp.testing.policies import simulate
 
 

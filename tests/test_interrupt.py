@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from packexp.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
+from packexp.app.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
 from packexp.records.journal import Journal
 from packexp.runner import Replayed
 from tests.helpers import ROOT, kept_models, packexp, search, search_command
@@ -309,7 +309,7 @@ def test_an_interrupt_after_hydras_job_returned_names_the_jobs_run(tmp_path, mon
     when the signal came late)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from packexp import interrupts
+    from packexp.app import interrupts
 
     run_dir = tmp_path / "runs" / "X"
     run_dir.mkdir(parents=True)
@@ -336,7 +336,7 @@ def test_an_interrupt_a_finalizer_swallowed_is_raised_at_the_next_dispatch(monke
     """Python runs a signal's handler at the next bytecode, which may be in a finalizer (a
     TensorFlow object's ``__del__``): the KeyboardInterrupt raised there is printed as
     "Exception ignored" and dropped. The driver raises it again before its next pack."""
-    from packexp import interrupts
+    from packexp.app import interrupts
 
     swallowed = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
@@ -364,7 +364,7 @@ def test_an_interrupt_a_finalizer_swallowed_is_raised_at_the_next_dispatch(monke
 def test_an_interrupt_inside_a_held_block_is_raised_when_the_block_ends():
     """results.json and the journal's finished record are written under ``held``: a Ctrl-C
     between the two would leave a finished search that resumes."""
-    from packexp import interrupts
+    from packexp.app import interrupts
 
     previous = signal.signal(signal.SIGINT, interrupts._interrupt)
     interrupts._received.clear()

@@ -12,7 +12,7 @@ from packexp.listeners.results import ResultsCollector
 from packexp.objectives import ACCURACY, Objective
 from packexp.records.results import best_kept
 from packexp.runner.keep import BEST, KeepModels, keep_setting
-from packexp.search_space import Trial
+from packexp.space import Trial
 
 PARETO = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
                             {"name": "val_loss", "mode": "min"}])

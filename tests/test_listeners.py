@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from packexp.app.main import run
 from packexp.errors import ConfigError
 from packexp.events import (
     Listener,
@@ -20,7 +21,6 @@ from packexp.events import (
     TrialEnded,
 )
 from packexp.records.journal import Journal
-from packexp.run import run
 from tests.helpers import compose_config
 
 pytestmark = pytest.mark.tf

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from packexp.app.main import run
 from packexp.models import mobilenet
-from packexp.pack_options import PackSettings
 from packexp.packing import Member, Pack, looped
 from packexp.packing.data import Preprocessing
-from packexp.run import run
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
+from packexp.space.options import PackSettings
 from tests.helpers import compose_config, small_cnn
 
 pytestmark = pytest.mark.tf

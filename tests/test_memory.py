@@ -20,7 +20,8 @@ import tensorflow as tf
 from hydra.utils import instantiate
 
 from packexp import telemetry
-from packexp.device import device_capacity_bytes
+from packexp.app.main import run
+from packexp.config.device import device_capacity_bytes
 from packexp.errors import ConfigError
 from packexp.models import mlp3, mobilenet
 from packexp.packing import DeviceData, Member, Pack
@@ -31,8 +32,7 @@ from packexp.packing.memory import (
     estimate_bytes,
 )
 from packexp.packing.trainer import train_group
-from packexp.run import run
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 from packexp.strategies import Capacity, WeighsCosts
 from tests.helpers import CONF_DIR, compose_config, device
 

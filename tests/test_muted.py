@@ -1,4 +1,4 @@
-"""packexp/muted.py: TensorFlow's start-up banner held back while it is first imported, a
+"""packexp/app/muted.py: TensorFlow's start-up banner held back while it is first imported, a
 failing import's lines shown, and the module's loader left as it was."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from packexp import muted
+from packexp.app import muted
 
 
 @pytest.fixture

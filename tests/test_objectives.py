@@ -16,7 +16,7 @@ from packexp.records.results import anytime, objective_of, search_metrics
 from packexp.runner.draws import observed
 from packexp.schedulers import Asha, Exploits, Hyperband, Planned
 from packexp.schedulers.pbt import Pbt
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 from packexp.testing.fake_trainer import HYPERBAND, fake_search, install_fake_trainer
 from packexp.testing.policies import DONOR, SPACE, simulate
 from tests.helpers import compose_config
@@ -161,7 +161,7 @@ def exported_run(run_dir, fake_trainer, objective: Objective):
     (run_dir / "results.json").write_text(json.dumps(results))
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"search_space": {
-        "_target_": "packexp.search_space.SearchSpace", "params": {
+        "_target_": "packexp.space.SearchSpace", "params": {
             k: list(v.values) for k, v in SPACE.dims.items()}}}))
     return search
 

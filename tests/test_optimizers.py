@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from packexp.data import digits
 from packexp.optim import RULES, options_of
-from packexp.pack_options import KERAS_ARGS, OPTIMIZERS, PackSettings
 from packexp.packing import DeviceData, Pack
 from packexp.packing.optimizers import (
     apply_gradients,
@@ -18,6 +17,7 @@ from packexp.packing.optimizers import (
     optimizer_kind,
 )
 from packexp.packing.program import why_not_fused
+from packexp.space.options import KERAS_ARGS, OPTIMIZERS, PackSettings
 from tests.helpers import members
 
 pytestmark = pytest.mark.tf

@@ -49,8 +49,8 @@ HEAD = Head({"_target_": "keras.losses.SparseCategoricalCrossentropy", "from_log
 
 def train(features_data, configs, head, **settings):
     from packexp.models import mlp3
-    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
+    from packexp.space.options import PackSettings
 
     data = DeviceData(features_data.dataset, head=head)
     build = functools.partial(mlp3.build, width=16)

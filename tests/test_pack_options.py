@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from packexp.pack_options import (
+from packexp.space.options import (
     FUSED,
     LOOPED,
     PACK_ARGS,
@@ -91,7 +91,7 @@ def test_a_value_outside_the_choices_is_refused_naming_them(setting, value, matc
 
 @pytest.mark.process
 def test_the_config_checks_import_no_tensorflow():
-    code = ("import sys, packexp.config, packexp.pack_options; "
+    code = ("import sys, packexp.config, packexp.space.options; "
             "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])
@@ -106,7 +106,7 @@ def test_the_default_config_is_checked_before_tensorflow_and_scipy_s_optimize_lo
             "from hydra import compose, initialize_config_dir\n"
             "with initialize_config_dir(config_dir=sys.argv[1], version_base=None):\n"
             "    cfg = compose('config')\n"
-            "from packexp.run import check\n"
+            "from packexp.app.main import check\n"
             "check(cfg)\n"
             "print(sorted({'tensorflow', 'keras', 'scipy.optimize'} & set(sys.modules)))")
     root = Path(__file__).resolve().parents[1]

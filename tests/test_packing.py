@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from packexp.data import synthetic
 from packexp.models import mlp3
-from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack, batch_indices
 from packexp.packing.data import Preprocessing
+from packexp.space.options import PackSettings
 from tests.helpers import CONFIGS, PLAIN, assert_same_weights, mlp_with_dropout, trial
 
 pytestmark = pytest.mark.tf

@@ -16,7 +16,7 @@ from packexp.listeners.results import ResultsCollector
 from packexp.objectives import Objective, crowding, dominates, fronts, order
 from packexp.records.search_result import load
 from packexp.schedulers import Asha, Hyperband, Planned
-from packexp.search_space import SearchSpace
+from packexp.space import SearchSpace
 from packexp.testing.policies import simulate
 from tests.helpers import compose_config, search
 

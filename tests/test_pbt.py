@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from packexp.dimensions import Choice, FloatRange, IntRange
 from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY
 from packexp.schedulers import Exploits, Plan, Planned
@@ -23,7 +22,8 @@ from packexp.schedulers.pbt import (
     replaced_count,
     schedule,
 )
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
+from packexp.space.dimensions import Choice, FloatRange, IntRange
 from packexp.testing.policies import DONOR, SPACE, simulate
 
 

@@ -14,10 +14,10 @@ import sys
 import pytest
 from hydra.utils import instantiate
 
+from packexp.app.main import run
 from packexp.events import TrialRecord
-from packexp.pack_options import steps_for
 from packexp.records.journal import Journal
-from packexp.run import run
+from packexp.space.options import steps_for
 from tests.helpers import ROOT, compose_config, search
 
 pytestmark = pytest.mark.tf

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from omegaconf import open_dict
 
+from packexp.app.main import TASKS, run
 from packexp.config import instantiate
 from packexp.errors import ConfigError
-from packexp.run import TASKS, run
 from tests.helpers import CONF_DIR, compose_config
 
 # A profile's ${default:} values are read from its module, which times TensorFlow packs.

@@ -12,11 +12,11 @@ from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 
 import packexp
+from packexp.app.main import RunDirCheck, check_run_settings
+from packexp.app.tasks.refit import merged, refittable, trial_seed
 from packexp.errors import ConfigError
 from packexp.records.journal import Journal
-from packexp.run import RunDirCheck, check_run_settings
-from packexp.search_space import SearchSpace
-from packexp.tasks.refit import merged, refittable, trial_seed
+from packexp.space import SearchSpace
 from tests.helpers import compose_config
 from tests.helpers import packexp as run_cli
 
@@ -100,7 +100,7 @@ def test_the_seed_is_the_one_the_search_drew_the_trial_with():
 
 
 def test_task_refit_is_refused_before_hydra_writes(tmp_path, capsys):
-    from packexp.api import _hydra, compose
+    from packexp.app.api import _hydra, compose
 
     def start(*args):
         with _hydra():
@@ -135,8 +135,8 @@ def test_the_command_line_refuses_a_missing_run_with_one_line_and_exit_2(tmp_pat
 def test_a_tracked_run_s_refit_is_logged_on_its_mlflow_run(tmp_path, monkeypatch):
     """The search's journaled MLflow run, at the store its config names (a relative store
     where the search started), gets the refit as refit_model."""
+    from packexp.app.tasks.refit import log_refit
     from packexp.data import Dataset, Scaling
-    from packexp.tasks.refit import log_refit
 
     run_dir = finished_run(tmp_path / "run")
     Journal(run_dir).append("tracking", run_id="abc123")
@@ -223,7 +223,7 @@ def test_a_refit_is_reproducible_bit_for_bit(searched):
 @pytest.mark.tf
 @pytest.mark.search
 def test_task_refit_trains_refit_epochs_with_the_run_s_own_config(searched):
-    from packexp.run import run
+    from packexp.app.main import run
 
     run_dir = searched.result.run_dir
     loss = run(compose_config(["task=refit", "refit_epochs=1"]), run_dir=run_dir)

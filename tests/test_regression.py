@@ -115,8 +115,8 @@ def raw_values():
 
 def train(data, configs, epochs=2, **settings):
     from packexp.models import mlp3
-    from packexp.pack_options import PackSettings
     from packexp.packing import Member, Pack
+    from packexp.space.options import PackSettings
 
     build = functools.partial(mlp3.build, width=16)
     ds = data.dataset

@@ -9,7 +9,7 @@ import statistics
 import pytest
 from omegaconf import open_dict
 
-from packexp.run import run
+from packexp.app.main import run
 from packexp.telemetry import gpu_device
 from packexp.tracking import TrackingError
 from tests.helpers import compose_config, search

@@ -11,12 +11,12 @@ import pytest
 
 from packexp.errors import ConfigError
 from packexp.events import RungResult, TrialRecord
-from packexp.pack_options import steps_for
 from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import steps_for
 from packexp.strategies import Capacity, Strategy, check_fits, check_partition
 from packexp.strategies.none import NoneStrategy
 from packexp.testing.fake_trainer import (
@@ -330,7 +330,7 @@ def test_an_interrupt_swallowed_mid_pack_stops_the_search_at_the_next_pack(tmp_p
     that pack is committed, and the search stops before the third."""
     import signal
 
-    from packexp import interrupts
+    from packexp.runner import signals as interrupts
 
     train = fake_trainer.train_group
 

@@ -11,7 +11,7 @@ from packexp.config import instantiate
 from packexp.errors import ConfigError
 from packexp.samplers import Observation, Sampler
 from packexp.samplers.tpe import TpeSampler
-from packexp.search_space import SearchSpace
+from packexp.space import SearchSpace
 from tests.helpers import CONF_DIR, compose_config
 
 SPACE = SearchSpace({"optimizer": ["adam", "sgd", "adagrad", "momentum"],

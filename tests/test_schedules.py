@@ -12,13 +12,13 @@ import tensorflow as tf
 
 from packexp.data import digits
 from packexp.models import mlp3
-from packexp.pack_options import LR_SCHEDULES, PackSettings, why_not_fusable
 from packexp.packing import DeviceData, Member, Pack
 from packexp.packing.member import read_state, write_state
 from packexp.packing.program import why_not_fused
 from packexp.packing.schedules import profile
 from packexp.schedulers import Hyperband
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
+from packexp.space.options import LR_SCHEDULES, PackSettings, why_not_fusable
 from tests.helpers import make_cache
 
 pytestmark = pytest.mark.tf

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from packexp.dimensions import Choice, FloatRange, IntRange
 from packexp.errors import ConfigError
-from packexp.search_space import GRID_LIMIT, SearchSpace, derive_seed
+from packexp.space import GRID_LIMIT, SearchSpace, derive_seed
+from packexp.space.dimensions import Choice, FloatRange, IntRange
 from tests.helpers import compose_config
 
 
@@ -264,7 +264,7 @@ def test_sampling_skips_what_the_search_drew_while_the_grid_has_other_configurat
 
 
 def test_unused_configurations_are_found_by_rank_as_listing_the_grid_would():
-    from packexp.search_space import _unused_first
+    from packexp.space import _unused_first
 
     rng = np.random.default_rng(0)
     for _ in range(200):

@@ -1,10 +1,11 @@
-"""Start-up split by phase (packexp/startup.py): the parts add up to the whole job."""
+"""Start-up split by phase (packexp/app/startup.py): the parts add up to the whole job."""
 
 from __future__ import annotations
 
 import pytest
 
-from packexp import startup
+from packexp.app import startup
+from packexp.records.report import describe
 
 
 @pytest.fixture
@@ -37,5 +38,5 @@ def test_a_mark_names_a_known_phase(marks):
 
 
 def test_the_summary_names_the_largest_phases_first_and_drops_the_tiny():
-    assert startup.describe({"python": 0.4, "tensorflow": 8.12, "executor": 0.01,
+    assert describe({"python": 0.4, "tensorflow": 8.12, "executor": 0.01,
                              "calibration": 5.0}) == "tensorflow 8.1, calibration 5.0, python 0.4"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext, WeighsCosts
 from tests.helpers import CONF_DIR, compose_config, device
 

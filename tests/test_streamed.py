@@ -14,10 +14,10 @@ import pytest
 from packexp.data import Dataset, image_folder
 from packexp.data.streamed import StreamedImages
 from packexp.errors import ConfigError
-from packexp.pack_options import PackSettings
 from packexp.packing import Evaluation, Member, Pack
 from packexp.packing.data import Preprocessing, StreamData, device_data
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
+from packexp.space.options import PackSettings
 from packexp.testing.data import photo_folder
 from tests.helpers import PLAIN, assert_same_weights, small_cnn
 
@@ -176,7 +176,7 @@ def test_workers_read_the_data_as_this_process_chose_to():
 
     from omegaconf import OmegaConf
 
-    from packexp.components import Components
+    from packexp.config.components import Components
 
     cfg = OmegaConf.create({"dataset": {"path": "/photos", "cache": "auto"}})
     for streams, pinned in ((True, "none"), (False, "memory")):

@@ -10,7 +10,7 @@ import pytest
 from packexp.models import mlp3
 from packexp.packing import Member
 from packexp.profile.timing import PackTimer, balanced, compare
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 
 pytestmark = pytest.mark.tf  # packexp.profile.timing, balanced's module, times TensorFlow packs
 

@@ -23,12 +23,12 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from packexp import telemetry
+from packexp.app.main import run
 from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.events import PackRecord, RungResult, TrialRecord
 from packexp.records import plots
 from packexp.records.results import speedup_metrics
-from packexp.run import run
 from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
 from tests.helpers import compose_config, wait_until
 

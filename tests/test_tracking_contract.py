@@ -23,7 +23,7 @@ from packexp.events import (
     Summary,
     TrialEnded,
 )
-from packexp.search_space import Trial
+from packexp.space import Trial
 from packexp.tracking import NullTracker, Tracker
 from tests.helpers import CONF_DIR, compose_config
 

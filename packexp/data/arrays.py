@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from packexp.checks import flag
 from packexp.data import Dataset, Scaling, split, split_values
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, flag
 
 KEYS = ("x", "y", "x_val", "y_val")
 SHAPES = "[n, features] numbers or [n, height, width, channels] uint8 images"

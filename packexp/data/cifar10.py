@@ -11,9 +11,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from packexp.checks import positive_int
 from packexp.data import Dataset, split
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, positive_int
 
 ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packexp.checks import positive_int
 from packexp.data import Dataset
+from packexp.errors import positive_int
 from packexp.files import atomic_file
 
 # Bumped when the arrays made for the same settings change, so kept files are remade.

@@ -19,7 +19,7 @@ import pandas as pd
 
 from packexp.data import Scaling
 from packexp.errors import ConfigError
-from packexp.search_space import derive_seed
+from packexp.space import derive_seed
 
 FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
 GROUP_STREAM, ROW_STREAM = 15485863, 32452843  # the orders' seeds, apart from others'

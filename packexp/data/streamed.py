@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from packexp.errors import ConfigError
-from packexp.search_space import derive_seed
+from packexp.space import derive_seed
 
 # Separates the epoch orders' seeds from the split's and the trials' own.
 ORDER_STREAM = 104729

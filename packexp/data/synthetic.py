@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from packexp.checks import positive_int
 from packexp.data import Dataset
+from packexp.errors import positive_int
 
 
 def load(

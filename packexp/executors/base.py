@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from packexp.errors import ExecutorError
-from packexp.search_space import Trial
+from packexp.space import Trial
 
 __all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "PackJob", "discard_attempts"]
 

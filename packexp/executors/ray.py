@@ -23,7 +23,7 @@ from packexp.executors.base import (
 )
 from packexp.executors.ray_worker import PackWorker, unpack
 from packexp.executors.reaper import Reaper, cluster_pids
-from packexp.pack_options import member_key
+from packexp.space.options import member_key
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ class PackWorker:
             from packexp import telemetry
 
             telemetry.leave_gpu()
-        from packexp.components import worker_cache
+        from packexp.config.components import worker_cache
 
         self.shared_dir = Path(shared_dir)
         self.cache = worker_cache(OmegaConf.create(cfg))

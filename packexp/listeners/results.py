@@ -17,7 +17,7 @@ from packexp.events import (
 )
 from packexp.objectives import ACCURACY, Objective, fronts
 from packexp.schedulers.pbt import schedule
-from packexp.search_space import Trial
+from packexp.space import Trial
 
 
 class ResultsCollector(Listener):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from packexp.checks import positive_int
+from packexp.errors import positive_int
 from packexp.models.keras_apps import ACTIVATIONS, NEEDS_IMAGES, RUNTIME_HPARAMS
-from packexp.pack_options import activation_of
+from packexp.space.options import activation_of
 
 if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
     import keras

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from packexp.pack_options import activation_of
+from packexp.space.options import activation_of
 
 if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a default
     import keras

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from packexp.checks import one_of
+from packexp.errors import one_of
 
 #: The metrics each member's rung result holds, computed per member in the packed evaluation
 #: program (validation) or in training (``train_loss``: the mean loss of the rung's last

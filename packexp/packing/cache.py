@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 
 from packexp import telemetry
-from packexp.pack_options import (
+from packexp.packing.data import DeviceData
+from packexp.packing.fused_graph import convolutional
+from packexp.packing.initial import InitialWeights
+from packexp.packing.member import IDLE, HeldMember, Member, MemberState
+from packexp.packing.optimizers import RuleOptimizer, rule_options
+from packexp.packing.pack import Pack
+from packexp.packing.program import MemberFacts
+from packexp.packing.schedules import base_learning_rate
+from packexp.space import Trial
+from packexp.space.options import (
     LOOPED,
     PACK_DEFAULTS,
     RUNTIME_HPARAMS,
@@ -36,15 +45,6 @@ from packexp.pack_options import (
     member_key,
     pack_key,
 )
-from packexp.packing.data import DeviceData
-from packexp.packing.fused_graph import convolutional
-from packexp.packing.initial import InitialWeights
-from packexp.packing.member import IDLE, HeldMember, Member, MemberState
-from packexp.packing.optimizers import RuleOptimizer, rule_options
-from packexp.packing.pack import Pack
-from packexp.packing.program import MemberFacts
-from packexp.packing.schedules import base_learning_rate
-from packexp.search_space import Trial
 
 __all__ = ["RUNTIME_HPARAMS", "PackCache", "member_key"]
 

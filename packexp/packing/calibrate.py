@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packexp.pack_options import FUSED, PackSettings, choose_program, member_bucket
 from packexp.packing.cache import PackCache
 from packexp.packing.fused_graph import convolutional, couples_rows
 from packexp.packing.member import write_state
 from packexp.packing.program import MemberFacts
 from packexp.packing.trainer import train_group
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import FUSED, PackSettings, choose_program, member_bucket
 from packexp.strategies.calibration import CycleTiming, Measurement, PackTiming
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import tensorflow as tf
 from packexp import telemetry
 from packexp.data import Dataset
 from packexp.objectives import NO_HEAD, Head
-from packexp.search_space import derive_seed
+from packexp.space import derive_seed
 
 
 class DeviceData:

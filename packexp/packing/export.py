@@ -26,7 +26,7 @@ import numpy as np
 from packexp.files import naming
 from packexp.models.activation import SelectActivation
 from packexp.packing.member import Member, MemberState
-from packexp.search_space import Trial
+from packexp.space import Trial
 
 log = logging.getLogger(__name__)
 

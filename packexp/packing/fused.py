@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim, telemetry
-from packexp.pack_options import PackSettings, check_choice, why_not_fusable
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_graph import (
     FusedGraph,
@@ -33,6 +32,7 @@ from packexp.packing.plain import Evaluator, PlainEvaluators
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 from packexp.packing.stats import PackStats, account
 from packexp.packing.targets import error_sums, squared_errors
+from packexp.space.options import PackSettings, check_choice, why_not_fusable
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ import tensorflow as tf
 
 from packexp import optim
 from packexp.models.activation import choosing, selectors
-from packexp.pack_options import LR_SCHEDULES
 from packexp.packing.data import DeviceData, Preprocessing
 from packexp.packing.initial import state_variables
 from packexp.packing.member import Member, MemberState
@@ -38,6 +37,7 @@ from packexp.packing.optimizers import RuleOptimizer, general_update
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 from packexp.packing.stats import PackStats, account
 from packexp.packing.targets import error_sums, squared_errors
+from packexp.space.options import LR_SCHEDULES
 
 # Programs kept in this process, least recently used dropped first.
 KEEP = 8

@@ -18,12 +18,12 @@ from keras.src.utils import rng_utils
 from packexp.files import naming
 from packexp.models.activation import set_activation
 from packexp.optim import coefficients
-from packexp.pack_options import steps_for
 from packexp.packing.data import Preprocessing, batch_indices
 from packexp.packing.initial import state_variables
 from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_options
 from packexp.packing.schedules import base_learning_rate, schedule_of, set_horizon
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import steps_for
 
 IDLE = "idle-"  # the trial ids of a pack's idle seats begin so
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Hashable, Mapping
 
 import keras
 
-from packexp.pack_options import OPTIMIZERS
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import OPTIMIZERS
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim
-from packexp.pack_options import OPTIMIZERS, lr_schedule_of, rule_for
 from packexp.packing.schedules import BudgetSchedule, base_learning_rate
+from packexp.space.options import OPTIMIZERS, lr_schedule_of, rule_for
 
 
 @functools.cache

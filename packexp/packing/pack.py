@@ -11,7 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from packexp.models.flops import flops_per_example
-from packexp.pack_options import (
+from packexp.packing.data import DeviceData
+from packexp.packing.member import Member
+from packexp.packing.program import STREAMED, MemberFacts, StepProgram, step_program
+from packexp.packing.stats import Evaluation, PackStats
+from packexp.packing.targets import regression_metrics
+from packexp.space.options import (
     FUSED,
     LOOPED,
     PACK_DEFAULTS,
@@ -21,11 +26,6 @@ from packexp.pack_options import (
     choose_program,
     compiles,
 )
-from packexp.packing.data import DeviceData
-from packexp.packing.member import Member
-from packexp.packing.program import STREAMED, MemberFacts, StepProgram, step_program
-from packexp.packing.stats import Evaluation, PackStats
-from packexp.packing.targets import regression_metrics
 
 log = logging.getLogger(__name__)
 

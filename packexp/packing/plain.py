@@ -14,13 +14,13 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.models.activation import choosing
-from packexp.pack_options import PackSettings
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused_graph import couples_rows
 from packexp.packing.member import Member
 from packexp.packing.optimizers import apply_gradients
 from packexp.packing.stats import PackStats, account
 from packexp.packing.targets import error_sums, squared_errors
+from packexp.space.options import PackSettings
 
 #: One validation batch's evaluation: (inputs, labels) to each member's correct count and
 #: loss sum (a regression's: its squared and absolute errors summed), as arrays with one

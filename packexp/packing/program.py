@@ -10,7 +10,6 @@ from typing import Protocol
 
 from packexp import telemetry
 from packexp.objectives import NO_HEAD, Head
-from packexp.pack_options import FUSED, LOOPED, PackSettings, Program, choose_program
 from packexp.packing.data import DeviceData, StreamData
 from packexp.packing.fused import FusedProgram, why_unfusable
 from packexp.packing.fused_graph import convolutional
@@ -18,6 +17,7 @@ from packexp.packing.looped import LoopedProgram, why_unloopable
 from packexp.packing.member import Member
 from packexp.packing.plain import Evaluator, PlainProgram
 from packexp.packing.stats import PackStats
+from packexp.space.options import FUSED, LOOPED, PackSettings, Program, choose_program
 
 
 class StepProgram(Protocol):

@@ -25,7 +25,7 @@ import math
 import keras
 import tensorflow as tf
 
-from packexp.pack_options import LR_SCHEDULES
+from packexp.space.options import LR_SCHEDULES
 
 
 def profile(name: str, z: tf.Tensor) -> tf.Tensor:

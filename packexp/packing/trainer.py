@@ -11,13 +11,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from packexp.pack_options import PackSettings
 from packexp.packing.cache import PackCache
 from packexp.packing.data import DeviceData
 from packexp.packing.looped import uncounted
 from packexp.packing.member import Member, MemberState
 from packexp.packing.pack import Evaluation, Pack, PackStats
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import PackSettings
 from packexp.telemetry import PeakMemory
 
 log = logging.getLogger(__name__)

@@ -164,9 +164,9 @@ def main() -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from packexp.pack_options import PackSettings
     from packexp.packing import DeviceData, Member, Pack
-    from packexp.search_space import Trial, derive_seed
+    from packexp.space import Trial, derive_seed
+    from packexp.space.options import PackSettings
     from packexp.telemetry import PeakMemory, tf_gpu_name
 
     ready = False

@@ -152,7 +152,7 @@ class AblationProfile(Profile):
         if len(sizes) != 2 or len(int_list("batch_sizes", sizes)) != 2:
             raise ValueError(f"batch_sizes={sizes!r}: must be two different integers >= 1")
         self.batch_sizes = (int(sizes[0]), int(sizes[1]))
-        from packexp.pack_options import OPTIMIZERS as NAMES
+        from packexp.space.options import OPTIMIZERS as NAMES
 
         opts = list(optimizers)
         if len(opts) != 2 or opts[0] == opts[1] or any(o not in NAMES for o in opts):

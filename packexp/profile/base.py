@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.checks import is_number as finite
-from packexp.checks import positive_int
 from packexp.data import Dataset
+from packexp.errors import is_number as finite
+from packexp.errors import positive_int
 from packexp.packing import DeviceData, Member
 from packexp.packing.data import Preprocessing
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 
 MB = 2**20
 OK = "ok"
@@ -91,7 +91,7 @@ class ProfileContext:
 
     def memory_limit(self) -> tuple[int, str]:
         """Bytes one pack may use on this device, and the setting they come from."""
-        from packexp.device import device_limit
+        from packexp.config.device import device_limit
 
         return device_limit(self.cfg.device)
 
@@ -111,7 +111,7 @@ class ProfileContext:
             Bytes.
         """
         if self._capacity is None:
-            from packexp.device import device_capacity, on_cache
+            from packexp.config.device import device_capacity, on_cache
             from packexp.packing.cache import PackCache
 
             place = on_cache(PackCache(self.member, self.data, self.pack_options, keep=0))
@@ -156,7 +156,7 @@ class Profile(abc.ABC):
         if not xla or any(not isinstance(x, bool) for x in xla):
             raise ValueError(f"xla={xla!r}: must be a non-empty list of true/false")
         self.xla = tuple(dict.fromkeys(xla))
-        from packexp.pack_options import OPTIMIZERS as NAMES
+        from packexp.space.options import OPTIMIZERS as NAMES
 
         if optimizer not in NAMES:
             raise ValueError(f"optimizer={optimizer!r}: must be one of {list(NAMES)}")

@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packexp.checks import positive_int
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, positive_int
 from packexp.profile.base import Profile, ProfileContext
 from packexp.profile.checks import int_list
 from packexp.profile.figures import title

@@ -1,5 +1,5 @@
 """Checks of a profile's settings: lists of whole numbers and batch sizes (single values:
-``packexp.checks``)."""
+``packexp.errors``)."""
 
 from __future__ import annotations
 

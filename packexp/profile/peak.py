@@ -89,7 +89,7 @@ def shares(members: Sequence[Member], ts_seq_ms: float, ts_pack_ms: float) -> di
 
 def peak_note(rows: Sequence[dict[str, Any]]) -> str:
     """One line for a figure: the machine's matmul peak and the arms' shares of it."""
-    from packexp.checks import is_number as finite
+    from packexp.errors import is_number as finite
 
     peaks = [r["matmul_peak_gflops"] for r in rows if finite(r.get("matmul_peak_gflops"))]
     if not peaks:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packexp.checks import is_number as finite
+from packexp.errors import is_number as finite
 
 AGREES = "agrees"
 PARTLY = "partly differs"

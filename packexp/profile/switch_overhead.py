@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from packexp.checks import positive_int
-from packexp.pack_options import PackSettings
+from packexp.errors import positive_int
 from packexp.packing import Pack
 from packexp.profile.base import Profile, ProfileContext
 from packexp.profile.checks import int_list
 from packexp.profile.figures import figure, save, title
 from packexp.profile.timing import balanced
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import PackSettings
 
 
 class SwitchOverheadProfile(Profile):

@@ -12,8 +12,8 @@ from typing import Any
 import tensorflow as tf
 
 from packexp.errors import ConfigError
-from packexp.pack_options import PackSettings
 from packexp.packing import DeviceData, Member, Pack
+from packexp.space.options import PackSettings
 
 log = logging.getLogger(__name__)
 

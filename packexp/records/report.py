@@ -8,7 +8,6 @@ from typing import Any
 
 from packexp.objectives import REGRESSION_METRICS, measured
 from packexp.records.results import best_kept
-from packexp.startup import describe
 
 # Whether a search shows its progress bar and summary: ``packexp.tune(verbose=False)``, a
 # library call, turns both off for its job (results.json and the store hold the same).
@@ -199,3 +198,10 @@ def print_profile(profile: Any, rows: list[dict], names: dict[str, str], table: 
     console.print(f"figure: {picture.resolve()}")
     if store:
         console.print(f"MLflow store: {store}")
+
+
+def describe(split: dict[str, float]) -> str:
+    """``tensorflow 8.1, calibration 5.0, ...``: the largest phase first, those under 0.05 s
+    left out, as the summary prints them."""
+    ordered = sorted(split.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{p} {s:.1f}" for p, s in ordered if s >= 0.05)

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from packexp.events import Event, PackStarted, RungResult
 from packexp.executors import Executor, PackJob
-from packexp.interrupts import raise_if_interrupted
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
+from packexp.runner.signals import raise_if_interrupted
 from packexp.schedulers import Bracket
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from packexp.objectives import Objective
 from packexp.samplers import Observation, Sampler
 from packexp.schedulers import Bracket
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 
 log = logging.getLogger(__name__)
 

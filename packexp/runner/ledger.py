@@ -24,11 +24,11 @@ from packexp.events import (
     TrialEnded,
 )
 from packexp.listeners.results import ResultsCollector
-from packexp.pack_options import steps_for
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.schedulers import Bracket, Exploits
-from packexp.search_space import Trial
+from packexp.space import Trial
+from packexp.space.options import steps_for
 from packexp.strategies import Capacity
 
 

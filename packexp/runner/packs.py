@@ -12,10 +12,10 @@ from typing import Any
 
 from packexp.events import Event, RungPlanned
 from packexp.executors import Executor, PackJob
-from packexp.pack_options import steps_for
 from packexp.runner.ledger import Ledger
 from packexp.schedulers import Bracket
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
+from packexp.space.options import steps_for
 from packexp.strategies import (
     Capacity,
     RungContext,

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packexp.budget import NO_BUDGET, Budget
 from packexp.events import (
     Best,
     Event,
@@ -26,6 +25,7 @@ from packexp.events import (
 from packexp.executors import Executor, LocalExecutor
 from packexp.listeners.results import ResultsCollector
 from packexp.objectives import Objective
+from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.dispatch import Dispatch
 from packexp.runner.draws import Draws
@@ -36,7 +36,7 @@ from packexp.runner.resume import Replayed
 from packexp.samplers import Sampler
 from packexp.schedulers import Bracket, Decision, Exploits, Plan, Planned, Retire, Scheduler
 from packexp.schedulers.pbt import after_exploits
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy, check_fits
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from packexp.checks import positive_int
-from packexp.dimensions import Choice, FloatRange, IntRange
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, positive_int
 from packexp.samplers import Observation, Sampler
-from packexp.search_space import SearchSpace, Trial, derive_seed
+from packexp.space import SearchSpace, Trial, derive_seed
+from packexp.space.dimensions import Choice, FloatRange, IntRange
 
 # Separates the sampler's own seeds from the trials' (derive_seed(seed, bracket, i)).
 STREAM = 7919

@@ -13,8 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from packexp.checks import is_number, positive_int
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, is_number, positive_int
 from packexp.objectives import order, ranked
 from packexp.schedulers.base import (
     Bracket,
@@ -30,7 +29,7 @@ from packexp.schedulers.hyperband import Hyperband
 
 if TYPE_CHECKING:
     from packexp.events import RungResult
-    from packexp.search_space import SearchSpace, Trial
+    from packexp.space import SearchSpace, Trial
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from packexp.checks import flag, one_of, positive_int
-from packexp.pack_options import LR_HORIZONS
+from packexp.errors import flag, one_of, positive_int
+from packexp.space.options import LR_HORIZONS
 
 if TYPE_CHECKING:
     from packexp.events import Exploit, RungResult
     from packexp.objectives import Objective
-    from packexp.search_space import SearchSpace, Trial
+    from packexp.space import SearchSpace, Trial
 
 
 @dataclass(frozen=True)

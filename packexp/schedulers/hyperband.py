@@ -19,7 +19,7 @@ from packexp.schedulers.base import (
     Rung,
     Search,
 )
-from packexp.search_space import Trial
+from packexp.space import Trial
 
 if TYPE_CHECKING:
     from packexp.events import RungResult

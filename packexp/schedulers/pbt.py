@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from packexp.checks import is_number, positive_int
-from packexp.dimensions import Choice, FloatRange, IntRange
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, is_number, positive_int
 from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY, Objective
 from packexp.schedulers.base import (
@@ -32,7 +30,8 @@ from packexp.schedulers.base import (
     Search,
 )
 from packexp.schedulers.hyperband import RungByRung
-from packexp.search_space import SearchSpace, Trial, derive_seed
+from packexp.space import SearchSpace, Trial, derive_seed
+from packexp.space.dimensions import Choice, FloatRange, IntRange
 
 # (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
 # the donor's state: the same member structure (``PackedSearch.fits``).

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from packexp.errors import ConfigError
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from packexp.pack_options import (
+from packexp.space import Trial
+from packexp.space.options import (
     PACK_DEFAULTS,
     Facts,
     PackSettings,
@@ -46,7 +47,6 @@ from packexp.pack_options import (
     pack_key,
     why_not_fusable,
 )
-from packexp.search_space import Trial
 from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
 from packexp.strategies.calibration import Measurement, PackTiming, calibration_for
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from packexp.search_space import Trial
+from packexp.space import Trial
 from packexp.strategies.base import Capacity, Strategy
 
 

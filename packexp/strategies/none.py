@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from packexp.search_space import Trial
+from packexp.space import Trial
 from packexp.strategies.base import Capacity, Strategy
 
 

@@ -15,17 +15,17 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from packexp.budget import NO_BUDGET, Budget
 from packexp.events import Listener, Listeners, TrialEnded
 from packexp.listeners import JournalListener, ResultsCollector
 from packexp.objectives import ACCURACY, Objective
-from packexp.pack_options import member_key, steps_for
 from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
+from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband
 from packexp.schedulers.base import Bracket
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
+from packexp.space.options import member_key, steps_for
 from packexp.strategies import Capacity, Strategy, greedy_fill
 
 SPACE = SearchSpace({"x": list(range(40)), "batch_size": [10]})

@@ -17,7 +17,7 @@ from packexp.events import RungResult
 from packexp.objectives import ACCURACY, Objective
 from packexp.schedulers import Exploits, Plan, Planned, Retire, Scheduler
 from packexp.schedulers.pbt import after_exploits
-from packexp.search_space import SearchSpace, Trial
+from packexp.space import SearchSpace, Trial
 
 SPACE = SearchSpace({
     "batch_size": {"kind": "int", "low": 20, "high": 70, "step": 5},

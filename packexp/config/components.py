@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from packexp.app.startup import mark
 from packexp.config import (
     batch_bucket,
     check_batch_sizes,
@@ -30,14 +31,13 @@ from packexp.config import (
     probe_model,
     reuse_setting,
 )
-from packexp.device import apply_threads
+from packexp.config.device import apply_threads
 from packexp.events import Listener
 from packexp.objectives import NO_HEAD, Head, Objective
-from packexp.pack_options import steps_for
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
-from packexp.search_space import SearchSpace, Trial
-from packexp.startup import mark
+from packexp.space import SearchSpace, Trial
+from packexp.space.options import steps_for
 from packexp.strategies import Capacity, Device, Strategy
 
 log = logging.getLogger(__name__)
@@ -171,8 +171,8 @@ class Components:
         import tensorflow as tf
 
         from packexp.models import runtime_hparams
-        from packexp.pack_options import member_key
         from packexp.packing.calibrate import VERSION
+        from packexp.space.options import member_key
 
         cfg, dataset = self.cfg, self.dataset
         first = Trial("first", self.space.first, ())

@@ -17,11 +17,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from packexp.checks import flag, is_number
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, flag, is_number
 from packexp.files import write_json
 from packexp.records.journal import Journal, JournalError
-from packexp.search_space import Trial, derive_seed
+from packexp.space import Trial, derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +225,7 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
         cfg: The run's config.
         parts: Its ``Components`` when this process has them (``refit=true``); else built.
     """
-    from packexp.components import Components
+    from packexp.config.components import Components
     from packexp.packing.export import export_member
     from packexp.packing.trainer import train_group
 
@@ -323,7 +322,7 @@ def keep_run_config(config: DictConfig) -> None:
     run refused in one line if it cannot be refit, an override of any key but
     ``COMMAND_KEYS`` refused (the refit is the run's config's), and Hydra's ``.hydra``
     files not written, so that the run's stay the search's (``run_config`` reads them)."""
-    from packexp.session import run_dir_given
+    from packexp.app.session import run_dir_given
 
     if not run_dir_given(config):
         raise ConfigError("task=refit: give hydra.run.dir=<the run directory of a finished "

@@ -15,11 +15,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from packexp import telemetry
-from packexp.checks import positive_int
 from packexp.config import model_hparams
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, positive_int
 from packexp.files import write_json
-from packexp.search_space import Trial
+from packexp.space import Trial
 from packexp.strategies import Capacity
 
 PROBE_MARGIN = 16  # the CPU probes measured up to ~15x the estimate for tiny models

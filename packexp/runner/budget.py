@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packexp.checks import is_number, positive_int
+from packexp.errors import is_number, positive_int
 
 
 @dataclass(frozen=True)

@@ -9,22 +9,21 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.checks import flag, is_number, positive_int
-from packexp.config import check_search, config_errors, fit_dataset_to_model
-from packexp.errors import ConfigError
-from packexp.muted import muted_stderr
-from packexp.runner.keep import keep_setting
-from packexp.session import (
+from packexp.app.muted import muted_stderr
+from packexp.app.session import (
     make_dir,
     refuse_run_dir,
     refused,
     resume_needs_a_run_dir,
     run_dir_given,
 )
-from packexp.startup import mark
-from packexp.tasks import TASKS
-from packexp.tasks.refit import check_settings as check_refit
-from packexp.tasks.refit import keep_run_config
+from packexp.app.startup import mark
+from packexp.app.tasks import TASKS
+from packexp.app.tasks.refit import check_settings as check_refit
+from packexp.app.tasks.refit import keep_run_config
+from packexp.config import check_search, config_errors, fit_dataset_to_model
+from packexp.errors import ConfigError, flag, is_number, positive_int
+from packexp.runner.keep import keep_setting
 
 __all__ = ["TASKS", "RunDirCheck", "check", "job", "run"]
 

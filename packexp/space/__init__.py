@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from packexp.dimensions import Choice, Dimension, dimension
 from packexp.errors import ConfigError
-from packexp.pack_options import RUNTIME_HPARAMS, activation_of, lr_schedule_of, rule_for
+from packexp.space.dimensions import Choice, Dimension, dimension
+from packexp.space.options import RUNTIME_HPARAMS, activation_of, lr_schedule_of, rule_for
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from packexp.app.session import tracked
 from packexp.config import instantiate
 from packexp.events import Summary
 from packexp.records.report import print_profile
-from packexp.session import tracked
 from packexp.telemetry import device_facts
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from packexp.checks import positive_int
+from packexp.errors import positive_int
 from packexp.optim import RULES
 
 # Each setting's values; ``pack:`` in conf/config.yaml says what they mean.

@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -15,13 +16,20 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from packexp.budget import Budget
-from packexp.checks import flag, positive_int
-from packexp.dimensions import Choice, IntRange
-from packexp.errors import ConfigError
+from packexp.errors import ConfigError, flag, positive_int
 from packexp.objectives import METRICS, Head, Objective
-from packexp.pack_options import LR_SCHEDULES, OPTIMIZERS, PackSettings
-from packexp.search_space import SearchSpace, Trial
+from packexp.runner.budget import Budget
+from packexp.space import SearchSpace, Trial
+from packexp.space.dimensions import Choice, IntRange
+from packexp.space.options import LR_SCHEDULES, OPTIMIZERS, PackSettings
+
+
+def conf_dir() -> str:
+    """The configs ``python -m packexp`` and ``packexp.tune`` compose: the copy a wheel ships
+    as ``packexp/conf``, or the checkout's top-level ``conf/`` (an editable install)."""
+    here = Path(__file__).resolve().parents[1]
+    packaged = here / "conf"
+    return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")
 
 
 def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) -> Any:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from packexp.tasks.plan import plan
-from packexp.tasks.profile import profile
-from packexp.tasks.refit import refit
-from packexp.tasks.tune import tune
+from packexp.app.tasks.plan import plan
+from packexp.app.tasks.profile import profile
+from packexp.app.tasks.refit import refit
+from packexp.app.tasks.tune import tune
 
 TASKS: dict[str, Callable[[DictConfig, Path], float]] = {"tune": tune, "plan": plan,
                                                          "profile": profile, "refit": refit}

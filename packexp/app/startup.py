@@ -46,10 +46,3 @@ def phases(started: float, first_pack_at: float) -> dict[str, float]:
             before = at
     spent["planning"] = spent.get("planning", 0.0) + first_pack_at - before
     return {p: round(spent[p], 3) for p in PHASES if p in spent}
-
-
-def describe(split: dict[str, float]) -> str:
-    """``tensorflow 8.1, calibration 5.0, ...``: the largest phase first, those under 0.05 s
-    left out, as the summary prints them."""
-    ordered = sorted(split.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{p} {s:.1f}" for p, s in ordered if s >= 0.05)

@@ -1,6 +1,6 @@
 """Builders handed to ``packexp.tune`` that no module can import: a notebook's, or one defined
 in ``__main__`` or inside a function. ``packexp.tune`` keeps each here under a name, and the
-config names it ``packexp.in_process.<name>``, where Hydra finds it as it finds any
+config names it ``packexp.app.in_process.<name>``, where Hydra finds it as it finds any
 ``_target_``: in this process only, so such a builder trains under ``executor=local`` and
 not on Ray workers (README, "From Python")."""
 

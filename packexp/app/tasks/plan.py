@@ -7,13 +7,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from packexp.components import Components
 from packexp.config import component_name
-from packexp.device import planning_capacity
+from packexp.config.components import Components
+from packexp.config.device import planning_capacity
 from packexp.files import write_json
-from packexp.pack_options import steps_for
 from packexp.records.report import print_plan
 from packexp.schedulers import Scheduler
+from packexp.space.options import steps_for
 from packexp.strategies import RungContext, WeighsCosts
 from packexp.telemetry import device_facts
 

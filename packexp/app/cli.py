@@ -16,17 +16,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from packexp import conf_dir
-from packexp.config import register_resolvers
-from packexp.errors import ConfigError, ExecutorError, refuse
-from packexp.help import register_help_resolvers
-from packexp.interrupts import (
+from packexp.app.help import register_help_resolvers
+from packexp.app.interrupts import (
     exit_interrupted,
     job_place,
     job_resume_command,
     job_task,
     sigterm_interrupts,
 )
+from packexp.config import conf_dir, register_resolvers
+from packexp.errors import ConfigError, ExecutorError, refuse
 from packexp.tracking import TrackingError
 
 # Errors of the place a run writes to, not of packexp: one line naming the file.
@@ -40,7 +39,7 @@ register_help_resolvers()  # --help's sections (conf/config.yaml's hydra.help.te
 
 @hydra.main(version_base="1.3", config_path=CONF, config_name="config")
 def main(cfg: DictConfig) -> float:
-    from packexp.run import job
+    from packexp.app.main import job
 
     logging.raiseExceptions = False  # a log file on a full disk must not print tracebacks
     hydra_cfg = HydraConfig.get()

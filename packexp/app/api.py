@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from packexp import conf_dir
+from packexp.config import conf_dir
 from packexp.errors import ConfigError
 from packexp.objectives import REGRESSION_METRICS
 from packexp.records.search_result import SearchResult, load
@@ -129,7 +129,7 @@ def tune(model: str | Callable[..., Any] | None = None,
         from hydra.core.utils import JobStatus, run_job
         from hydra.types import HydraContext
 
-        from packexp.session import make_dir, refuse_run_dir
+        from packexp.app.session import make_dir, refuse_run_dir
 
         if cfg.get("resume"):  # a resume that cannot be is refused before Hydra writes
             refuse_run_dir(cfg)  # there, as on the command line (write_arrays refuses the rest)
@@ -171,8 +171,8 @@ def refit(run_dir: str | Path, epochs: float | None = None) -> Path:
         ConfigError: No such directory, no finished search in it, no best trial, a best of
             ``scheduler=pbt`` whose values changed as it trained, or streamed data; one line.
     """
-    from packexp.run import start_tensorflow
-    from packexp.tasks.refit import refit_here
+    from packexp.app.main import start_tensorflow
+    from packexp.app.tasks.refit import refit_here
 
     return refit_here(run_dir, epochs, start=start_tensorflow)
 
@@ -294,9 +294,9 @@ def arrays_of(data: Any) -> tuple[np.ndarray, ...]:
 
 
 def use_builder(cfg: DictConfig, build: Callable[..., Any], args: Sequence[str]) -> None:
-    """The composed config's model becomes ``build`` (``packexp.in_process``); a model key
+    """The composed config's model becomes ``build`` (``packexp.app.in_process``); a model key
     among the overrides ``args`` would be lost, and is refused."""
-    from packexp import in_process
+    from packexp.app import in_process
 
     refuse_lost_keys("model", args, "a builder function given as model takes no model "
                      "keys; bind its settings with functools.partial(build, key=value)")
@@ -329,7 +329,7 @@ def use_search_space(cfg: DictConfig, space: Any) -> None:
         raise ConfigError(f"search_space: {sorted(unknown)} are not keys of a search space; "
                           "give {'params': {...}, 'categorical': [...]} or the params alone")
     try:
-        node = OmegaConf.create({"_target_": "packexp.search_space.SearchSpace",
+        node = OmegaConf.create({"_target_": "packexp.space.SearchSpace",
                                  "_convert_": "all", "categorical": [], **spec})
     except Exception as e:
         raise ConfigError(f"search_space: {' '.join(str(e).split())}") from None
@@ -378,9 +378,9 @@ def _job(cfg: DictConfig, arrays: tuple[Any, ...] | None, called: float,
     """``python -m packexp``'s job, with the arrays checked and written where the config
     reads them, the job's log in the run directory's ``packexp.log``, its ``startup_s``
     counted from the ``tune`` call, and its progress and summary shown if ``verbose``."""
+    from packexp.app.main import check, job, trains_here
+    from packexp.app.session import count_next_job_from
     from packexp.records.report import verbose as showing
-    from packexp.run import check, job, trains_here
-    from packexp.session import count_next_job_from
 
     check(cfg)  # the command line's checks first: a bad value is named as there
     if _in_process(cfg) and not trains_here(cfg):
@@ -406,7 +406,7 @@ def _job(cfg: DictConfig, arrays: tuple[Any, ...] | None, called: float,
 
 
 def _in_process(cfg: DictConfig) -> bool:
-    from packexp import in_process
+    from packexp.app import in_process
 
     return in_process.is_in_process(cfg.model.get("_target_", ""))
 

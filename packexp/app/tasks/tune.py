@@ -11,13 +11,22 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from packexp import startup
-from packexp.components import Components
+from packexp.app import startup
+from packexp.app.session import (
+    command_started,
+    earlier_sessions_s,
+    open_journal,
+    sessions,
+    tracked,
+)
+from packexp.app.startup import mark
+from packexp.app.tasks.plan import plan_dict
+from packexp.app.tasks.refit import refit_after_search
 from packexp.config import budget_of
-from packexp.device import ProbeFiles, device_capacity, facts_here
+from packexp.config.components import Components
+from packexp.config.device import ProbeFiles, device_capacity, facts_here
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.files import write_json
-from packexp.interrupts import held
 from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
 from packexp.records.plots import write_plots
 from packexp.records.report import print_summary
@@ -25,19 +34,10 @@ from packexp.records.results import search_metrics, search_results
 from packexp.runner import PackedSearch
 from packexp.runner.keep import BEST, KeepModels, keep_setting
 from packexp.runner.resume import journaled_checkpoints
-from packexp.search_space import Trial
-from packexp.session import (
-    command_started,
-    earlier_sessions_s,
-    open_journal,
-    sessions,
-    tracked,
-)
-from packexp.startup import mark
+from packexp.runner.signals import held
+from packexp.space import Trial
 from packexp.strategies import Capacity, WeighsCosts
 from packexp.strategies.calibration import kept_directory
-from packexp.tasks.plan import plan_dict
-from packexp.tasks.refit import refit_after_search
 from packexp.tracking.models import log_best_model
 
 log = logging.getLogger(__name__)
