@@ -323,9 +323,7 @@ def test_trials_no_budget_can_promote_end_before_the_search_does(tmp_path, fake_
                         {p.parent.name for p in (tmp_path / "checkpoints").rglob("*.json")}))
         return original(group, *args, **kwargs)
 
-    import sys
-
-    monkeypatch.setattr(sys.modules["packexp.packing.trainer"], "train_group", train_group)
+    monkeypatch.setattr(fake_trainer, "train_group", train_group)
     search = to_the_end(asha_search(tmp_path, fake_trainer))
     members, files = on_disk[-1]
     assert files <= members  # only the last pack's own states are kept

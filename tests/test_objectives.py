@@ -17,7 +17,7 @@ from packexp.runner.draws import observed
 from packexp.schedulers import Asha, Exploits, Hyperband, Planned
 from packexp.schedulers.pbt import Pbt
 from packexp.space import SearchSpace, Trial
-from packexp.testing.fake_trainer import HYPERBAND, fake_search, install_fake_trainer
+from packexp.testing.fake_trainer import HYPERBAND, FakeTrainer, fake_search
 from packexp.testing.policies import DONOR, SPACE, simulate
 from tests.helpers import compose_config
 
@@ -102,14 +102,14 @@ def test_a_sampler_learns_from_scores_where_higher_is_better(tmp_path, fake_trai
 def test_a_search_under_the_loss_objective_finds_the_lowest_loss(tmp_path, monkeypatch):
     """The fake trainer's loss ranks trials opposite to its accuracy: the best by loss is the
     lowest x the search scored at its most epochs, and the results say so."""
-    search = fake_search(tmp_path / "loss", install_fake_trainer(monkeypatch), objective=LOSS)
+    search = fake_search(tmp_path / "loss", FakeTrainer(), objective=LOSS)
     search.run(HYPERBAND)
     best = search.best()
     scored = [(r.val_loss, -r.epochs, i) for i, t in search.trials.items() for r in t.rungs
               if r.val_loss is not None]
     assert (best.value, -best.epochs, best.trial_id) == min(scored)
     assert best.metric == "val_loss" and best.val_accuracy == best.value / 2
-    by_accuracy = fake_search(tmp_path / "acc", install_fake_trainer(monkeypatch))
+    by_accuracy = fake_search(tmp_path / "acc", FakeTrainer())
     by_accuracy.run(HYPERBAND)
     assert by_accuracy.best().trial_id != best.trial_id  # the two rank trials the other way
     assert best.trial_id in [i for i, t in search.trials.items() if t.status == "finished"]

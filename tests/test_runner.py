@@ -3,7 +3,6 @@ first, replay, states, checks, best."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -339,7 +338,7 @@ def test_an_interrupt_swallowed_mid_pack_stops_the_search_at_the_next_pack(tmp_p
             monkeypatch.setattr(interrupts, "_received", [signal.SIGINT])
         return train(*args, **kwargs)
 
-    monkeypatch.setattr(sys.modules["packexp.packing.trainer"], "train_group", swallowing)
+    monkeypatch.setattr(fake_trainer, "train_group", swallowing)
     with pytest.raises(KeyboardInterrupt):
         search_to_the_end(new_search(tmp_path, fake_trainer))
     assert len(fake_trainer.calls) == 2

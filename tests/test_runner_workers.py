@@ -25,22 +25,20 @@ class LastSentFirst(LocalExecutor):
     workers = 2
 
     def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
-        from packexp.packing.member import read_state
-        from packexp.packing.trainer import train_group
-
         job = list(self._running.values())[-1]
         started = time.time()
-        states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
-        runs = train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
-                           lr_horizon=job.lr_horizon)
+        states = {i: self.trainer.read_state(s) if isinstance(s, str) else s
+                  for i, s in job.states.items()}
+        runs = self.trainer.train_group(job.group, self.cache, job.epochs, states,
+                                        fusion=job.fusion, lr_horizon=job.lr_horizon)
         return job, runs, (started, time.time())
 
 
 def search(run_dir: Path, trainer: FakeTrainer, policy: Scheduler,
            records: list | None = None) -> PackedSearch:
     found = fake_search(run_dir, trainer, policy.brackets())
-    found.executor = found.packer.executor = found.dispatch.executor = LastSentFirst().start(
-        found.cache)
+    found.executor = found.packer.executor = found.dispatch.executor = LastSentFirst(
+        trainer=trainer).start(found.cache)
     if records is not None:
         found.replay(records)
     found.run(policy)

@@ -88,12 +88,15 @@ def check_task(cfg: DictConfig) -> str:
     return task
 
 
-def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
+def run(cfg: DictConfig, run_dir: str | Path | None = None, trainer: Any = None) -> float:
     """Runs ``cfg.task``.
 
     Args:
         cfg: The composed config.
         run_dir: Where outputs go; Hydra's run directory when None.
+        trainer: What trains the packs of a search or a refit (``executors.Trainer``):
+            TensorFlow's when None; ``packexp.testing.FakeTrainer`` runs a whole search
+            without TensorFlow.
 
     Returns:
         The task's objective: for ``tune``, the best validation accuracy found.
@@ -108,7 +111,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         run_dir = Path(run_dir)
         fit_dataset_to_model(cfg)
         run_dir.mkdir(parents=True, exist_ok=True)
-        return TASKS[task](cfg, run_dir)
+        if trainer is None:
+            return TASKS[task](cfg, run_dir)
+        if task not in ("tune", "refit"):
+            raise ConfigError(f"task={task}: trains with TensorFlow's trainer only")
+        return TASKS[task](cfg, run_dir, trainer=trainer)
 
 
 class RunDirCheck(Callback):

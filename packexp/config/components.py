@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from packexp.config import (
 )
 from packexp.config.device import apply_threads
 from packexp.events import Listener
+from packexp.executors.base import Trainer, tensorflow_trainer
 from packexp.objectives import NO_HEAD, Head, Objective
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
@@ -62,12 +63,17 @@ class Components:
     max_members: int
     names: dict[str, str]
     head: Head = NO_HEAD  # the model's own loss and metrics
+    trainer: Trainer = field(default_factory=tensorflow_trainer)  # what trains the packs
 
     @classmethod
-    def build(cls, cfg: DictConfig, probe: bool = True) -> Components:
+    def build(cls, cfg: DictConfig, probe: bool = True,
+              trainer: Trainer | None = None) -> Components:
         """Instantiates and checks the search's parts; with ``probe``, builds the model for
         every value of its hyper-parameters so a bad one fails before any training. The
-        thread counts are set here, before TensorFlow's runtime starts."""
+        thread counts are set here, before TensorFlow's runtime starts. ``trainer`` trains
+        the packs (TensorFlow's when None); one that measures no device builds no model and
+        starts no TensorFlow."""
+        trainer = tensorflow_trainer() if trainer is None else trainer
         space, scheduler, strategy, objective = check_search(cfg)
         sampler = instantiate(cfg.sampler, "sampler")
         dataset = load_dataset(cfg, objective)
@@ -76,14 +82,16 @@ class Components:
         head = head_of(cfg, objective)
         check_pairing(cfg, build_model, dataset)
         check_batch_sizes(space, dataset)
-        apply_threads(cfg.device)
-        if probe:
+        if trainer.measures_device:
+            apply_threads(cfg.device)
+        if probe and trainer.measures_device:
             probe_model(build_model, dataset, space)
         check_preprocessing(cfg.preprocess, space, dataset.input_shape)
         mark("model")
         return cls(cfg, space, scheduler, strategy, sampler, objective, dataset, build_model,
                    member_cap(cfg.pack.max_members),
-                   {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}, head)
+                   {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}, head,
+                   trainer)
 
     def facts(self) -> dict[str, Any]:
         """The search's names, seed and schedule, as ``results.json`` states them."""
@@ -108,7 +116,10 @@ class Components:
         """A ``PackCache`` on this process's device: the dataset there (``dataset``: another
         of the same shape instead, a refit's training and validation rows), members built
         from the config, the model's runtime hyper-parameters left out of structures, and
-        every batch padded to the search's largest where a program is compiled."""
+        every batch padded to the search's largest where a program is compiled. A trainer
+        that measures no device makes its own (``Trainer.cache``)."""
+        if not self.trainer.measures_device:
+            return self.trainer.cache(self.dataset if dataset is None else dataset)
         from packexp.models import runtime_hparams
         from packexp.packing import Member
         from packexp.packing.cache import PackCache
@@ -129,7 +140,8 @@ class Components:
 
     def executor(self, run_dir: Path) -> Any:
         return instantiate(self.cfg.executor, "executor")(cfg=self.worker_cfg(),
-                                                            run_dir=run_dir)
+                                                            run_dir=run_dir,
+                                                            trainer=self.trainer)
 
     def worker_cfg(self) -> DictConfig:
         """The config workers build their own data from: ``dataset.cache=auto`` pinned to

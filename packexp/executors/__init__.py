@@ -1,10 +1,18 @@
 """Where packs train: in this process (``local``) or on a Ray cluster (``ray``)."""
 
-from packexp.executors.base import ATTEMPTS, CacheView, Executor, ExecutorError, PackJob
+from packexp.executors.base import (
+    ATTEMPTS,
+    CacheView,
+    Executor,
+    ExecutorError,
+    PackJob,
+    Trainer,
+    tensorflow_trainer,
+)
 from packexp.executors.local import LocalExecutor
 
 __all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "LocalExecutor", "PackJob",
-           "RayExecutor"]
+           "RayExecutor", "Trainer", "tensorflow_trainer"]
 
 
 def __getattr__(name: str):

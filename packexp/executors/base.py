@@ -6,12 +6,13 @@ import abc
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from packexp.errors import ExecutorError
 from packexp.space import Trial
 
-__all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "PackJob", "discard_attempts"]
+__all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "PackJob", "Trainer",
+           "discard_attempts"]
 
 
 @dataclass(frozen=True)
@@ -76,19 +77,64 @@ class CacheView:
         return key in self.kept, built, sum(k in self.replayed for k in member_keys)
 
 
+class Trainer(Protocol):
+    """The seam between the search and what trains its packs. An executor takes one
+    (``Executor(trainer=...)``); the search, its ledger and checkpoint store keep states through
+    it. ``packing.TensorFlowTrainer`` is the default; ``packexp.testing.FakeTrainer`` scores
+    members without TensorFlow, for tests and scheduler research.
+
+    A trainer that ``measures_device`` (TensorFlow's) has its capacity, memory probes,
+    calibration and device facts measured where packs train; one that does not gives them
+    itself (``facts``, ``capacity``, ``cache``).
+    """
+
+    name: str
+    measures_device: bool
+    checkpoint_suffix: str  # the suffix ``write_state`` gives a state file
+
+    def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
+                    states: Mapping[str, Any], fusion: str | None = None,
+                    lr_horizon: float | None = None) -> list[Any]:
+        """Trains ``group`` as one pack to ``epochs``; returns its pack runs (one, or more
+        when it was split), ``packing.trainer.PackRun``'s shape."""
+
+    def read_state(self, path: str | Path) -> Any: ...
+
+    def write_state(self, state: Any, path: str | Path) -> str:
+        """Writes ``state`` whole to ``path`` plus ``checkpoint_suffix``; returns the path."""
+
+    def member_state(self, weights: Any, slots: Any, step: int,
+                     fresh_slots: bool = False) -> Any: ...
+
+    def export(self, trial: Trial, state: Any, cache: Any, run_dir: Path,
+               name: str | None = None) -> Any:
+        """Writes ``trial``'s model in ``state`` under ``run_dir/models``; returns its
+        ``packing.export.Kept``'s shape (``file``, ``whole``, ``why``)."""
+
+
+def tensorflow_trainer() -> Trainer:
+    """The default trainer: TensorFlow's pack engine (loaded when it first trains)."""
+    from packexp.packing.engine import TensorFlowTrainer
+
+    return TensorFlowTrainer()
+
+
 class Executor(abc.ABC):
     """Trains packs for the search's driver, which alone journals and tracks them.
 
     Args:
         cfg: The run's composed config (workers build their data and members from it).
         run_dir: The run directory.
+        trainer: What trains the packs (``Trainer``); TensorFlow's when None.
     """
 
     #: Whether packs train in this process: if not, the driver leaves the GPU to workers.
     trains_here: ClassVar[bool] = True
 
-    def __init__(self, cfg: Any = None, run_dir: str | Path | None = None) -> None:
+    def __init__(self, cfg: Any = None, run_dir: str | Path | None = None,
+                 trainer: Trainer | None = None) -> None:
         self.cfg = cfg
+        self.trainer = trainer if trainer is not None else tensorflow_trainer()
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.cache: Any = None
         self._running: dict[int, PackJob] = {}  # submitted, not yet returned (by identity)

@@ -21,7 +21,7 @@ from packexp.executors.base import (
     discard_attempts,
     prune_attempts,
 )
-from packexp.executors.ray_worker import PackWorker, unpack
+from packexp.executors.ray_worker import WORKER_CACHE, PackWorker, unpack
 from packexp.executors.reaper import Reaper, cluster_pids
 from packexp.space.options import member_key
 
@@ -56,6 +56,10 @@ class RayExecutor(Executor):
         ready_timeout_s: How long to wait for the cluster to grant the actors' resources,
             and, while packs wait with none in flight, for an actor to be ready
             (TensorFlow imported, the data loaded).
+        trainer: What trains the packs on each actor (``executors.Trainer``, pickled to
+            them); TensorFlow's when None.
+        worker_cache: The dotted name of the function that builds an actor's cache from the
+            run's config.
     """
 
     trains_here = False
@@ -65,8 +69,9 @@ class RayExecutor(Executor):
                  gpus_per_pack: float = 0, cpus_per_pack: float = 1,
                  placement: str = "PACK", shared_dir: str | None = None,
                  max_restarts: int = 3, max_task_retries: int = 3,
-                 ready_timeout_s: float = 120) -> None:
-        super().__init__(cfg, run_dir)
+                 ready_timeout_s: float = 120, trainer: Any = None,
+                 worker_cache: str = WORKER_CACHE) -> None:
+        super().__init__(cfg, run_dir, trainer)
         if address is None or address.rpartition(":")[0] in ("127.0.0.1", "localhost"):
             # Loopback: Ray reads this flag at import; it makes the node's address 127.0.0.1
             # rather than the machine's.
@@ -95,6 +100,7 @@ class RayExecutor(Executor):
         self.max_restarts = max_restarts
         self.max_task_retries = max_task_retries
         self.ready_timeout_s = ready_timeout_s
+        self.worker_cache = worker_cache
         self._owns_ray = False
         self._reaper: Reaper | None = None
         self._group = None
@@ -148,7 +154,8 @@ class RayExecutor(Executor):
         self._actors = [
             worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 self._group, placement_group_bundle_index=i)).remote(
-                    config, str(self.shared_dir), float(self.gpus_per_pack))
+                    config, str(self.shared_dir), float(self.gpus_per_pack), self.trainer,
+                    self.worker_cache)
             for i in range(n)]
         self._views = [CacheView() for _ in self._actors]
         self._starting = {actor.pid.remote(): i for i, actor in enumerate(self._actors)}

@@ -14,7 +14,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from packexp.executors.base import ATTEMPTS, CacheView, PackJob
+from packexp.executors.base import ATTEMPTS, CacheView, PackJob, tensorflow_trainer
+
+#: The function that builds a worker's ``PackCache`` from the run's config.
+WORKER_CACHE = "packexp.config.components.worker_cache"
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +29,14 @@ class PackWorker:
         cfg: The run's config as a plain container.
         shared_dir: Where checkpoints go; the same path on every node.
         gpu_share: Its fraction of one GPU; 0 on a CPU.
+        trainer: What trains the packs (``executors.Trainer``); TensorFlow's when None.
+        worker_cache: The function, by its dotted name, that builds the actor's cache from
+            the config (``config.components.worker_cache``: named, not imported, so that the
+            executors import nothing of the assembly above them).
     """
 
-    def __init__(self, cfg: dict, shared_dir: str, gpu_share: float = 0.0) -> None:
+    def __init__(self, cfg: dict, shared_dir: str, gpu_share: float = 0.0,
+                 trainer: Any = None, worker_cache: str = WORKER_CACHE) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if gpu_share > 0:
             _cap_gpu_memory(gpu_share)
@@ -36,10 +44,11 @@ class PackWorker:
             from packexp import telemetry
 
             telemetry.leave_gpu()
-        from packexp.config.components import worker_cache
+        from hydra.utils import get_method
 
         self.shared_dir = Path(shared_dir)
-        self.cache = worker_cache(OmegaConf.create(cfg))
+        self.trainer = trainer if trainer is not None else tensorflow_trainer()
+        self.cache = get_method(worker_cache)(OmegaConf.create(cfg))
 
     def pid(self) -> int:
         return os.getpid()
@@ -57,20 +66,19 @@ class PackWorker:
         Each call writes into a directory of its own, so a retried call never overwrites
         the files of the attempt before it.
         """
-        from packexp.packing.member import read_state, write_state
-        from packexp.packing.trainer import train_group
-
+        trainer = self.trainer
         started, took = time.perf_counter(), time.time()
         attempt = self.shared_dir / ATTEMPTS / f"{job.key}.{uuid.uuid4().hex[:8]}"
-        states = {i: read_state(s) if isinstance(s, str) else s for i, s in job.states.items()}
-        runs = train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
-                           lr_horizon=job.lr_horizon)
+        states = {i: trainer.read_state(s) if isinstance(s, str) else s
+                  for i, s in job.states.items()}
+        runs = trainer.train_group(job.group, self.cache, job.epochs, states, fusion=job.fusion,
+                                   lr_horizon=job.lr_horizon)
         out = []
         for run in runs:
             members = [{
                 "trial_id": m.trial_id, "failed": m.failed, "train_loss": m.train_loss,
                 "step": m.step,
-                "checkpoint": write_state(m.state, attempt / m.trial_id)
+                "checkpoint": trainer.write_state(m.state, attempt / m.trial_id)
                 if job.checkpoint and not m.failed else None,
             } for m in run.members]
             out.append({

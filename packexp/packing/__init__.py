@@ -1,12 +1,27 @@
-"""The pack engine: the only place that builds TensorFlow step functions."""
+"""The pack engine: the only place that builds TensorFlow step functions.
 
+``TensorFlowTrainer`` (``engine.py``) is its face to the search. Importing the package loads
+no TensorFlow: ``DeviceData``, ``Member``, ``Pack`` and the rest load when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
 import logging
-
-from packexp.packing.data import DeviceData, batch_indices
-from packexp.packing.member import Member
-from packexp.packing.pack import Evaluation, Pack, PackStats
+from typing import Any
 
 # Each pack compiles its own step function by design; TensorFlow's retracing advice is noise.
 logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
-__all__ = ["DeviceData", "Evaluation", "Member", "Pack", "PackStats", "batch_indices"]
+_LAZY = {"DeviceData": "packexp.packing.data", "batch_indices": "packexp.packing.data",
+         "Member": "packexp.packing.member", "Evaluation": "packexp.packing.pack",
+         "Pack": "packexp.packing.pack", "PackStats": "packexp.packing.pack",
+         "TensorFlowTrainer": "packexp.packing.engine"}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'packexp.packing' has no attribute {name!r}")

@@ -1,5 +1,6 @@
-"""The checkpoint store: the end states a search's trials continue from, as files. No
-TensorFlow (``packexp.packing.member`` reads and writes a state, imported when one is).
+"""The checkpoint store: the end states a search's trials continue from, as files, read and
+written by the search's trainer (``executors.Trainer``: TensorFlow's ``.npz`` files by
+default).
 
 Each trial keeps the end state of the rung it last finished, ``<root>/<trial>/r<rung>``,
 written whole (``write_state`` renames a complete file into place) before any journal record
@@ -19,15 +20,19 @@ from typing import Any
 
 @dataclass(frozen=True)
 class CheckpointStore:
-    """A search's checkpoint files under ``root`` (the run directory's ``checkpoints/``)."""
+    """A search's checkpoint files under ``root`` (the run directory's ``checkpoints/``),
+    kept by ``trainer``."""
 
     root: Path
+    trainer: Any  # executors.Trainer
+
+    def read(self, path: str | Path) -> Any:
+        """The state in the file ``path``."""
+        return self.trainer.read_state(path)
 
     def write(self, state: Any, trial_id: str, rung: int) -> str:
         """Writes ``trial_id``'s end state of ``rung``; returns the file's path."""
-        from packexp.packing.member import write_state
-
-        return write_state(state, self.root / trial_id / f"r{rung}")
+        return self.trainer.write_state(state, self.root / trial_id / f"r{rung}")
 
     def exploit_copy(self, member: str, rung: int, donor: str) -> Path:
         """Where ``member``'s copy of ``donor``'s end state of interval ``rung`` is kept
@@ -39,14 +44,13 @@ class CheckpointStore:
         """An exploited member's starting state (a ``MemberState``): the copy a session
         before a resume wrote, else ``donor_state()`` with the step counter at ``step``,
         written to the copy's place first so that a resume starts the member there too."""
-        from packexp.packing.member import MemberState, read_state, write_state
-
         path = self.exploit_copy(member, rung, donor)
         for written in path.parent.glob(f"{path.name}.*"):  # whole: renamed into place
-            return read_state(written)
+            return self.read(written)
         state = donor_state()
-        start = MemberState(state.weights, state.slots, step, fresh_slots=fresh_slots)
-        write_state(start, path)
+        start = self.trainer.member_state(state.weights, state.slots, step,
+                                          fresh_slots=fresh_slots)
+        self.trainer.write_state(start, path)
         return start
 
     def superseded(self, trial_id: str, rung: int, before: str | None,
@@ -68,20 +72,17 @@ class CheckpointStore:
 
     def kept(self, trial_id: str, rung: int) -> Path:
         """The kept state of ``trial_id``'s result of ``rung`` (with its suffix)."""
-        from packexp.packing.member import CHECKPOINT_SUFFIX
-
-        return self.kept_root / f"{trial_id}.r{rung}{CHECKPOINT_SUFFIX}"
+        return self.kept_root / f"{trial_id}.r{rung}{self.trainer.checkpoint_suffix}"
 
     def keep(self, state: Any, trial_id: str, rung: int) -> str:
         """Writes the state of ``trial_id``'s result of ``rung`` for ``runner.keep``."""
-        from packexp.packing.member import write_state
-
-        return write_state(state, self.kept(trial_id, rung))
+        return self.trainer.write_state(state, self.kept(trial_id, rung))
 
     def drop_kept(self, wanted: set[tuple[str, int]], among: set[str] | None = None) -> None:
         """Deletes the kept states not ``wanted`` (of the trials ``among``; None: all)."""
-        for path in self.kept_root.glob("*.r*.npz"):
-            trial_id, _, rung = path.name[: -len(".npz")].rpartition(".r")
+        suffix = self.trainer.checkpoint_suffix
+        for path in self.kept_root.glob(f"*.r*{suffix}"):
+            trial_id, _, rung = path.name[: -len(suffix)].rpartition(".r")
             if (among is None or trial_id in among) and (trial_id, int(rung)) not in wanted:
                 path.unlink(missing_ok=True)
 

@@ -2,7 +2,7 @@
 members' end states and results, its record, and each trial's end, told to the listeners (the
 journal first) so that a search killed at any instant resumes to the numbers of an unbroken
 one; and the states a trial starts its next rung from. Pure Python (``CheckpointStore``
-writes a state with ``packexp.packing.member`` when there is one).
+writes a state through the search's trainer).
 """
 
 from __future__ import annotations
@@ -153,13 +153,11 @@ class Ledger:
         before the journal names the results (so a resumed search finds them)."""
         if not self.keep.keeps:
             return
-        from packexp.packing.member import read_state
-
         by_id = {m.trial_id: m for m in members}
         for result in self.keep.candidates(self.book.trials, results):
             m = by_id[result.trial_id]
             state = m.state if m.state is not None else (
-                read_state(m.checkpoint) if m.checkpoint else None)
+                self.store.read(m.checkpoint) if m.checkpoint else None)
             if state is not None and not m.failed:
                 self.store.keep(state, result.trial_id, result.rung)
 
@@ -214,8 +212,6 @@ class Ledger:
         of the next epoch for its new batch size. It trains on with the exploit's values and
         the donor's data order (its seed: ``after``), so with the donor's values it would
         train exactly as the donor."""
-        from packexp.packing.member import read_state
-
         self.emit(MembersExploited(decision.bracket, decision.rung, epochs,
                                    tuple(decision.exploits),
                                    {t.trial_id: dict(t.hparams) for t in after}, journaled))
@@ -226,6 +222,6 @@ class Ledger:
             start = self.store.donor_start(
                 e.member, decision.rung, e.donor,
                 lambda d=e.donor: (self.states.get(d)
-                                   or read_state(self.book.trials[d].last.checkpoint)),
+                                   or self.store.read(self.book.trials[d].last.checkpoint)),
                 step, before[e.donor].optimizer != now[e.member].optimizer)
             self.starts[e.member] = (start, step)  # in memory: a Ray worker may not see path

@@ -87,7 +87,7 @@ class PackedSearch:
     def __post_init__(self) -> None:
         if self.executor is None:
             self.executor = LocalExecutor().start(self.cache)
-        self.store = CheckpointStore(self.checkpoints)
+        self.store = CheckpointStore(self.checkpoints, self.executor.trainer)
         self.ledger = Ledger(self.book, self._emit, self.store, self.capacity, self.tags,
                              self.continue_on_promotion, self.probe_seconds, self.started,
                              self.session, keep=self.keep)

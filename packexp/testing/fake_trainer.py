@@ -1,21 +1,26 @@
-"""The search (``PackedSearch``) on a fake pack trainer: searches in milliseconds, no TensorFlow.
+"""A fake pack trainer on the search's trainer seam (``executors.Trainer``): whole searches in
+milliseconds, no TensorFlow, through ``PackedSearch`` here (``fake_search``) or through the
+config, runner, journal, tracker, ``results.json`` and plots (``packexp.app.main.run(cfg,
+run_dir, trainer=FakeTrainer())``, ``packexp.tune(..., trainer=FakeTrainer())``).
 
-A member's score is ``x / 100`` (its ``x`` hyper-parameter) at any epochs, or None for the one
-that diverges (``FakeTrainer.failing``). ``install_fake_trainer`` puts the fake in place of the
-modules ``PackedSearch`` imports when it trains.
+A member's score is ``x / 100`` where the space has an ``x`` hyper-parameter (at any epochs),
+else a number in [0.05, 0.95) drawn from its hyper-parameters' values that grows with its
+epochs (``score``); None for the one that diverges (``FakeTrainer.failing``). Its state is a
+JSON file of whose weights it holds and its step counter; its "model" is a JSON file too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 from packexp.events import Listener, Listeners, TrialEnded
+from packexp.executors import LocalExecutor
 from packexp.listeners import JournalListener, ResultsCollector
 from packexp.objectives import ACCURACY, Objective
 from packexp.records.journal import Journal
@@ -54,11 +59,6 @@ class State:
     slots = None
 
 
-def member_state(weights: str, slots: None, step: int, fresh_slots: bool = False) -> State:
-    """``MemberState`` of the fake: a population's copy of its donor's weights."""
-    return State(weights, step)
-
-
 @dataclass(frozen=True)
 class MemberResult:
     trial: Trial
@@ -77,33 +77,45 @@ class MemberResult:
 
 
 class FakeTrainer:
-    """``train_group``, ``write_state`` and ``read_state`` without TensorFlow.
+    """The trainer seam's fake (``executors.Trainer``): ``train_group``, the states, the
+    exported models, and the device facts, capacity and cache of a trainer that measures no
+    device.
 
     Each call notes what it was given, what it returned and the journal as it stood.
     ``die_at_call`` raises ``KeyboardInterrupt`` at that call, as a Ctrl-C mid-search would.
+
+    Args:
+        failing: The trial that diverges.
+        members: How many members one pack holds (``capacity``).
     """
 
-    def __init__(self, failing: str = "b2-t004") -> None:
+    name = "fake"
+    measures_device = False
+    checkpoint_suffix = ".json"
+
+    def __init__(self, failing: str = "b2-t004", members: int = 2) -> None:
         self.failing = failing  # this member diverges
+        self.members = members
         self.calls: list[dict] = []
         self.reads: list[str] = []
         self.die_at_call: int | None = None
         self.journal: Journal | None = None
 
     def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
-                    states: Mapping[str, State | None], splits: int = 0,
-                    fusion: str | None = None,
+                    states: Mapping[str, State | None], fusion: str | None = None,
                     lr_horizon: float | None = None) -> list[SimpleNamespace]:
         if len(self.calls) == self.die_at_call:
             raise KeyboardInterrupt
+        train_size = getattr(cache, "train_size", TRAIN_SIZE)
         members, evaluation = [], {}
         for t in group:
             failed = t.trial_id == self.failing
-            state = State(t.trial_id, steps_for(epochs, t.hparams["batch_size"], TRAIN_SIZE))
+            state = State(t.trial_id, steps_for(epochs, t.hparams["batch_size"], train_size))
             members.append(MemberResult(t, state, failed, None if failed else 1.0))
+            accuracy = None if failed else score(t.hparams, epochs)
             evaluation[t.trial_id] = SimpleNamespace(
-                val_accuracy=None if failed else t.hparams["x"] / 100,
-                val_loss=None if failed else t.hparams["x"] / 50)  # ranks opposite to accuracy
+                val_accuracy=accuracy,
+                val_loss=None if failed else 2 * accuracy)  # ranks opposite to accuracy
         self.calls.append({"ids": [t.trial_id for t in group], "epochs": epochs,
                            "states": dict(states), "fusion": fusion, "lr_horizon": lr_horizon,
                            "returned": {m.trial_id: m.state for m in members if not m.failed},
@@ -114,36 +126,61 @@ class FakeTrainer:
                                 step_time_ms=1.0)
         return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
                                 peak_memory_bytes=0, peak_rss_bytes=0,
-                                gpu_peak_bytes=None, splits=splits, reused=False,
+                                gpu_peak_bytes=None, splits=0, reused=False,
                                 reused_members=0, build_s=0.0, eval_s=0.0, started=0.0)]
 
-    def write_state(self, state: State, path: Path) -> str:
-        final = Path(path).with_suffix(".json")
+    def write_state(self, state: State, path: str | Path) -> str:
+        final = Path(path).with_suffix(self.checkpoint_suffix)
         final.parent.mkdir(parents=True, exist_ok=True)
         final.write_text(json.dumps({"trial_id": state.trial_id, "step": state.step}))
         return str(final)
 
-    def read_state(self, path: str) -> State:
-        self.reads.append(path)
+    def read_state(self, path: str | Path) -> State:
+        self.reads.append(str(path))
         return State(**json.loads(Path(path).read_text()))
+
+    def member_state(self, weights: str, slots: None, step: int,
+                     fresh_slots: bool = False) -> State:
+        """A population's copy of its donor's weights, at ``step``."""
+        return State(weights, step)
+
+    def export(self, trial: Trial, state: State, cache: Any, run_dir: Path,
+               name: str | None = None) -> SimpleNamespace:
+        """The "model": ``models/<name>.json``, whose weights and step it holds."""
+        relative = Path("models") / f"{name or trial.trial_id}.json"
+        (run_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / relative).write_text(json.dumps(
+            {"trial_id": trial.trial_id, "weights": state.trial_id, "step": state.step,
+             "hparams": dict(trial.hparams)}, sort_keys=True))
+        return SimpleNamespace(file=relative.as_posix(), whole=True, why=None)
+
+    def cache(self, dataset: Any) -> FakeCache:
+        """A cache that keeps nothing, for a search of ``dataset``."""
+        return FakeCache(dataset.train_size)
+
+    def capacity(self, max_members: int) -> Capacity:
+        """``members`` to a pack (at most ``max_members``), whatever their size."""
+        return Capacity.members(min(self.members, max_members))
+
+    def facts(self) -> Any:
+        """The device, as ``telemetry.DeviceFacts`` says it: none measured."""
+        from packexp.telemetry import DeviceFacts
+
+        return DeviceFacts("fake", None, ())
 
     def trained(self) -> list[tuple[str, float]]:
         return [(i, c["epochs"]) for c in self.calls for i in c["ids"]]
 
 
-def install_fake_trainer(monkeypatch) -> FakeTrainer:
-    """The fake, in place of the TensorFlow modules ``PackedSearch`` imports when it trains
-    (``monkeypatch``: pytest's fixture, which puts them back after the test)."""
-    fake = FakeTrainer()
-    for name, functions in (("trainer", {"train_group": fake.train_group}),
-                            ("member", {"write_state": fake.write_state,
-                                        "read_state": fake.read_state,
-                                        "MemberState": member_state})):
-        module = ModuleType(f"packexp.packing.{name}")
-        for function, value in functions.items():
-            setattr(module, function, value)
-        monkeypatch.setitem(sys.modules, module.__name__, module)
-    return fake
+def score(hparams: Mapping[str, Any], epochs: float) -> float:
+    """A member's validation accuracy after ``epochs``: ``x / 100`` where it has an ``x``;
+    else a number in [0.05, 0.95) drawn from its values, times ``epochs / (epochs + 1)``
+    (more epochs, a higher score; a promoted trial keeps its rank)."""
+    if "x" in hparams:
+        return hparams["x"] / 100
+    digest = hashlib.sha256(json.dumps(dict(hparams), sort_keys=True, default=str).encode())
+    base = 0.05 + 0.9 * int(digest.hexdigest()[:8], 16) / 16**8
+    return round(base * epochs / (epochs + 1), 6)
 
 
 class Ended(Listener):
@@ -162,6 +199,10 @@ class FakeCache:
     replayed: frozenset[tuple] = frozenset()
     model_runtime: tuple[str, ...] = ()
     bucketed = False
+
+    def __init__(self, train_size: int = TRAIN_SIZE) -> None:
+        self.train_size = train_size
+        self.data = SimpleNamespace(train_size=train_size)
 
     def kept(self) -> tuple[frozenset[tuple], dict[tuple, int]]:
         return frozenset(), {}
@@ -184,8 +225,10 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
     if not journal.exists:
         journal.append("start", config={})
     trainer.journal = journal
+    cache = FakeCache()
     return PackedSearch(space=SPACE, strategy=strategy or InOrder(),
-                        capacity=Capacity.members(2), cache=FakeCache(),
+                        capacity=Capacity.members(2), cache=cache,
+                        executor=LocalExecutor(trainer=trainer).start(cache),
                         listeners=Listeners([JournalListener(journal), Ended()]),
                         checkpoints=run_dir / "checkpoints", seed=0,
                         tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,

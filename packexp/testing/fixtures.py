@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING
 import pytest
 
 from packexp.testing import data
-from packexp.testing.fake_trainer import FakeTrainer, install_fake_trainer
+from packexp.testing.fake_trainer import FakeTrainer
 
 if TYPE_CHECKING:
     from packexp.packing import DeviceData
 
 
 @pytest.fixture
-def fake_trainer(monkeypatch) -> FakeTrainer:
-    """The search's pack trainer replaced by ``FakeTrainer`` for the test."""
-    return install_fake_trainer(monkeypatch)
+def fake_trainer() -> FakeTrainer:
+    """A ``FakeTrainer`` of the test's own: hand it to the search (``fake_search``, or
+    ``run(cfg, run_dir, trainer=...)``)."""
+    return FakeTrainer()
 
 
 @pytest.fixture(scope="session")

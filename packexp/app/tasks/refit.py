@@ -77,7 +77,7 @@ def explores(cfg: DictConfig) -> bool:
     return getattr(scheduler, "on_exploits", None) is not Scheduler.on_exploits
 
 
-def refit(cfg: DictConfig, run_dir: Path) -> float:
+def refit(cfg: DictConfig, run_dir: Path, trainer: Any = None) -> float:
     """``task=refit``: the best configuration of the search in ``run_dir`` (its
     ``hydra.run.dir``) trained from scratch on the training and validation rows together,
     for ``refit_epochs`` or the epochs the best trial trained, with the best trial's seed;
@@ -89,7 +89,7 @@ def refit(cfg: DictConfig, run_dir: Path) -> float:
     """
     best = refittable(run_dir)
     record = refit_run(run_config(run_dir), run_dir, best,
-                       epochs_setting("refit_epochs", cfg.get("refit_epochs")))
+                       epochs_setting("refit_epochs", cfg.get("refit_epochs")), trainer=trainer)
     return float("nan") if record["train_loss"] is None else float(record["train_loss"])
 
 
@@ -213,7 +213,8 @@ def merged(dataset: Any, cfg: DictConfig) -> Any:
 
 
 def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
-              epochs: float | None = None, parts: Any = None) -> dict[str, Any]:
+              epochs: float | None = None, parts: Any = None,
+              trainer: Any = None) -> dict[str, Any]:
     """Trains ``best``, the search's in ``run_dir`` (``refittable``), from scratch, alone, on
     the training and validation rows together, for ``epochs`` (None: the epochs the best
     trial trained) with the best trial's seed, its learning-rate schedule (if any) spanning
@@ -223,26 +224,24 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
 
     Args:
         cfg: The run's config.
-        parts: Its ``Components`` when this process has them (``refit=true``); else built.
+        parts: Its ``Components`` when this process has them (``refit=true``); else built,
+            with ``trainer`` (``executors.Trainer``; TensorFlow's when None).
     """
     from packexp.config.components import Components
-    from packexp.packing.export import export_member
-    from packexp.packing.trainer import train_group
 
     started = time.perf_counter()
     seed = trial_seed(journal_records(run_dir), int(cfg.seed), best["trial_id"])
     epochs = best["epochs"] if epochs is None else epochs
     trial = Trial(best["trial_id"], dict(best["hparams"]), (), seed=seed)
-    parts = parts or Components.build(cfg, probe=False)
+    parts = parts or Components.build(cfg, probe=False, trainer=trainer)
     dataset = merged(parts.dataset, cfg)
     cache = parts.cache(dataset)
-    [run] = train_group([trial], cache, float(epochs), {})
+    [run] = parts.trainer.train_group([trial], cache, float(epochs), {})
     [member] = run.members
     if member.failed:
         raise RuntimeError(f"refit: {trial.trial_id}'s loss diverged in its refit on "
                            f"{dataset.train_size} rows; no model was written")
-    kept = export_member(trial, member.state, cache.make_member, cache.data, run_dir,
-                         name=NAME)
+    kept = parts.trainer.export(trial, member.state, cache, run_dir, name=NAME)
     record = {"file": kept.file, "trial_id": trial.trial_id, "hparams": dict(trial.hparams),
               "epochs": int(epochs) if float(epochs).is_integer() else epochs, "seed": seed,
               "train_rows": dataset.train_size,

@@ -25,7 +25,9 @@ from packexp.app.tasks.refit import refit_after_search
 from packexp.config import budget_of
 from packexp.config.components import Components
 from packexp.config.device import ProbeFiles, device_capacity, facts_here
+from packexp.errors import ConfigError
 from packexp.events import Listeners, SearchFinished, Summary
+from packexp.executors import Trainer
 from packexp.files import write_json
 from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
 from packexp.records.plots import write_plots
@@ -43,12 +45,13 @@ from packexp.tracking.models import log_best_model
 log = logging.getLogger(__name__)
 
 
-def tune(cfg: DictConfig, run_dir: Path) -> float:
+def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> float:
     """Packed Hyperband over ``cfg.search_space`` (with ``resume=true``, the search journaled
     in ``run_dir`` continued); writes ``results.json``; returns the best objective value
-    (``cfg.objective``'s metric: by default the best validation accuracy)."""
+    (``cfg.objective``'s metric: by default the best validation accuracy). ``trainer`` trains
+    the packs: TensorFlow's when None (``executors.Trainer``)."""
     job_started = command_started()
-    parts = Components.build(cfg)
+    parts = Components.build(cfg, trainer=trainer)
     scheduler, executor = parts.scheduler, parts.executor(run_dir)
     own = parts.listeners(run_dir)  # the config's, built before anything is written
     journal, records = open_journal(cfg, run_dir)
@@ -57,7 +60,8 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
     cache = parts.cache()  # this process's: the members the memory estimate measures
     mark("data")
     with closing(executor.start(cache)):
-        facts = executor.on_device(facts_here)  # the device packs train on
+        facts = (executor.on_device(facts_here) if parts.trainer.measures_device
+                 else parts.trainer.facts())  # the device packs train on
         log.info("device: %s", facts)
         mark("executor")
         with tracked(cfg, run_dir, dataset=parts.dataset, journal=journal, records=records,
@@ -94,7 +98,7 @@ def tune(cfg: DictConfig, run_dir: Path) -> float:
                     search.finish()
                 else:
                     log.info("search stopped early: %s", search.stopped)
-            kept = hand_over(search, cache, run_dir)
+            kept = hand_over(search, cache, run_dir, parts.trainer)
             results = search_results(
                 book.trials.values(), book.packs, book.best(), objective=parts.objective,
                 wall_time_s=time.perf_counter() - started + earlier_sessions_s(records),
@@ -125,16 +129,14 @@ def keep_of(cfg: DictConfig, objective: Any) -> KeepModels:
     return KeepModels(keep_setting(cfg.get("keep_models", BEST)), objective)
 
 
-def hand_over(search: PackedSearch, cache: Any, run_dir: Path) -> dict[str, dict[str, Any]]:
+def hand_over(search: PackedSearch, cache: Any, run_dir: Path,
+              trainer: Trainer) -> dict[str, dict[str, Any]]:
     """The models ``keep_models`` keeps, written to ``<run_dir>/models/`` from the states
     kept for them (``runner.keep``; the weights their reported scores came from), each as
     ``{"file", "rung", "epochs"}`` by trial; then any model a session before this one wrote
     that is no longer kept is deleted. The kept states stay until the journal says the search
     has finished (then ``tune`` deletes them): a search stopped early, or killed before then,
     hands the same models over when it is resumed."""
-    from packexp.packing.export import export_member
-    from packexp.packing.member import read_state
-
     started = time.perf_counter()
     chosen = search.keep.chosen(search.trials)
     kept: dict[str, dict[str, Any]] = {}
@@ -148,7 +150,7 @@ def hand_over(search: PackedSearch, cache: Any, run_dir: Path) -> dict[str, dict
             continue
         record = search.trials[trial_id]
         trial = Trial(trial_id, record.hparams_at(result.epochs), ())
-        file = export_member(trial, read_state(path), cache.make_member, cache.data, run_dir)
+        file = trainer.export(trial, trainer.read_state(path), cache, run_dir)
         kept[trial_id] = {"file": file.file, "rung": result.rung,
                           "epochs": int(result.epochs) if float(result.epochs).is_integer()
                           else result.epochs, **({} if file.whole else {"why": file.why})}
@@ -179,7 +181,15 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
     """The device's capacity for one pack (estimated; probed where it matters, or read from
     probes kept before) and the strategy readied for the device (``WeighsCosts.prepare``: a
     calibration, for one that weighs costs); also the setting the capacity comes from, the
-    probes' files and clock, and the seconds the strategy took."""
+    probes' files and clock, and the seconds the strategy took. A trainer that measures no
+    device gives the capacity itself, and a strategy that weighs costs cannot plan on it."""
+    if not parts.trainer.measures_device:
+        if isinstance(parts.strategy, WeighsCosts):
+            raise ConfigError(f"strategy={parts.names['strategy']}: weighs measured costs, "
+                              f"which the {parts.trainer.name} trainer does not measure")
+        mark("capacity")
+        return (parts.trainer.capacity(parts.max_members), f"{parts.trainer.name} trainer",
+                ProbeFiles(run_dir), 0.0)
     probes = ProbeFiles(run_dir, kept_directory(parts.cfg.device.get("probe_dir")),
                         parts.calibration_facts(facts))
     capacity, source, probes.seconds = device_capacity(
