@@ -1,4 +1,6 @@
-"""python -m packexp in a subprocess, as a user runs it."""
+"""python -m packexp as a user runs it: what it says run in this process
+(``packexp.testing.command``), a search end to end and what needs a fresh interpreter in a
+subprocess."""
 
 from __future__ import annotations
 
@@ -11,17 +13,17 @@ import pytest
 
 from packexp.records.journal import Journal
 from packexp.records.report import describe
+from packexp.testing.command import run_command
 from tests.helpers import ROOT, packexp
 
 
-@pytest.mark.process
 @pytest.mark.parametrize(
     ("override", "needle"),
     [("scheduler.eta=1", "scheduler.eta=1"), ("scheduler.R=0", "scheduler.R=0"),
      ("seed=abc", "seed='abc'"), ("search_space.params.batch_size=[]", "batch_size")],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, override, needle):
-    out = packexp("tracking=none", override, f"hydra.run.dir={tmp_path}")
+    out = run_command("tracking=none", override, f"hydra.run.dir={tmp_path}")
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert lines == [lines[0]] and lines[0].startswith("packexp: error: ")
@@ -56,9 +58,8 @@ def test_bad_search_settings_are_found_before_tensorflow_loads(override):
     assert loaded == "False"
 
 
-@pytest.mark.process
 def test_unknown_strategy_names_the_choices(tmp_path):
-    out = packexp("strategy=best_fit", f"hydra.run.dir={tmp_path}")
+    out = run_command("strategy=best_fit", f"hydra.run.dir={tmp_path}")
     assert out.returncode != 0
     assert "strategy/best_fit" in out.stderr
     assert "knn" in out.stderr
@@ -129,18 +130,18 @@ def test_multirun_sweeps_strategies(tmp_path):
         assert sum(run["startup"].values()) == pytest.approx(run["startup_s"], abs=0.02)
 
 
-@pytest.mark.slow
 def test_resume_of_a_directory_without_a_journal_exits_2(tmp_path):
-    out = packexp("tracking=none", "resume=true", f"hydra.run.dir={tmp_path}")
+    out = run_command("tracking=none", "resume=true", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 2
     assert "no journal here" in out.stderr
 
 
 def refused(cwd: Path, *args: str) -> str:
-    """The one line ``python -m packexp *args`` prints, run in ``cwd``: exit code 2, nothing
-    else on stderr, no traceback, and nothing written (not even an empty run directory)."""
+    """The one line ``python -m packexp *args`` prints, run in ``cwd`` (in this process): exit
+    code 2, nothing else on stderr, no traceback, and nothing written (not even an empty run
+    directory)."""
     before = sorted(cwd.rglob("*"))
-    done = packexp(*args, cwd=cwd, timeout=120)
+    done = run_command(*args, cwd=cwd)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("packexp: error: "), done.stderr[-2000:]
@@ -149,7 +150,6 @@ def refused(cwd: Path, *args: str) -> str:
     return lines[0].removeprefix("packexp: error: ")
 
 
-@pytest.mark.process
 @pytest.mark.parametrize(("args", "starts"), [
     (["seed=-1"], "seed=-1: must be an integer from 0 to 4294967295"),
     (["seed=4294967296"], "seed=4294967296: must be an integer from 0 to 4294967295"),
@@ -175,17 +175,16 @@ def test_a_value_no_library_should_see_is_one_line_naming_its_key(tmp_path, args
     assert refused(tmp_path, *args, "tracking=none").startswith(starts)
 
 
-@pytest.mark.process
+@pytest.mark.tf  # the plan's job starts TensorFlow
 def test_the_smallest_R_that_halves_is_named_and_works(tmp_path):
     line = refused(tmp_path, "scheduler=asha", "scheduler.R=2", "tracking=none")
     assert line.endswith("the smallest R that works is 3"), line
-    plan = packexp("task=plan", "scheduler=asha", "scheduler.R=3", "tracking=none",
-                   f"hydra.run.dir={tmp_path / 'plan'}", cwd=tmp_path, timeout=300)
+    plan = run_command("task=plan", "scheduler=asha", "scheduler.R=3", "tracking=none",
+                       f"hydra.run.dir={tmp_path / 'plan'}", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert (tmp_path / "plan" / "plan.json").exists()
 
 
-@pytest.mark.process
 @pytest.mark.parametrize("where", ["file", "proc"])
 def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path, where):
     (tmp_path / "a_file").write_text("")
@@ -194,7 +193,6 @@ def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path, whe
     assert line.startswith(f"hydra.run.dir={run_dir}: cannot make this directory ("), line
 
 
-@pytest.mark.process
 def test_a_sweep_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
     (tmp_path / "a_file").write_text("")
     line = refused(tmp_path, "-m", f"hydra.sweep.dir={tmp_path / 'a_file' / 'sweep'}",
@@ -202,7 +200,6 @@ def test_a_sweep_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
     assert line.startswith("hydra.sweep.dir="), line
 
 
-@pytest.mark.process
 def test_resume_without_a_run_directory_names_the_latest_unfinished_runs(tmp_path):
     runs = tmp_path / "outputs" / "runs"
     for name, finished in [("2026-01-01_10-00-00-000000", False),
@@ -224,7 +221,6 @@ def test_resume_without_a_run_directory_names_the_latest_unfinished_runs(tmp_pat
         "2026-01-03_10-00-00-000000", "2026-01-04_10-00-00-000000"]
 
 
-@pytest.mark.process
 def test_resume_with_no_run_to_continue_says_so(tmp_path):
     line = refused(tmp_path, "resume=true", "tracking=none")
     assert line == ("resume=true: give hydra.run.dir=<the run to continue>; there is no "

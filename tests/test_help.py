@@ -1,23 +1,22 @@
-"""python -m packexp --help, and --help GROUP, in a subprocess as a user runs them."""
+"""python -m packexp --help, and --help GROUP, as a user runs them (in this process:
+``packexp.testing.command``)."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
 from packexp.app.help import WIDTH, help_argv
-from tests.helpers import ROOT, packexp
-
-pytestmark = [pytest.mark.process]
+from packexp.testing.command import Result, run_command
+from tests.helpers import ROOT
 
 STRATEGIES = sorted(p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def default_help(tmp_path_factory) -> subprocess.CompletedProcess:
-    return packexp("--help", cwd=tmp_path_factory.mktemp("help"))
+def default_help(tmp_path_factory) -> Result:
+    return run_command("--help", cwd=tmp_path_factory.mktemp("help"))
 
 
 def line_of(text: str, key: str) -> str:
@@ -29,6 +28,9 @@ def line_of(text: str, key: str) -> str:
     return found.group(0)
 
 
+# The config's help imports the target of each ${default:} key for its docstring, and
+# TensorFlow with them.
+@pytest.mark.tf
 def test_help_shows_resolved_values_each_with_its_comment(default_help):
     out = default_help
     assert out.returncode == 0, out.stderr[-2000:]
@@ -44,6 +46,7 @@ def test_help_shows_resolved_values_each_with_its_comment(default_help):
     assert max(map(len, out.stdout.splitlines())) <= WIDTH
 
 
+@pytest.mark.tf
 def test_help_lists_the_groups(default_help):
     assert default_help.returncode == 0, default_help.stderr
     for group in ("model", "dataset", "search_space", "strategy", "scheduler", "tracking",
@@ -51,8 +54,9 @@ def test_help_lists_the_groups(default_help):
         assert f"{group}:" in default_help.stdout
 
 
+@pytest.mark.tf
 def test_help_after_overrides_shows_the_chosen_options_keys(tmp_path):
-    out = packexp("strategy=knn", "scheduler.R=27", "--help", cwd=tmp_path)
+    out = run_command("strategy=knn", "scheduler.R=27", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "# knn: The paper's kNN packing" in line_of(out.stdout, "strategy")
     assert re.match(r" +threshold: null +# Largest L1 distance", line_of(out.stdout, "threshold"))
@@ -60,7 +64,7 @@ def test_help_after_overrides_shows_the_chosen_options_keys(tmp_path):
 
 
 def test_help_of_a_group_describes_each_option(tmp_path):
-    out = packexp("--help", "strategy", cwd=tmp_path)
+    out = run_command("--help", "strategy", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     options = re.findall(r"^  (\w+) +(\*?) +(\S.*)$", out.stdout, re.MULTILINE)
     assert [name for name, _, _ in options] == STRATEGIES
@@ -72,14 +76,14 @@ def test_help_of_a_group_describes_each_option(tmp_path):
 
 
 def test_help_of_a_group_after_overrides_marks_their_choice(tmp_path):
-    out = packexp("scheduler=asha", "--help", "scheduler", "tracking", cwd=tmp_path)
+    out = run_command("scheduler=asha", "--help", "scheduler", "tracking", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(r"^  asha +\* Asynchronous successive halving", out.stdout, re.MULTILINE)
     assert re.search(r"^  mlflow +\* MLflow", out.stdout, re.MULTILINE)
 
 
 def test_help_of_an_unknown_group_is_one_line_and_exit_2(tmp_path):
-    out = packexp("--help", "nosuch", cwd=tmp_path)
+    out = run_command("--help", "nosuch", cwd=tmp_path)
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.strip() == ("packexp: error: --help nosuch: no config group 'nosuch' "
