@@ -1,7 +1,8 @@
 """Runs one test many times while another process keeps a core busy: the loop a flaky place's
 test must pass before its fix is believed.
 
-    python scripts/flaky_loop.py tests/test_interrupt.py::test_kill_9_mid_run_then_resume -n 20
+    python scripts/flaky_loop.py \
+        tests/system/test_interrupt.py::test_kill_9_mid_run_then_resume -n 20
 
 Each run is a fresh ``pytest`` process (so a crash of the run under test cannot end the loop),
 with ``PYTHONFAULTHANDLER=1`` so a crashing subprocess prints every thread's stack. Prints one

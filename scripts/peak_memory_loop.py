@@ -1,4 +1,4 @@
-"""The loop behind tests/test_memory.py's peak-memory tests.
+"""The loop behind tests/engine/test_memory.py's peak-memory tests.
 
     python scripts/peak_memory_loop.py 30          # np.empty's block, the collector on
     FIX=1 python scripts/peak_memory_loop.py 30    # the collector off (the test at 4598a30)
@@ -67,7 +67,7 @@ def main() -> int:
             gc.disable()
         try:
             with telemetry.PeakMemory() as span:
-                if fix == 2:  # as tests/test_memory.py's touched()
+                if fix == 2:  # as tests/engine/test_memory.py's touched()
                     block = mmap.mmap(-1, 50 * MB)
                     view = np.frombuffer(block, np.uint8)
                     view.fill(1)

@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 #   both cores busy, and pools as wide as the machine in each only wait on each other;
 # - oneDNN's custom operations off: TensorFlow turns them on by default on some x86 CPUs only,
 #   so the suite's numbers no longer depend on the CPU, and on these tiny models they cost
-#   more than they save. tests/test_onednn.py runs the isolation checks with them on.
+#   more than they save. tests/engine/test_onednn.py runs the isolation checks with them on.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -91,9 +91,19 @@ def markers_tell_the_truth(request, monkeypatch):
 COST = {"slow": 30.0, "search": 15.0, "process": 5.0, "tf": 3.0}
 
 
+SYSTEM = Path(__file__).resolve().parent / "system"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: ``-m system`` selects what it marks
 def pytest_collection_modifyitems(config, items) -> None:
     modules: dict[str, float] = {}
     for item in items:
+        # The system layer (docs/testing.md): every test in tests/system, and a test anywhere
+        # that starts a process (``process``, ``slow``). make test leaves it to make
+        # test-system.
+        if item.path.is_relative_to(SYSTEM) or {"process", "slow"} & {
+                m.name for m in item.iter_markers()}:
+            item.add_marker(pytest.mark.system)
         marks = {m.name for m in item.iter_markers()}
         cost = max((COST[m] for m in marks & COST.keys()), default=0.01)
         modules[item.nodeid.split("::")[0]] = modules.get(item.nodeid.split("::")[0], 0) + cost

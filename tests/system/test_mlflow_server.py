@@ -20,7 +20,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 STRATEGIES = ["none", "batch_size", "random", "knn"]
 EXPERIMENT = "served-sweep"

@@ -209,10 +209,10 @@ def test_readme_example_overrides_compose():
         pytest.param(["+search_space.params.width=[16,0]"],
                      r"^model: cannot build for digits \[64\]: width=0: must be an integer",
                      marks=pytest.mark.tf),
-        pytest.param(["model._target_=tests.test_config.two_heads"],
+        pytest.param(["model._target_=tests.engine.test_config.two_heads"],
                      r"^model: on digits \[64\]: the model returns list of 2 for a batch of 2; "
                      r"it must return logits \[batch, 10\]$", marks=pytest.mark.tf),
-        pytest.param(["model._target_=tests.test_config.failing"],
+        pytest.param(["model._target_=tests.engine.test_config.failing"],
                      r"^model: cannot build for digits \[64\] with \{'activation': 'sigmoid'\}: "
                      r"KeyError: 'units'$",
                      marks=pytest.mark.tf),

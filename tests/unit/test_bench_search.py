@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_search.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_search.py"
 spec = importlib.util.spec_from_file_location("bench_search", SCRIPT)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)

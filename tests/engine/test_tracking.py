@@ -563,7 +563,7 @@ def test_outside_hydra_there_are_no_sweep_tags():
     assert hydra_tags() == {}
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_dataset():

@@ -19,7 +19,7 @@ from tests.helpers import CONF_DIR, compose_config
 # A profile's ${default:} values are read from its module, which times TensorFlow packs.
 pytestmark = pytest.mark.tf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in Path(CONF_DIR, "profile").glob("*.yaml"))
 TINY = ["profile.steps=3", "profile.warmup_steps=1", "profile.repeats=1", "profile.xla=[false]"]
 # Per profile: overrides that make it tiny, and numeric columns that must be finite.

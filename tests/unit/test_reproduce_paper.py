@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from tests.helpers import CONF_DIR, compose_config
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_paper.py"
 spec = importlib.util.spec_from_file_location("reproduce_paper", SCRIPT)
 reproduce = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = reproduce  # dataclasses look their module up by name

@@ -13,7 +13,7 @@ import pytest
 
 from packexp.schedulers.pbt import explore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "compare_pbt.py"
 
 

@@ -28,7 +28,7 @@ from packexp.space.options import (
 )
 from tests.helpers import compose_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = dataclasses.asdict(PACK_DEFAULTS)
 
 
@@ -94,7 +94,7 @@ def test_the_config_checks_import_no_tensorflow():
     code = ("import sys, packexp.config, packexp.space.options; "
             "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True,
-                   cwd=Path(__file__).resolve().parents[1])
+                   cwd=Path(__file__).resolve().parents[2])
 
 
 @pytest.mark.process
@@ -109,7 +109,7 @@ def test_the_default_config_is_checked_before_tensorflow_and_scipy_s_optimize_lo
             "from packexp.app.main import check\n"
             "check(cfg)\n"
             "print(sorted({'tensorflow', 'keras', 'scipy.optimize'} & set(sys.modules)))")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code, str(root / "conf")], check=True,
                          cwd=root, capture_output=True, text=True)
     assert out.stdout.split() == ["[]"], out.stdout

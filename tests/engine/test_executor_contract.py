@@ -63,7 +63,7 @@ def run_contract(name: str, run_dir: str) -> dict:
 # driver process of its own, as python -m packexp would.
 IN_A_PROCESS = """
 import json, sys
-from tests.test_executor_contract import run_contract
+from tests.engine.test_executor_contract import run_contract
 
 print(json.dumps(run_contract(sys.argv[1], sys.argv[2])))
 """

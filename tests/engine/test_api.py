@@ -96,7 +96,7 @@ def test_a_numpy_scalar_is_written_as_its_python_value():
 
 
 def test_a_builder_is_named_by_its_path_or_kept_under_a_name_its_code_gives():
-    assert in_process.target(small_mlp) == "tests.test_api.small_mlp"
+    assert in_process.target(small_mlp) == "tests.engine.test_api.small_mlp"
 
     def local(input_shape, num_classes, hparams):
         return small_mlp(input_shape, num_classes, hparams)
@@ -176,7 +176,7 @@ def test_a_partial_of_an_importable_builder_puts_its_settings_in_the_config():
     with _hydra():
         cfg = compose([])
     use_builder(cfg, functools.partial(small_mlp, width=8), [])
-    assert dict(cfg.model) == {"width": 8, "_target_": "tests.test_api.small_mlp",
+    assert dict(cfg.model) == {"width": 8, "_target_": "tests.engine.test_api.small_mlp",
                                "_partial_": True}
     assert cfg.hydra.runtime.choices.model == "small_mlp"
 
@@ -372,7 +372,7 @@ def test_the_result_holds_the_search_s_tables_and_reads_back(tmp_path):
 def test_a_builder_and_a_space_from_python_train(tmp_path):
     result = packexp.tune(small_mlp, "digits", SPACE, **QUICK, run_dir=tmp_path / "run")
     config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
-    assert "_target_: tests.test_api.small_mlp" in config  # importable: named by its path
+    assert "_target_: tests.engine.test_api.small_mlp" in config  # importable: named by its path
     assert result.results["model"] == "small_mlp"
     assert set(result.best["hparams"]) == set(SPACE["params"])
     assert result.trials.batch_size.isin([32, 64]).all()
@@ -423,7 +423,7 @@ def test_an_interrupted_search_resumes_from_python_to_the_unbroken_one_s_scores(
     x, y = digits_arrays()
     settings = {**QUICK, "pack": PLAIN, "data": (x, y)}
     unbroken = packexp.tune(**settings, run_dir=tmp_path / "unbroken")
-    stop = ["+listeners.stop._target_=tests.test_api.InterruptAfterFirstPack"]
+    stop = ["+listeners.stop._target_=tests.engine.test_api.InterruptAfterFirstPack"]
     with pytest.raises(KeyboardInterrupt):
         packexp.tune(**settings, overrides=stop, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "results.json").exists()

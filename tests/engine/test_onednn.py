@@ -23,12 +23,12 @@ import pytest
 from tests.helpers import ROOT
 
 ISOLATION = [
-    "tests/test_packing.py::test_packed_equals_alone",
-    "tests/test_packing.py::test_pack_mates_do_not_matter",
-    "tests/test_cnn_pack.py::test_packed_cnn_ends_bit_identical_to_alone",
+    "tests/engine/test_packing.py::test_packed_equals_alone",
+    "tests/engine/test_packing.py::test_pack_mates_do_not_matter",
+    "tests/engine/test_cnn_pack.py::test_packed_cnn_ends_bit_identical_to_alone",
 ]
-NATIVE = "tests/test_fused_cnn.py"  # its cases named native (-k)
-ON = "tests/test_onednn.py::test_onednn_is_on_exactly_where_asked"
+NATIVE = "tests/engine/test_fused_cnn.py"  # its cases named native (-k)
+ON = "tests/engine/test_onednn.py::test_onednn_is_on_exactly_where_asked"
 
 
 @pytest.mark.tf

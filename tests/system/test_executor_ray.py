@@ -20,7 +20,7 @@ pytest.importorskip("ray")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Plain packs, so results agree bit for bit; knn packs several members without calibrating.
 QUICK = ["experiment=quick", "strategy=knn", "pack.fusion=off"]
 # Where a check needs no second worker: each of quick's rungs is one pack, so a second would

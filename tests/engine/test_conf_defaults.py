@@ -98,7 +98,7 @@ def test_a_builder_of_your_own_gets_the_model_files_values(tmp_path):
     """model._target_ swapped for a builder of one's own: the model file's keys name mlp3's
     defaults (${default:packexp.models.mlp3.build}), so the builder gets width=64 and depth=3
     as before defaults were read from the code."""
-    cfg = compose_config(["model._target_=tests.test_conf_defaults.settings_of"])
+    cfg = compose_config(["model._target_=tests.engine.test_conf_defaults.settings_of"])
     assert instantiate(cfg.model, "model")() == {"width": 64, "depth": 3}
 
 

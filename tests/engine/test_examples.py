@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from packexp.config import check_pairing, component_name, instantiate, probe_model
 from tests.helpers import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OWN_MODEL = ROOT / "examples" / "own_model"
 MODEL_HPARAMS = ("filters", "width", "dropout")
 

@@ -200,7 +200,7 @@ def test_summed_errors_of_standardised_targets_are_scaled_back():
 def test_fused_and_compiled_regression_packs_agree_with_plain_to_rounding(values, engine):
     """Other kernels, so float rounding differs; squared error amplifies it more than
     cross-entropy does, hence 1e-3 (classification: 1e-4)."""
-    configs = CONFIGS_R[1:]  # Adam's updates amplify rounding (tests/test_fused.py says why)
+    configs = CONFIGS_R[1:]  # Adam's updates amplify rounding (tests/engine/test_fused.py says why)
     packed, packed_evaluation, stats = train(values, configs, **engine)
     assert stats.fused == (engine["fusion"] == "on") and stats.xla == engine["jit_compile"]
     for config, member in zip(configs, packed, strict=True):

@@ -31,7 +31,7 @@ from packexp.tracking.models import (
 )
 from tests.helpers import free_port
 from tests.helpers import packexp as run_cli
-from tests.test_mlflow_server import group_members, stop_group
+from tests.system.test_mlflow_server import group_members, stop_group
 
 NAME = "packexp-digits"
 
