@@ -3,8 +3,8 @@
 with their weights (Dense, the convolutions, including depthwise and separable ones, and
 EinsumDense); elementwise layers (activations, BatchNormalization, pooling, additions) are
 left out: for the models packexp trains they are a small share, and leaving them out keeps
-the count a property of the architecture alone (``tests/test_flops.py`` checks it against
-hand counts)."""
+the count a property of the architecture alone (``tests/engine/test_flops.py`` checks it
+against hand counts)."""
 
 from __future__ import annotations
 
