@@ -189,7 +189,7 @@ class PlanRecord:
 @dataclass(frozen=True)
 class Best:
     """The trial and rung best by the search's objective, and the values it trained with; in
-    a population, also the schedule (``schedulers.pbt.schedule``) that made its weights.
+    a population, also the schedule (``schedulers.base.schedule``) that made its weights.
     ``value``: its objective's ``metric`` there (Optuna's ``best_value``). ``results.json``'s
     ``best`` is ``to_dict()``."""
 

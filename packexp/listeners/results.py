@@ -16,7 +16,7 @@ from packexp.events import (
     TrialRecord,
 )
 from packexp.objectives import ACCURACY, Objective, fronts
-from packexp.schedulers.pbt import schedule
+from packexp.schedulers.base import schedule
 from packexp.space import Trial
 
 

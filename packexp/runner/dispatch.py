@@ -12,7 +12,7 @@ from packexp.executors import Executor, PackJob
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
 from packexp.runner.signals import raise_if_interrupted
-from packexp.schedulers import Bracket
+from packexp.schedulers.base import Bracket
 
 
 @dataclass

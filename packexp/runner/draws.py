@@ -11,7 +11,7 @@ from typing import Any
 
 from packexp.objectives import Objective
 from packexp.samplers import Observation, Sampler
-from packexp.schedulers import Bracket
+from packexp.schedulers.base import Bracket
 from packexp.space import SearchSpace, Trial
 
 log = logging.getLogger(__name__)

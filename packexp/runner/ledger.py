@@ -26,7 +26,7 @@ from packexp.events import (
 from packexp.listeners.results import ResultsCollector
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.keep import NO_MODELS, KeepModels
-from packexp.schedulers import Bracket, Exploits
+from packexp.schedulers.base import Bracket, Exploits
 from packexp.space import Trial
 from packexp.space.options import steps_for
 from packexp.strategies import Capacity

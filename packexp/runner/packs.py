@@ -13,7 +13,7 @@ from typing import Any
 from packexp.events import Event, RungPlanned
 from packexp.executors import Executor, PackJob
 from packexp.runner.ledger import Ledger
-from packexp.schedulers import Bracket
+from packexp.schedulers.base import Bracket
 from packexp.space import SearchSpace, Trial
 from packexp.space.options import steps_for
 from packexp.strategies import (

@@ -34,8 +34,16 @@ from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
 from packexp.runner.resume import Replayed
 from packexp.samplers import Sampler
-from packexp.schedulers import Bracket, Decision, Exploits, Plan, Planned, Retire, Scheduler
-from packexp.schedulers.pbt import after_exploits
+from packexp.schedulers.base import (
+    Bracket,
+    Decision,
+    Exploits,
+    Plan,
+    Planned,
+    Retire,
+    Scheduler,
+    continued,
+)
 from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy, check_fits
 
@@ -277,7 +285,7 @@ class PackedSearch:
     def _exploit(self, decision: Exploits, journaled: bool = False) -> None:
         """Carries a population's exploits out (``Ledger.exploit``)."""
         members = [self._current[i] for i in self._members[(decision.bracket, decision.rung)]]
-        after = self._known(after_exploits(members, decision.exploits, self.space))
+        after = self._known(continued(members, decision.exploits, self.space))
         done = self.replayed.done.get((decision.bracket, decision.rung + 1), {})
         self.ledger.exploit(decision, self._bracket(decision.bracket).rungs[decision.rung].r,
                             members, after, done, self.train_size, journaled)

@@ -15,10 +15,12 @@ from packexp.schedulers.base import (
     Scheduler,
     Search,
     bracket_epochs,
+    continued,
+    schedule,
 )
 from packexp.schedulers.hyperband import Hyperband, keep_best
 from packexp.schedulers.pbt import Pbt
 
 __all__ = ["Asha", "AshaState", "Bracket", "Decision", "Exploits", "HalvingScheduler",
            "Hyperband", "Pbt", "Plan", "Planned", "Retire", "Rung", "Scheduler", "Search",
-           "bracket_epochs", "keep_best", "promotable"]
+           "bracket_epochs", "continued", "keep_best", "promotable", "schedule"]

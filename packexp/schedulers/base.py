@@ -14,6 +14,7 @@ own.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -69,8 +70,10 @@ class Retire:
 
 @dataclass(frozen=True)
 class Exploits:
-    """A decision: a population's interval ``rung`` ends with these exploits (each member
-    named takes its donor's state and seed, with new values)."""
+    """A decision: rung ``rung`` ends with these continuations: each member named continues
+    from its donor's end state of the rung (its weights and optimizer state), with its donor's
+    data order (seed) and new values (``Exploit.hparams``). Any policy may decide it; a
+    population's exploits (``pbt``) are one use. The runner carries it out (``continued``)."""
 
     bracket: int
     rung: int
@@ -217,3 +220,40 @@ def bracket_epochs(bracket: Bracket, continued: bool) -> float:
         total += rung.n * (rung.r - before if continued else rung.r)
         before = rung.r
     return total
+
+
+def continued(members: Sequence[Trial], exploits: Sequence[Exploit],
+              space: SearchSpace) -> list[Trial]:
+    """The members as the next rung trains them after ``exploits``: each one named with its
+    exploit's values and its donor's data order (seed), so with the donor's values it would
+    train exactly as the donor."""
+    new, by_id = {e.member: e for e in exploits}, {t.trial_id: t for t in members}
+    return [dataclasses.replace(t, hparams=dict(new[t.trial_id].hparams),
+                                features=space.features(new[t.trial_id].hparams),
+                                seed=by_id[new[t.trial_id].donor].seed)
+            if t.trial_id in new else t for t in members]
+
+
+def schedule(member: str, epochs: float, lineage: Mapping[str, Sequence[Mapping[str, Any]]],
+             initial: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The hyper-parameter schedule that produced ``member``'s weights at ``epochs``: its
+    stretches from epoch 0, each ``{"from", "to", "trial_id", "hparams"}``, following each
+    exploit back to the donor whose weights it copied.
+
+    Args:
+        lineage: Each member's exploits in order, ``{"epoch", "donor", "hparams"}``.
+        initial: Each member's hyper-parameters as drawn.
+    """
+    stretches: list[dict[str, Any]] = []
+    who, end = member, epochs
+    while True:
+        earlier = [e for e in lineage.get(who, ()) if e["epoch"] < end]
+        if not earlier:
+            stretches.append({"from": 0.0, "to": end, "trial_id": who,
+                              "hparams": dict(initial[who])})
+            break
+        last = earlier[-1]
+        stretches.append({"from": float(last["epoch"]), "to": end, "trial_id": who,
+                          "hparams": dict(last["hparams"])})
+        who, end = last["donor"], float(last["epoch"])
+    return stretches[::-1]

@@ -9,7 +9,6 @@ from its donor's (the runner carries an ``Exploits`` decision out).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from packexp.schedulers.base import (
     Search,
 )
 from packexp.schedulers.hyperband import RungByRung
-from packexp.space import SearchSpace, Trial, derive_seed
+from packexp.space import SearchSpace, derive_seed
 from packexp.space.dimensions import Choice, FloatRange, IntRange
 
 # (donor's hyper-parameters, a candidate's) -> whether a member of the candidate can take
@@ -178,18 +177,6 @@ class Pbt(Scheduler):
                             "resample_probability": self.resample_probability}}
 
 
-def after_exploits(members: Sequence[Trial], exploits: Sequence[Exploit],
-                   space: SearchSpace) -> list[Trial]:
-    """The members as the next interval trains them: each exploited one with its exploit's
-    values and its donor's data order (seed), so with the donor's values it would train
-    exactly as the donor."""
-    new, by_id = {e.member: e for e in exploits}, {t.trial_id: t for t in members}
-    return [dataclasses.replace(t, hparams=dict(new[t.trial_id].hparams),
-                                features=space.features(new[t.trial_id].hparams),
-                                seed=by_id[new[t.trial_id].donor].seed)
-            if t.trial_id in new else t for t in members]
-
-
 def interval_ends(epochs: int, interval: int) -> list[float]:
     """``interval``, ``2·interval``, ... up to ``epochs``, and ``epochs`` itself."""
     ends = list(range(interval, epochs + 1, interval))
@@ -258,28 +245,3 @@ def perturb(dim: Any, value: Any, factor: float) -> Any:
         index = dim.values.index(value) + (1 if factor > 1 else -1 if factor < 1 else 0)
         return dim.value(min(max(index, 0), len(dim.values) - 1))
     return value
-
-
-def schedule(member: str, epochs: float, lineage: Mapping[str, Sequence[Mapping[str, Any]]],
-             initial: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The hyper-parameter schedule that produced ``member``'s weights at ``epochs``: its
-    stretches from epoch 0, each ``{"from", "to", "trial_id", "hparams"}``, following each
-    exploit back to the donor whose weights it copied.
-
-    Args:
-        lineage: Each member's exploits in order, ``{"epoch", "donor", "hparams"}``.
-        initial: Each member's hyper-parameters as drawn.
-    """
-    stretches: list[dict[str, Any]] = []
-    who, end = member, epochs
-    while True:
-        earlier = [e for e in lineage.get(who, ()) if e["epoch"] < end]
-        if not earlier:
-            stretches.append({"from": 0.0, "to": end, "trial_id": who,
-                              "hparams": dict(initial[who])})
-            break
-        last = earlier[-1]
-        stretches.append({"from": float(last["epoch"]), "to": end, "trial_id": who,
-                          "hparams": dict(last["hparams"])})
-        who, end = last["donor"], float(last["epoch"])
-    return stretches[::-1]

@@ -16,7 +16,7 @@ from typing import Any
 from packexp.events import RungResult
 from packexp.objectives import ACCURACY, Objective
 from packexp.schedulers import Exploits, Plan, Planned, Retire, Scheduler
-from packexp.schedulers.pbt import after_exploits
+from packexp.schedulers.base import continued
 from packexp.space import SearchSpace, Trial
 
 SPACE = SearchSpace({
@@ -78,7 +78,7 @@ def simulate(policy: Scheduler, space: SearchSpace,
             if isinstance(d, Retire):
                 retired.add(d.trial_id)
             elif isinstance(d, Exploits):
-                after = after_exploits([current[i] for i in members[(d.bracket, d.rung)]],
+                after = continued([current[i] for i in members[(d.bracket, d.rung)]],
                                        d.exploits, space)
                 current.update((t.trial_id, t) for t in after)
                 retired.difference_update(e.member for e in d.exploits)  # a diverged one trains on

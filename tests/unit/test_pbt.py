@@ -12,6 +12,7 @@ import pytest
 from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY
 from packexp.schedulers import Exploits, Plan, Planned
+from packexp.schedulers.base import schedule
 from packexp.schedulers.pbt import (
     Pbt,
     explore,
@@ -20,7 +21,6 @@ from packexp.schedulers.pbt import (
     perturb,
     ranked,
     replaced_count,
-    schedule,
 )
 from packexp.space import SearchSpace, Trial
 from packexp.space.dimensions import Choice, FloatRange, IntRange
