@@ -57,6 +57,20 @@ def search(run_dir: Path, *overrides: str, strategy: str | None = "knn") -> dict
     return json.loads((Path(run_dir) / "results.json").read_text())
 
 
+def search_on_fake(run_dir: Path, *overrides: str, strategy: str | None = "knn",
+                   trainer=None) -> dict:
+    """``search``, but on ``trainer`` (a ``packexp.testing.FakeTrainer`` that fails no trial
+    unless given): the same config, runner, journal, tracker, ``results.json`` and plots in
+    milliseconds, for a test whose check is orchestration, not trained numbers. The fake
+    refuses ``strategy=cost`` and ``executor=ray``."""
+    from packexp.app.main import run
+    from packexp.testing.fake_trainer import FakeTrainer
+
+    run(compose_config(list(overrides), strategy=strategy), run_dir=run_dir,
+        trainer=FakeTrainer(failing="") if trainer is None else trainer)
+    return json.loads((Path(run_dir) / "results.json").read_text())
+
+
 def search_command(args: list[str]) -> dict:
     """``search`` of a command's arguments (a printed resume line's, say): its
     ``hydra.run.dir=`` is the run directory, the rest are the overrides, and the strategy is

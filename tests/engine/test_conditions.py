@@ -11,7 +11,7 @@ from packexp.errors import ConfigError
 from packexp.samplers import Observation
 from packexp.samplers.tpe import TpeSampler
 from packexp.space import SearchSpace
-from tests.helpers import compose_config, search
+from tests.helpers import compose_config, search_on_fake
 
 PARAMS = {
     "optimizer": ["adam", "sgd", "adagrad"],
@@ -127,13 +127,12 @@ def test_tpe_draws_a_conditional_space_with_absence_never_defaulted():
     assert sum(t.hparams["optimizer"] == "sgd" for t in drawn) > len(drawn) / 2  # it learned
 
 
-@pytest.mark.tf
-@pytest.mark.search
+@pytest.mark.tf  # composing mlp3's config imports Keras
 def test_a_conditional_search_runs_end_to_end(tmp_path):
-    """The whole search (in this process, the default strategy) on a conditional space."""
-    trials = search(tmp_path, "experiment=quick", "tracking=none", "scheduler.R=9",
-                    "pack.fusion=auto", "+search_space.params.momentum={kind:float,low:0.5,"
-                    "high:0.99,when:{optimizer:[sgd]}}", strategy=None)["trials"]
+    """The whole search (in this process, on the fake trainer) on a conditional space."""
+    trials = search_on_fake(tmp_path, "experiment=quick", "tracking=none", "scheduler.R=9",
+                            "pack.fusion=auto", "+search_space.params.momentum={kind:float,"
+                            "low:0.5,high:0.99,when:{optimizer:[sgd]}}")["trials"]
     assert any(t["hparams"]["optimizer"] == "sgd" for t in trials)
     for t in trials:
         assert ("momentum" in t["hparams"]) == (t["hparams"]["optimizer"] == "sgd")

@@ -11,19 +11,22 @@ from omegaconf import open_dict
 
 from packexp.app.main import run
 from packexp.telemetry import gpu_device
+from packexp.testing.fake_trainer import FakeTrainer
 from packexp.tracking import TrackingError
-from tests.helpers import compose_config, search
+from tests.helpers import compose_config, search, search_on_fake
 
 pytestmark = pytest.mark.tf
 
 
-def tune(tmp_path, *overrides: str, tracking: str = "none"):
+def tune(tmp_path, *overrides: str, tracking: str = "none", trainer=None):
+    """The quick search; on ``trainer`` (a ``FakeTrainer``) where the check is orchestration,
+    on TensorFlow where it is the numbers."""
     cfg = compose_config(["experiment=quick", f"tracking={tracking}", *overrides])
     if tracking == "mlflow":
         with open_dict(cfg):
             cfg.tracking.store_dir = str(tmp_path / "store")
     out = tmp_path / "run"
-    best = run(cfg, run_dir=out)
+    best = run(cfg, run_dir=out, trainer=trainer)
     return best, json.loads((out / "results.json").read_text()), out
 
 
@@ -43,8 +46,10 @@ def none_r9(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def quick_tracked(tmp_path_factory) -> tuple[float, dict, object]:
-    """The quick search tracked in MLflow: its best, results and folder (the store in it)."""
-    return tune(tmp_path_factory.mktemp("quick"), tracking="mlflow")
+    """The quick search tracked in MLflow, on the fake: its best, results and folder (the
+    store in it)."""
+    return tune(tmp_path_factory.mktemp("quick"), tracking="mlflow",
+                trainer=FakeTrainer(failing=""))
 
 
 def test_the_first_pack_reuses_no_member_of_another_pack(none_r9):
@@ -86,7 +91,7 @@ def test_results_json_has_the_documented_keys(quick_tracked):
 
 
 def test_promoted_trials_are_the_best_of_their_rung(tmp_path):
-    _, results, _ = tune(tmp_path, "scheduler.R=9")
+    _, results, _ = tune(tmp_path, "scheduler.R=9", trainer=FakeTrainer(failing=""))
     for s in (2, 1):
         bracket = [t for t in results["trials"] if t["bracket"] == s]
         first = sorted(bracket, key=lambda t: -(t["rungs"][0]["val_accuracy"] or -1))
@@ -185,7 +190,7 @@ def test_unreachable_tracking_server_fails_before_training(tmp_path):
     cfg = compose_config(["experiment=quick", "tracking=mlflow",
                           "tracking.uri=http://127.0.0.1:9"])
     with pytest.raises(TrackingError, match=r"tracking\.uri=http://127\.0\.0\.1:9"):
-        run(cfg, run_dir=tmp_path)
+        run(cfg, run_dir=tmp_path, trainer=FakeTrainer(failing=""))
     assert not (tmp_path / "results.json").exists()
 
 
@@ -199,7 +204,7 @@ def test_a_failed_run_writes_no_results_and_ends_its_mlflow_run(tmp_path, monkey
 
     monkeypatch.setattr(ledger.Ledger, "commit", explode)
     with pytest.raises(RuntimeError, match="boom"):
-        tune(tmp_path, tracking="mlflow")
+        tune(tmp_path, tracking="mlflow", trainer=FakeTrainer(failing=""))
     assert not (tmp_path / "run" / "results.json").exists()
     client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("packexp")
@@ -328,10 +333,9 @@ def test_a_cnn_search_on_the_embedded_default_learns(tmp_path, model, rates):
     assert sum(s > 0.3 for s in scores) >= 3  # not one lucky trial
 
 
-@pytest.mark.search
 def test_a_search_over_ranges_end_to_end(tmp_path):
     """conf/search_space/ranges.yaml: an int range, choices and a log-uniform float range."""
-    results = search(tmp_path, "experiment=quick", "search_space=ranges", "strategy=knn",
+    results = search_on_fake(tmp_path, "experiment=quick", "search_space=ranges", "strategy=knn",
                      "tracking=none")
     trials = [t["hparams"] for t in results["trials"]]
     assert len(trials) == 3 + 2

@@ -29,19 +29,22 @@ from packexp.errors import ConfigError
 from packexp.events import PackRecord, RungResult, TrialRecord
 from packexp.records import plots
 from packexp.records.results import speedup_metrics
+from packexp.testing.fake_trainer import FakeTrainer
 from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
 from tests.helpers import compose_config, wait_until
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
 
 
-def tune(tmp_path, *overrides: str, tracking: str = "mlflow", run_dir=None):
+def tune(tmp_path, *overrides: str, tracking: str = "mlflow", run_dir=None, trainer=None):
+    """A search at R=9; on ``trainer`` (a ``FakeTrainer``) where the check is what is tracked,
+    on TensorFlow where it is a measured number."""
     cfg = compose_config([*QUICK9, f"tracking={tracking}", *overrides])
     if tracking == "mlflow":
         with open_dict(cfg):
             cfg.tracking.store_dir = str(tmp_path / "store")
     out = run_dir or tmp_path / "run"
-    best = run(cfg, run_dir=out)
+    best = run(cfg, run_dir=out, trainer=trainer)
     return best, json.loads((out / "results.json").read_text()), out
 
 
@@ -145,7 +148,7 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
 @pytest.mark.tf
 def test_the_experiment_opens_on_training_runs_with_dataset_and_source(tmp_path):
     """MLflow 3's UI: the experiment kind, the Dataset column and the Source column."""
-    _, results, _ = tune(tmp_path, "experiment=quick")
+    _, results, _ = tune(tmp_path, "experiment=quick", trainer=FakeTrainer(failing=""))
     client, [parent], children = store(tmp_path)
     experiment = client.get_experiment(parent.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -205,7 +208,7 @@ def test_an_experiment_made_without_a_kind_gets_it(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     client.create_experiment("packexp", tags={"team": "x"},
                              artifact_location=(tmp_path / "artifacts").as_uri())
-    tune(tmp_path, "experiment=quick")
+    tune(tmp_path, "experiment=quick", trainer=FakeTrainer(failing=""))
     tags = client.get_experiment_by_name("packexp").tags
     assert (tags["mlflow.experimentKind"], tags["team"]) == ("custom_model_development", "x")
 
@@ -235,11 +238,12 @@ def test_tracking_none_still_draws_the_plots(tmp_path):
 
 @pytest.mark.tf
 def test_a_deleted_experiment_of_the_same_name_is_restored(tmp_path, caplog):
-    tune(tmp_path / "a", "experiment=quick")
+    tune(tmp_path / "a", "experiment=quick", trainer=FakeTrainer(failing=""))
     client, _, _ = store(tmp_path / "a")
     client.delete_experiment(client.get_experiment_by_name("packexp").experiment_id)
     caplog.set_level(logging.WARNING, logger="packexp.tracking")
-    tune(tmp_path / "a", "experiment=quick", run_dir=tmp_path / "b")
+    tune(tmp_path / "a", "experiment=quick", run_dir=tmp_path / "b",
+         trainer=FakeTrainer(failing=""))
     client, parents, _ = store(tmp_path / "a")
     assert client.get_experiment_by_name("packexp").lifecycle_stage == "active"
     assert len(parents) == 2
@@ -256,7 +260,7 @@ def test_a_deleted_experiment_of_the_same_name_is_restored(tmp_path, caplog):
 def test_an_experiment_name_mlflow_rejects_is_a_one_line_config_error(tmp_path, value, match):
     cfg = compose_config(["experiment=quick", "tracking=mlflow", f"tracking.experiment={value}"])
     with pytest.raises(ConfigError, match=match):
-        run(cfg, run_dir=tmp_path)
+        run(cfg, run_dir=tmp_path, trainer=FakeTrainer(failing=""))
     assert not (tmp_path / "results.json").exists()
 
 
@@ -298,7 +302,7 @@ def test_a_bad_sample_interval_is_a_config_error(tmp_path, value):
     cfg = compose_config(["experiment=quick", "tracking=mlflow",
                           f"tracking.sample_interval_s={value}"])
     with pytest.raises(ConfigError, match=r"^tracking\.sample_interval_s="):
-        run(cfg, run_dir=tmp_path)
+        run(cfg, run_dir=tmp_path, trainer=FakeTrainer(failing=""))
 
 
 @pytest.fixture
@@ -326,7 +330,7 @@ def test_a_server_that_is_not_mlflow_fails_at_start_up_in_seconds(tmp_path, not_
     cfg = compose_config(["experiment=quick", "tracking=mlflow", f"tracking.uri={not_mlflow}"])
     started = time.monotonic()
     with pytest.raises(TrackingError, match=rf"^tracking\.uri={not_mlflow}: cannot use"):
-        run(cfg, run_dir=tmp_path)
+        run(cfg, run_dir=tmp_path, trainer=FakeTrainer(failing=""))
     assert time.monotonic() - started < 60
     assert not (tmp_path / "results.json").exists()
     assert not (tmp_path / "checkpoints").exists()
@@ -346,7 +350,7 @@ def test_an_artifact_store_failing_at_start_up_leaves_no_run_open(tmp_path, in_t
     with open_dict(cfg):
         cfg.tracking.store_dir = str(tmp_path / "store")
     with pytest.raises(TrackingError, match=r"^tracking\.uri=sqlite:.*read-only"):
-        run(cfg, run_dir=tmp_path / "run")
+        run(cfg, run_dir=tmp_path / "run", trainer=FakeTrainer(failing=""))
     _, [parent], children = store(tmp_path)
     assert parent.info.status == "FAILED" and not children
 
@@ -358,7 +362,7 @@ def test_an_mlflow_failure_mid_search_is_a_warning_not_the_end(tmp_path, monkeyp
 
     monkeypatch.setattr(MlflowTracker, "_log_trial_rung", broken)
     caplog.set_level(logging.WARNING, logger="packexp.tracking")
-    best, results, _ = tune(tmp_path, "experiment=quick")
+    best, results, _ = tune(tmp_path, "experiment=quick", trainer=FakeTrainer(failing=""))
     assert results["best"]["val_accuracy"] == best
     assert "could not log a trial's rung (server went away); the search goes on" in caplog.text
     _, [parent], children = store(tmp_path)
@@ -381,7 +385,7 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ledger.Ledger, "commit", finish)
     with pytest.raises(KeyboardInterrupt):
-        tune(tmp_path)
+        tune(tmp_path, trainer=FakeTrainer(failing=""))
     _, [parent], children = store(tmp_path)
     assert parent.info.status == "KILLED"
     interrupted = {c.info.run_name for c in children if c.data.tags["outcome"] == "interrupted"}
@@ -389,7 +393,7 @@ def test_interrupted_trial_runs_are_reopened_on_resume(tmp_path, monkeypatch):
     assert {c.info.status for c in children if c.info.run_name in interrupted} == {"KILLED"}
 
     monkeypatch.setattr(ledger.Ledger, "commit", original)
-    _, results, _ = tune(tmp_path, "resume=true")
+    _, results, _ = tune(tmp_path, "resume=true", trainer=FakeTrainer(failing=""))
     _, [parent], children = store(tmp_path)
     assert parent.info.status == "FINISHED"
     status = {t["trial_id"]: t["status"].upper() for t in results["trials"]}
