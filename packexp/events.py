@@ -394,13 +394,19 @@ class TrialEnded(Event):
 
 @dataclass(frozen=True)
 class SearchFinished(Event):
-    """The search is over and ``results.json`` written; ``stopped``: why it stopped early
-    (its budget), None when it ran to its end."""
+    """The search is over and ``results.json`` written: its ``records.SearchResult``
+    (``result.stopped``: why it stopped early, its budget; None when it ran to its end)."""
 
     handler: ClassVar[str] = "on_search_finished"
-    results: Mapping[str, Any]
-    wall_time_s: float
-    stopped: str | None = None
+    result: Any  # records.search_result.SearchResult
+
+    @property
+    def wall_time_s(self) -> float:
+        return self.result.wall_time_s
+
+    @property
+    def stopped(self) -> str | None:
+        return self.result.stopped
 
 
 @dataclass(frozen=True)

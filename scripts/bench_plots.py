@@ -12,7 +12,6 @@ tree (``PYTHONPATH``): run the two trees in turn, in one session, and compare.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -25,11 +24,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     from packexp.records.plots import write_plots
+    from packexp.runner.study import load
 
     total = 0.0
     with tempfile.TemporaryDirectory() as out:
         for run_dir in args.run_dirs:
-            results = json.loads((run_dir / "results.json").read_text())
+            results = load(run_dir)
             drawn = write_plots(results, Path(out))
             times = []
             for _ in range(args.repeats):

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from packexp.config import conf_dir
 from packexp.errors import ConfigError
 from packexp.objectives import REGRESSION_METRICS
-from packexp.records.search_result import SearchResult, load
+from packexp.records.search_result import SearchResult
+from packexp.runner.study import load
 
 __all__ = ["SearchResult", "load", "refit", "tune"]
 

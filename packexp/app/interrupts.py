@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from packexp.records.journal import Journal, JournalError
+from packexp.runner.journal import Journal, JournalError
 from packexp.runner.signals import (  # noqa: F401 (the command's names for them)
     Terminated,
     _interrupt,

@@ -12,10 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from packexp.config import config_errors, dataset_source, flatten, instantiate, task_overrides
+from packexp.config import config_errors, dataset_source, flatten, instantiate
 from packexp.errors import ConfigError, refuse
 from packexp.events import Summary
-from packexp.records.journal import Journal, JournalError, first_difference
+from packexp.runner.journal import Journal, JournalError, first_difference
 from packexp.tracking import hydra_tags, run_params
 
 
@@ -65,16 +65,6 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
 RESUME_FREE = ("resume", "summary_top_k", "budget.", "tracking.", "executor.", "listeners",
                "strategy.calibration_dir", "dataset.cache_dir", "device.probe_dir", "refit")
 
-
-
-def open_journal(cfg: DictConfig, run_dir: Path) -> tuple[Journal, list[dict]]:
-    """The run's journal, and on ``resume=true`` the records of the run being resumed."""
-    journal, records = Journal(run_dir), checked_records(cfg, run_dir)
-    if not cfg.get("resume", False):
-        journal.append("start", config=comparable(cfg), overrides=task_overrides())
-        return journal, []
-    journal.append("resume", overrides=task_overrides())
-    return journal, records
 
 
 def comparable(cfg: DictConfig) -> dict[str, Any]:
@@ -175,23 +165,6 @@ def refuse_run_dir(config: DictConfig) -> None:
             auto.append(key)
     with config_errors():
         checked_records(task, Path(str(config.hydra.run.dir)), auto)
-
-
-def sessions(records: list[dict]) -> int:
-    """How many sessions a resumed run continues: 0 for a fresh run."""
-    return (1 + sum(r["event"] == "resume" for r in records)) if records else 0
-
-
-def earlier_sessions_s(records: list[dict]) -> float:
-    """Search time spent by the sessions a resumed run continues (to its last finished pack)."""
-    total, session = 0.0, 0.0
-    for r in records:
-        if r["event"] == "resume":
-            total, session = total + session, 0.0
-        elif r["event"] == "pack":
-            session = max(session, r.get("elapsed_s", 0.0))
-    return total + session
-
 
 
 _jobs_started = 0

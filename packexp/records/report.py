@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packexp.objectives import REGRESSION_METRICS, measured
 from packexp.records.results import best_kept
+
+if TYPE_CHECKING:
+    from packexp.records.search_result import SearchResult
 
 # Whether a search shows its progress bar and summary: ``packexp.tune(verbose=False)``, a
 # library call, turns both off for its job (results.json and the store hold the same).
 verbose: ContextVar[bool] = ContextVar("packexp_verbose", default=True)
 
 
-def print_summary(results: dict, run_dir: Path, store: str | None, top_k: int,
+def print_summary(result: SearchResult, store: str | None, top_k: int,
                   lost: str | None = None) -> None:
+    """The search ``result`` as the command prints it: the best configurations, the time and
+    where it went, and where the run, its store and its best model are."""
     if not verbose.get():
         return
+    results, run_dir = result.results, result.run_dir
     from rich.table import Table
 
     from packexp.records.results import objective_of, records

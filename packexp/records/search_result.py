@@ -1,15 +1,17 @@
-"""A finished search as Python objects: what ``packexp.tune`` returns and ``packexp.load``
-reads back from a run directory's ``results.json`` and journal."""
+"""A finished search as one frozen object: what the study makes (``runner.study.Study.result``),
+``packexp.tune`` returns and ``packexp.load`` reads back; ``to_json`` is ``results.json``. The
+plots, the summary, the tracker and ``SearchFinished`` take it."""
 
 from __future__ import annotations
 
-import json
+import copy
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packexp.events import TrialRecord
-from packexp.records.journal import Journal, JournalError
 from packexp.records.results import best_kept, objective_of
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
@@ -33,15 +35,45 @@ class SearchResult:
         packs: A pandas DataFrame, one row per trained pack: its members, settings and time
             by phase (``build_s`` ... ``probe_s``), as ``results.json`` records them.
         mlflow_run_id: The search's MLflow run; None when it was not tracked.
-        results: ``results.json`` as read.
+        results: ``results.json``'s content (``to_json``).
     """
 
     run_dir: Path
-    best: dict[str, Any] | None
-    trials: Any = field(repr=False)
-    packs: Any = field(repr=False)
-    mlflow_run_id: str | None
-    results: dict[str, Any] = field(repr=False)
+    results: Mapping[str, Any] = field(repr=False)
+    mlflow_run_id: str | None = None
+
+    @classmethod
+    def of(cls, run_dir: str | Path, results: Mapping[str, Any],
+           mlflow_run_id: str | None = None) -> SearchResult:
+        return cls(Path(run_dir), results, mlflow_run_id)
+
+    def with_keys(self, **keys: Any) -> SearchResult:
+        """This result with ``keys`` added to (or replacing those of) ``results.json``."""
+        return SearchResult(self.run_dir, {**self.results, **keys}, self.mlflow_run_id)
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the search stopped early (its budget); None when it ran to its end."""
+        return self.results.get("stopped")
+
+    def to_json(self) -> dict[str, Any]:
+        """``results.json``: a copy, free to change."""
+        return copy.deepcopy(dict(self.results))
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return self.results.get("best")
+
+    @functools.cached_property
+    def trials(self) -> Any:
+        return trial_table(self.results)
+
+    @functools.cached_property
+    def packs(self) -> Any:
+        return pack_table(self.results)
+
+    def __repr__(self) -> str:
+        return f"SearchResult(run_dir={str(self.run_dir)!r}, best={self.best!r})"
 
     @property
     def best_val_accuracy(self) -> float | None:
@@ -151,33 +183,7 @@ class SearchResult:
         return best_so_far_figure(self.results)
 
 
-def load(run_dir: str | Path) -> SearchResult:
-    """The ``SearchResult`` of the finished search in ``run_dir``.
-
-    Raises:
-        FileNotFoundError: ``run_dir`` holds no finished search (the message says why).
-        ValueError: Its ``results.json`` is not a search's.
-    """
-    run_dir = Path(run_dir)
-    path = run_dir / "results.json"
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir}: no such directory")
-    if not path.is_file():
-        if not Journal(run_dir).exists:
-            raise FileNotFoundError(f"{run_dir}: holds no search (no journal.jsonl, no "
-                                    "results.json)")
-        raise FileNotFoundError(f"{run_dir}: holds no results.json yet; its search is "
-                                "running, was interrupted or failed (journal.jsonl): once it "
-                                "has stopped, resume it with resume=true and this run_dir")
-    results = json.loads(path.read_text())
-    if "trials" not in results:
-        raise ValueError(f"{path}: is not a search's results (a profile's or a plan's?)")
-    return SearchResult(run_dir=run_dir.resolve(), best=results.get("best"),
-                        trials=trial_table(results), packs=pack_table(results),
-                        mlflow_run_id=_tracking_run_id(run_dir), results=results)
-
-
-def trial_table(results: dict[str, Any]) -> Any:
+def trial_table(results: Mapping[str, Any]) -> Any:
     """``results.json``'s trials as one row per trial and rung (a trial never scored has
     one row with its rung empty)."""
     import pandas as pd
@@ -200,7 +206,7 @@ def trial_table(results: dict[str, Any]) -> Any:
     return pd.DataFrame(rows, columns=None if rows else list(columns))
 
 
-def pack_table(results: dict[str, Any]) -> Any:
+def pack_table(results: Mapping[str, Any]) -> Any:
     """``results.json``'s packs, one row each, with ``size``, their member count."""
     import pandas as pd
 
@@ -208,11 +214,3 @@ def pack_table(results: dict[str, Any]) -> Any:
     if len(table):
         table.insert(table.columns.get_loc("members") + 1, "size", table["members"].map(len))
     return table
-
-
-def _tracking_run_id(run_dir: Path) -> str | None:
-    try:
-        records = Journal(run_dir).read()
-    except JournalError:
-        return None
-    return next((r["run_id"] for r in records if r["event"] == "tracking"), None)

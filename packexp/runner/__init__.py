@@ -1,9 +1,9 @@
-"""The runner: one loop that carries out any scheduler's decisions (``PackedSearch``), the
-configurations it draws, its checkpoint store and its resume from the journal."""
+"""The runner: one loop for every scheduler (``search.py``), and the study it writes to
+(``study.py``)."""
 
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.draws import Draws
-from packexp.runner.resume import Replayed
-from packexp.runner.search import PackedSearch
+from packexp.runner.search import PackedSearch, SearchSettings
+from packexp.runner.study import Replayed, Study
 
-__all__ = ["CheckpointStore", "Draws", "PackedSearch", "Replayed"]
+__all__ = ["CheckpointStore", "Draws", "PackedSearch", "Replayed", "SearchSettings", "Study"]

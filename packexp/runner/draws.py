@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Draws:
-    """Draws configurations and adds them to ``book`` (``ResultsCollector``), whose scored
+    """Draws configurations and adds them to ``study`` (``Study``), whose scored
     rungs are what the sampler learns from.
 
     A synchronous scheduler draws a bracket at a time (``bracket``), told the brackets before
@@ -30,7 +30,7 @@ class Draws:
     space: SearchSpace
     sampler: Sampler
     seed: int
-    book: Any  # listeners.results.ResultsCollector
+    study: Any  # runner.study.Study
     brackets: Sequence[Bracket] = ()
     drawn: dict[str, Trial] = field(default_factory=dict)  # by ``more``, or replayed
 
@@ -38,14 +38,14 @@ class Draws:
         """``bracket``'s configurations, told the brackets sampled before it: what a
         resumed run knows at its start too, since it replays every bracket's results."""
         earlier = self._earlier(bracket)
-        before = [t for t in self.book.trials.values() if t.bracket in earlier]
+        before = [t for t in self.study.trials.values() if t.bracket in earlier]
         trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
-                                     observed(before, self.book.objective),
+                                     observed(before, self.study.objective),
                                      [dict(t.hparams) for t in before])
         if len(trials) < bracket.rungs[0].n:
             log.warning("bracket %d wants %d configurations; the space has only %d",
                         bracket.s, bracket.rungs[0].n, len(trials))
-        self.book.add_trials(bracket.s, trials)
+        self.study.add_trials(bracket.s, trials)
         return trials
 
     def _earlier(self, bracket: Bracket) -> set[int]:
@@ -58,14 +58,14 @@ class Draws:
         trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
                   for i, t in enumerate(self.sampler.sample(
                       self.space, n, self.seed, salt,
-                      observed(self.book.trials.values(), self.book.objective),
+                      observed(self.study.trials.values(), self.study.objective),
                       [t.hparams for t in self.drawn.values()]))]
         self.adopt(trials)
         return trials
 
     def adopt(self, trials: list[Trial]) -> None:
         """Known as drawn by ``more``: ``trials`` a resume read back from the journal."""
-        self.book.add_trials(0, trials)
+        self.study.add_trials(0, trials)
         self.drawn.update((t.trial_id, t) for t in trials)
 
     def replayed(self, sampled: Sequence[dict]) -> list[Trial]:

@@ -23,9 +23,9 @@ from packexp.events import (
     RungResult,
     TrialEnded,
 )
-from packexp.listeners.results import ResultsCollector
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.keep import NO_MODELS, KeepModels
+from packexp.runner.study import Study
 from packexp.schedulers.base import Bracket, Exploits
 from packexp.space import Trial
 from packexp.space.options import steps_for
@@ -34,7 +34,7 @@ from packexp.strategies import Capacity
 
 @dataclass
 class Ledger:
-    """A search's durable record: results and packs through the events (``emit``: the book
+    """A search's durable record: results and packs through the events (``emit``: the study
     first, then the listeners), checkpoint files through ``store``.
 
     Attributes:
@@ -43,7 +43,7 @@ class Ledger:
             there.
     """
 
-    book: ResultsCollector
+    study: Study
     emit: Callable[[Event], None]
     store: CheckpointStore
     capacity: Capacity
@@ -60,11 +60,11 @@ class Ledger:
     @property
     def _sizes_ranked(self) -> set[str]:
         """``params`` and ``flops`` where the objective ranks by them (recorded only then)."""
-        return {name for name, _ in self.book.objective.goals} & {"params", "flops"}
+        return {name for name, _ in self.study.objective.goals} & {"params", "flops"}
 
     def finish(self) -> None:
         """Ends the trials still running as ``killed``: the search is over."""
-        for trial_id, record in self.book.trials.items():
+        for trial_id, record in self.study.trials.items():
             if record.status == "running":
                 self.retire(trial_id, "killed")
 
@@ -75,7 +75,7 @@ class Ledger:
         resume, or written by a worker), which whoever trains the pack reads."""
         if trial.trial_id in self.starts:
             return self.starts[trial.trial_id][0]
-        last = self.book.trials[trial.trial_id].last
+        last = self.study.trials[trial.trial_id].last
         if not (last and self.continue_on_promotion and last.checkpoint):
             return None  # a failed member keeps no checkpoint: it starts again, as it did
         return self.states.get(trial.trial_id, last.checkpoint)
@@ -118,19 +118,19 @@ class Ledger:
                             time.perf_counter() - t0, self._spent(members, epochs, exploited))
         stale: list[Path] = []
         for m, result in zip(members, results, strict=True):
-            before = self.book.trials[m.trial_id].last
+            before = self.study.trials[m.trial_id].last
             self.emit(MemberScored(result, m.trial, pack, self.tags,
                                     before.pack_id if before else None,
                                     round(self.capacity.cost(m.trial) / 2**20, 2)))
             stale += self.store.superseded(m.trial_id, rung, before and before.checkpoint,
                                            result.checkpoint)
-        best, packs = self.book.best(), self.book.packs
+        best, packs = self.study.best(), self.study.packs
         self.emit(PackFinished(pack, len(packs), best.value if best else None,
                                round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4),
-                               self.book.objective.metric))
+                               self.study.objective.metric))
         self.store.delete(stale)
         if self.keep.keeps:  # journaled: the states that no longer count go
-            self.store.drop_kept(*self.keep.wanted(self.book.trials,
+            self.store.drop_kept(*self.keep.wanted(self.study.trials,
                                                    [m.trial_id for m in members]))
         for m in members:
             if m.failed:
@@ -154,7 +154,7 @@ class Ledger:
         if not self.keep.keeps:
             return
         by_id = {m.trial_id: m for m in members}
-        for result in self.keep.candidates(self.book.trials, results):
+        for result in self.keep.candidates(self.study.trials, results):
             m = by_id[result.trial_id]
             state = m.state if m.state is not None else (
                 self.store.read(m.checkpoint) if m.checkpoint else None)
@@ -167,7 +167,7 @@ class Ledger:
         population's ``exploited`` member those from its donor's state on."""
         spent = 0.0
         for m in members:
-            last = self.book.trials[m.trial_id].last
+            last = self.study.trials[m.trial_id].last
             continued = last and ((self.continue_on_promotion and last.checkpoint)
                                   or m.trial_id in exploited)
             spent += epochs - (last.epochs if continued else 0.0)
@@ -186,16 +186,16 @@ class Ledger:
             search_started=self.started, session=self.session)
 
     def restore(self, result: RungResult) -> None:
-        """A result journaled before the resume, back in the book (nothing re-journaled). A
+        """A result journaled before the resume, back in the study (nothing re-journaled). A
         diverged trial ends again, its files left alone: they went when it diverged, and a
         population's member may have trained on since from a donor's state."""
-        self.book.record(result)
-        if result.failed and self.book.trials[result.trial_id].status == "running":
+        self.study.restore(result)
+        if result.failed and self.study.trials[result.trial_id].status == "running":
             self.emit(TrialEnded(result.trial_id, "failed"))
 
     def retire(self, trial_id: str, status: str) -> None:
         """Ends a trial as ``status`` (finished, killed, failed); its checkpoints go."""
-        record = self.book.trials[trial_id]
+        record = self.study.trials[trial_id]
         if record.status != "running":
             return
         self.emit(TrialEnded(trial_id, status))
@@ -222,6 +222,6 @@ class Ledger:
             start = self.store.donor_start(
                 e.member, decision.rung, e.donor,
                 lambda d=e.donor: (self.states.get(d)
-                                   or self.store.read(self.book.trials[d].last.checkpoint)),
+                                   or self.store.read(self.study.trials[d].last.checkpoint)),
                 step, before[e.donor].optimizer != now[e.member].optimizer)
             self.starts[e.member] = (start, step)  # in memory: a Ray worker may not see path

@@ -56,7 +56,7 @@ class Packer:
     cache: Any  # packing.cache.PackCache
     space: SearchSpace
     ledger: Ledger
-    emit: Callable[[Event], None]  # the search's: the book first, then the listeners
+    emit: Callable[[Event], None]  # the search's: the study first, then the listeners
     continue_on_promotion: bool = True
     lr_horizon: float | None = None  # epochs where schedules end; None: each rung's budget
     train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
@@ -122,7 +122,7 @@ class Packer:
         cache keeps, and how much of the search is still to come."""
         steps = {}
         for t in todo:
-            last = self.ledger.book.trials[t.trial_id].last
+            last = self.ledger.study.trials[t.trial_id].last
             start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
             start = self.ledger.starts.get(t.trial_id, (None, start))[1]
             total = steps_for(epochs, t.batch_size, self.train_size or 1)

@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from packexp.events import (
@@ -22,8 +21,7 @@ from packexp.events import (
     RungResult,
     TrialRecord,
 )
-from packexp.executors import Executor, LocalExecutor
-from packexp.listeners.results import ResultsCollector
+from packexp.executors import Executor
 from packexp.objectives import Objective
 from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.checkpoints import CheckpointStore
@@ -32,7 +30,7 @@ from packexp.runner.draws import Draws
 from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
-from packexp.runner.resume import Replayed
+from packexp.runner.study import Replayed, Study
 from packexp.samplers import Sampler
 from packexp.schedulers.base import (
     Bracket,
@@ -50,62 +48,92 @@ from packexp.strategies import Capacity, Strategy, check_fits
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    """How a search trains and when it stops: what ``PackedSearch`` takes beyond its parts.
+
+    Attributes:
+        seed: The search's seed (its draws, and each trial's data order).
+        tags: The search's names (strategy, model, dataset), on each trial's record.
+        continue_on_promotion: A promoted trial continues from its checkpoint; else it
+            retrains from scratch with the same data order and updates, so the same scores.
+        lr_horizon: Epochs where learning-rate schedules end; None: each rung's budget.
+        capacity_source: The setting the capacity comes from (for error messages).
+        probe_seconds: The memory probes' time so far.
+        train_size: Training examples: a rung's steps per trial, for the strategy.
+        budget: When to stop early.
+        keep: Whose trained weights the search hands over (``keep.py``).
+    """
+
+    seed: int = 0
+    tags: Mapping[str, str] = field(default_factory=dict)
+    continue_on_promotion: bool = True
+    lr_horizon: float | None = None
+    capacity_source: str = "capacity"
+    probe_seconds: Callable[[], float] = lambda: 0.0
+    train_size: int = 0
+    budget: Budget = NO_BUDGET
+    keep: KeepModels = NO_MODELS
+
+
 @dataclass
 class PackedSearch:
-    """The search a policy decides (``schedulers.Search``): it draws, packs, trains,
-    journals and scores; the policy decides what and when (``run``). A promoted trial
-    continues from its checkpoint when ``continue_on_promotion``, else retrains from scratch
-    with the same data order and updates, so the same scores.
+    """The search a policy decides (``schedulers.Search``): it draws, packs, trains, and
+    writes each event to its study before the listeners hear it; the policy decides what and
+    when (``run``).
 
     Args:
-        listeners: Who hears the events; the journal first (``Ledger.commit``).
-        book: The trials and packs so far, kept from the events (``ResultsCollector``),
-            which it hears before the listeners; the search reads each trial's last
-            checkpoint and status there.
+        executor: Where packs train, started with the driver's pack cache; its trainer
+            (``executors.Trainer``) keeps the checkpoints.
+        study: The search's record (``study.py``): its journal, trials and packs, and a
+            resume's journal read back. Checkpoints go to its run directory's
+            ``checkpoints/``.
+        listeners: Who hears the events, after the study has them.
+        started: ``time.perf_counter()`` when the search's clock started.
     """
 
     space: SearchSpace
     strategy: Strategy
     capacity: Capacity
-    cache: Any  # packing.cache.PackCache
-    listeners: Listeners
-    checkpoints: Path
-    seed: int
-    tags: Mapping[str, str]
-    book: ResultsCollector = field(default_factory=ResultsCollector)
-    continue_on_promotion: bool = True
-    lr_horizon: float | None = None  # epochs where schedules end; None: each rung's budget
-    capacity_source: str = "capacity"
-    probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
-    train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
-    brackets: Sequence[Bracket] = ()  # the whole search, for the strategy (``run`` sets it)
-    executor: Executor | None = None  # where packs train; None: this process
+    executor: Executor
+    study: Study
+    listeners: Listeners = field(default_factory=lambda: Listeners([]))
+    settings: SearchSettings = field(default_factory=SearchSettings)
     sampler: Sampler = field(default_factory=Sampler)  # a bracket's configurations
     started: float = field(default_factory=time.perf_counter)
-    session: int = 0  # resumes before this one: started_s and elapsed_s restart each session
-    replayed: Replayed = field(default_factory=Replayed)  # the journal a resume read
-    budget: Budget = NO_BUDGET  # when to stop early
-    earlier_s: float = 0.0  # seconds the sessions before this one searched (a resume's)
-    stopped: str | None = None  # why the search stopped early; None: it ran to its end
-    keep: KeepModels = NO_MODELS  # whose trained weights it hands over (``keep.py``)
-    _current: dict[str, Trial] = field(default_factory=dict)  # each trial as it trains next
-    _members: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # rung -> plan's
-    _keyed: int = 0  # keyed plans so far: the next one's draw is seeded by this number
 
     def __post_init__(self) -> None:
-        if self.executor is None:
-            self.executor = LocalExecutor().start(self.cache)
-        self.store = CheckpointStore(self.checkpoints, self.executor.trainer)
-        self.ledger = Ledger(self.book, self._emit, self.store, self.capacity, self.tags,
-                             self.continue_on_promotion, self.probe_seconds, self.started,
-                             self.session, keep=self.keep)
-        self.draws = Draws(self.space, self.sampler, self.seed, self.book, self.brackets)
-        self.packer = Packer(self.strategy, self.capacity, self.capacity_source, self.executor,
-                             self.cache, self.space, self.ledger, self._emit,
-                             self.continue_on_promotion, self.lr_horizon, self.train_size,
-                             self.brackets)
+        settings = self.settings
+        self.cache = self.executor.cache
+        self.brackets: Sequence[Bracket] = ()  # the whole search (``run`` sets them)
+        self.stopped: str | None = None  # why the search stopped early; None: to its end
+        self._current: dict[str, Trial] = {}  # each trial as it trains next
+        self._members: dict[tuple[int, int], list[str]] = {}  # rung -> its plan's trials
+        self._keyed = 0  # keyed plans so far: the next one's draw is seeded by this number
+        self.store = CheckpointStore(self.study.run_dir / "checkpoints", self.executor.trainer)
+        self.ledger = Ledger(self.study, self._emit, self.store, self.capacity, settings.tags,
+                             settings.continue_on_promotion, settings.probe_seconds,
+                             self.started, self.study.session, keep=settings.keep)
+        self.draws = Draws(self.space, self.sampler, settings.seed, self.study, self.brackets)
+        self.packer = Packer(self.strategy, self.capacity, settings.capacity_source,
+                             self.executor, self.cache, self.space, self.ledger, self._emit,
+                             settings.continue_on_promotion, settings.lr_horizon,
+                             settings.train_size, self.brackets)
         self.dispatch = Dispatch(self.executor, self.ledger, self.packer, self._emit,
                                  self._bracket)
+
+    @property
+    def seed(self) -> int:
+        """The run's root seed (``schedulers.Search``)."""
+        return self.settings.seed
+
+    @property
+    def replayed(self) -> Replayed:
+        return self.study.replayed
+
+    @property
+    def keep(self) -> KeepModels:
+        return self.settings.keep
 
     @property
     def first_pack_at(self) -> float | None:
@@ -114,32 +142,25 @@ class PackedSearch:
 
     @property
     def objective(self) -> Objective:
-        """What the search tunes for: the book's, which ranks the best by it too."""
-        return self.book.objective
+        """What the search tunes for: the study's, which ranks the best by it too."""
+        return self.study.objective
 
     def _emit(self, event: Event) -> None:
-        getattr(self.book, event.handler)(event)  # the book first: the search reads it
+        self.study.write(event)  # journaled and kept first: the search reads it back
         self.listeners.emit(event)
 
     @property
     def trials(self) -> dict[str, TrialRecord]:
-        return self.book.trials
+        return self.study.trials
 
     @property
     def packs(self) -> list[PackRecord]:
-        return self.book.packs
+        return self.study.packs
 
     @property
     def max_members(self) -> int:
         """The most members a pack may hold (8 when the capacity sets no count)."""
         return self.capacity.max_members or 8
-
-    def replay(self, records: list[dict]) -> int:
-        """Reads a killed run's finished work from its journal (``runner.resume.Replayed``),
-        which ``run`` tells the policy first; returns the members found."""
-        self.replayed = Replayed.of(records)
-        self.book.packs.extend(self.replayed.packs)
-        return self.replayed.members
 
     def run(self, policy: Scheduler) -> None:
         """Runs the search ``policy`` decides, to its end: a resume's facts told first (its
@@ -154,8 +175,8 @@ class PackedSearch:
             while True:
                 while self.executor.free():
                     decisions = policy.decide(len(queue))
-                    if (decisions or queue) and (stop := self.budget.out_of_time(
-                            self.earlier_s + time.perf_counter() - self.started)):
+                    if (decisions or queue) and (stop := self.settings.budget.out_of_time(
+                            self.study.earlier_s + time.perf_counter() - self.started)):
                         self.stopped = stop  # the packs in flight finish; nothing new starts
                         break
                     made = self._carry_out(decisions, policy, queue)
@@ -182,8 +203,9 @@ class PackedSearch:
             if isinstance(decision, Retire):
                 self.ledger.retire(decision.trial_id, decision.status)
                 continue
-            if isinstance(decision, Plan) and decision.draw and (stop := self.budget.refuses_draw(
-                    len(self.book.trials), decision.draw)):
+            if isinstance(decision, Plan) and decision.draw and (
+                    stop := self.settings.budget.refuses_draw(len(self.study.trials),
+                                                              decision.draw)):
                 self.stopped = stop  # what was promised trains on; nothing new is drawn
                 return made
             made = True
@@ -198,7 +220,7 @@ class PackedSearch:
 
     def _replay_into(self, policy: Scheduler) -> list[Queued]:
         """Tells ``policy`` the resumed journal's facts in the order they happened, each
-        result back in the book and each exploit's start prepared (nothing re-journaled);
+        result back in the study and each exploit's start prepared (nothing re-journaled);
         returns the journaled plans' packs still to train."""
         for fact in self.replayed.facts:
             if isinstance(fact, PlanRecord):
@@ -242,7 +264,7 @@ class PackedSearch:
             bracket = self._bracket(plan.bracket)
             left = [(j, [self._current[i] for i in g], f) for j, g, f in left]
             todo = [t for _, g, _ in left for t in g]
-            check_fits(todo, self.capacity, self.capacity_source)
+            check_fits(todo, self.capacity, self.settings.capacity_source)
             context = self.packer.context(todo, bracket.rungs[plan.rung].r, bracket, plan.rung)
             queue += self.packer.announce(plan.key, bracket, plan.rung, left, context, done)
         return queue
@@ -288,10 +310,10 @@ class PackedSearch:
         after = self._known(continued(members, decision.exploits, self.space))
         done = self.replayed.done.get((decision.bracket, decision.rung + 1), {})
         self.ledger.exploit(decision, self._bracket(decision.bracket).rungs[decision.rung].r,
-                            members, after, done, self.train_size, journaled)
+                            members, after, done, self.settings.train_size, journaled)
 
     def finish(self) -> None:
         self.ledger.finish()
 
     def best(self) -> Best | None:
-        return self.book.best()
+        return self.study.best()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,10 @@ from typing import Any
 
 from packexp.events import Listener, Listeners, TrialEnded
 from packexp.executors import LocalExecutor
-from packexp.listeners import JournalListener, ResultsCollector
 from packexp.objectives import ACCURACY, Objective
-from packexp.records.journal import Journal
-from packexp.runner import PackedSearch
+from packexp.runner import PackedSearch, SearchSettings, Study
 from packexp.runner.budget import NO_BUDGET, Budget
+from packexp.runner.journal import Journal
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband
 from packexp.schedulers.base import Bracket
@@ -106,6 +106,7 @@ class FakeTrainer:
                     lr_horizon: float | None = None) -> list[SimpleNamespace]:
         if len(self.calls) == self.die_at_call:
             raise KeyboardInterrupt
+        started = time.perf_counter()  # the runner's clock: a pack's place on the timeline
         train_size = getattr(cache, "train_size", TRAIN_SIZE)
         members, evaluation = [], {}
         for t in group:
@@ -127,7 +128,7 @@ class FakeTrainer:
         return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
                                 peak_memory_bytes=0, peak_rss_bytes=0,
                                 gpu_peak_bytes=None, splits=0, reused=False,
-                                reused_members=0, build_s=0.0, eval_s=0.0, started=0.0)]
+                                reused_members=0, build_s=0.0, eval_s=0.0, started=started)]
 
     def write_state(self, state: State, path: str | Path) -> str:
         final = Path(path).with_suffix(self.checkpoint_suffix)
@@ -216,26 +217,27 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
                 strategy: Strategy | None = None, continue_on_promotion: bool = True,
                 sampler: Sampler | None = None, objective: Objective = ACCURACY,
                 budget: Budget = NO_BUDGET) -> PackedSearch:
-    """A search of two-member packs over ``SPACE`` on ``trainer``, journaling to ``run_dir``
-    (continued if it has a journal); Hyperband's brackets at R=9 unless ``brackets``. Its
-    listeners are the journal's and an ``Ended``. The trainer scores a trial of ``x`` with
-    accuracy ``x/100`` and loss ``x/50``: the loss objective ranks trials the other way."""
+    """A search of two-member packs over ``SPACE`` on ``trainer``, journaling to ``run_dir``:
+    where that holds a journal already, the search there resumed (its study replays it).
+    Hyperband's brackets at R=9 unless ``brackets``. Its listener is an ``Ended``. The
+    trainer scores a trial of ``x`` with accuracy ``x/100`` and loss ``x/50``: the loss
+    objective ranks trials the other way."""
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir)
-    if not journal.exists:
-        journal.append("start", config={})
+    study = Study.open(run_dir, objective, records=journal.read() if journal.exists else ())
     trainer.journal = journal
     cache = FakeCache()
-    return PackedSearch(space=SPACE, strategy=strategy or InOrder(),
-                        capacity=Capacity.members(2), cache=cache,
-                        executor=LocalExecutor(trainer=trainer).start(cache),
-                        listeners=Listeners([JournalListener(journal), Ended()]),
-                        checkpoints=run_dir / "checkpoints", seed=0,
-                        tags={"strategy": "fake"}, continue_on_promotion=continue_on_promotion,
-                        book=ResultsCollector(objective), budget=budget,
-                        train_size=TRAIN_SIZE,
-                        brackets=HYPERBAND.brackets() if brackets is None else brackets,
-                        sampler=sampler or Sampler())
+    search = PackedSearch(
+        space=SPACE, strategy=strategy or InOrder(), capacity=Capacity.members(2),
+        executor=LocalExecutor(trainer=trainer).start(cache), study=study,
+        listeners=Listeners([Ended()]),
+        settings=SearchSettings(seed=0, tags={"strategy": "fake"},
+                                continue_on_promotion=continue_on_promotion, budget=budget,
+                                train_size=TRAIN_SIZE),
+        sampler=sampler or Sampler())
+    search.brackets = search.draws.brackets = search.packer.brackets = (
+        HYPERBAND.brackets() if brackets is None else brackets)
+    return search
 
 
 def outcome(search: PackedSearch, leave_out: tuple[str, ...] = ("checkpoint",)) -> dict:

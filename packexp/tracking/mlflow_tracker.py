@@ -159,7 +159,7 @@ class MlflowTracker(Tracker):
     def on_search_finished(self, event: SearchFinished) -> None:
         """Under several objectives, tags each trial run of the Pareto front
         ``pareto_front=true``: filter the front in the UI with ``tags.pareto_front = 'true'``."""
-        for entry in event.results.get("pareto_front") or []:
+        for entry in event.result.results.get("pareto_front") or []:
             if entry["trial_id"] in self._logged:
                 self._post("tag the Pareto front", "log_trial_rung", entry["trial_id"], {},
                            {"pareto_front": "true"}, [], _now_ms())

@@ -20,6 +20,7 @@ from packexp.records.results import best_kept
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from packexp.records.search_result import SearchResult
     from packexp.tracking.base import Tracker
 
 # At most this many rows, and about this many values, in a model's input example: a few rows
@@ -91,18 +92,19 @@ def keras_file(path: str | Path, example: Any, artifact_path: str = "model",
                      {k: str(v) for k, v in (tags or {}).items() if v is not None})
 
 
-def log_best_model(tracker: Tracker, results: dict[str, Any], run_dir: Path, dataset: Any,
-                   cfg: DictConfig | None = None) -> None:
-    """Logs the best trial's kept model on the tracker's run as ``model`` when it is a whole
-    model (``.keras``), and says where in ``results["mlflow_model"]``; nothing for a tracker
-    that keeps no run (``tracking=none``)."""
+def log_best_model(tracker: Tracker, result: SearchResult, run_dir: Path, dataset: Any,
+                   cfg: DictConfig | None = None) -> dict[str, Any] | None:
+    """Logs the search ``result``'s best kept model on the tracker's run as ``model`` when it
+    is a whole model (``.keras``); returns where (``results.json``'s ``mlflow_model``), None
+    when nothing was logged (a tracker that keeps no run: ``tracking=none``)."""
+    results = result.results
     best = best_kept(results) or {}
     file = best.get("model")
     if tracker.run_id is None or not file or not str(file).endswith(".keras"):
-        return
+        return None
     example = example_rows(dataset)
     if example is None:
-        return
+        return None
     columns = feature_columns(cfg, dataset) if cfg is not None else None
     model = keras_file(run_dir / file, example, "model", columns,
                        (int(dataset.num_classes),),
@@ -111,9 +113,7 @@ def log_best_model(tracker: Tracker, results: dict[str, Any], run_dir: Path, dat
                         **({str(best["metric"]): best.get("value")} if "metric" in best else
                            {k: v for k, v in best.items()
                             if k not in ("trial_id", "model", "epochs", "hparams")})})
-    where = tracker.log_model(model)
-    if where:
-        results["mlflow_model"] = where
+    return tracker.log_model(model) or None
 
 
 def log_model_file(uri: str, run_id: str, keras_file_path: str | Path, artifact_path: str,

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from packexp.errors import ConfigError
-from packexp.listeners import JournalListener
-from packexp.records.journal import Journal
+from packexp.events import MemberScored
 from packexp.runner import PackedSearch
+from packexp.runner.journal import Journal
+from packexp.runner.study import Study
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
 from packexp.schedulers import Asha, AshaState, Hyperband, promotable
@@ -152,7 +153,7 @@ def test_asha_spends_the_budget_and_promotes_only_the_top_third_so_far(tmp_path,
     assert {i for i, s in status.items() if s == "finished"} == {
         i for i, t in search.trials.items() if len(t.rungs) == 3}
     assert set(status.values()) == {"finished", "killed"}
-    assert search.listeners.listeners[1].ended == status
+    assert search.listeners.listeners[0].ended == status
     assert not list((tmp_path / "checkpoints").rglob("*.json"))  # all retired
     # Promotions go first: no new configuration is drawn while one is ready.
     assert len(search.trials) == sum(len(r["sampled"]) for r in records if r["event"] == "plan")
@@ -193,8 +194,7 @@ def test_a_resumed_asha_search_ends_as_the_unbroken_one(tmp_path, fake_trainer, 
         to_the_end(asha_search(tmp_path / "killed", fake_trainer, sampler))
     records = Journal(tmp_path / "killed").read()
     fake_trainer.die_at_call, fake_trainer.calls = None, []
-    resumed = asha_search(tmp_path / "killed", fake_trainer, sampler)
-    resumed.replay(records)
+    resumed = asha_search(tmp_path / "killed", fake_trainer, sampler)  # replays its journal
     to_the_end(resumed)
     journaled = [(r["trial_id"], r["epochs"]) for r in records if r["event"] == "result"]
     assert not set(journaled) & set(fake_trainer.trained())  # nothing trained twice
@@ -337,23 +337,24 @@ def test_a_search_killed_between_two_members_results_resumes_as_the_unbroken_one
     the whole pack again, so its promotions and numbers are the unbroken run's."""
     whole = to_the_end(asha_search(tmp_path / "whole", fake_trainer))
     seen = []
-    original = JournalListener.on_member_scored
+    original = Study.write
 
-    def on_member_scored(self, event):
+    def write(self, event):
         original(self, event)
+        if not isinstance(event, MemberScored):
+            return
         seen.append(event.result.trial_id)
         first_of_two = len(event.pack.members) > 1 and event.pack.members[0] == seen[-1]
         if len(seen) > 6 and first_of_two:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(JournalListener, "on_member_scored", on_member_scored)
+    monkeypatch.setattr(Study, "write", write)
     with pytest.raises(KeyboardInterrupt):
         to_the_end(asha_search(tmp_path / "killed", fake_trainer))
-    monkeypatch.setattr(JournalListener, "on_member_scored", original)
+    monkeypatch.setattr(Study, "write", original)
     records = Journal(tmp_path / "killed").read()
     assert records[-1]["event"] == "result"  # killed between a pack's results
-    resumed = asha_search(tmp_path / "killed", fake_trainer)
-    resumed.replay(records)
+    resumed = asha_search(tmp_path / "killed", fake_trainer)  # replays its journal
     to_the_end(resumed)
     assert outcome(resumed) == outcome(whole)
     assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]

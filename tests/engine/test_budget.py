@@ -3,14 +3,16 @@ and a resume with a larger budget ends as an unbroken run with that budget."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from packexp.config import check_search
 from packexp.errors import ConfigError
-from packexp.records.journal import Journal
 from packexp.runner.budget import Budget
+from packexp.runner.journal import Journal
 from packexp.testing.fake_trainer import HYPERBAND, fake_search, outcome
-from tests.helpers import compose_config
+from tests.helpers import compose_config, search_on_fake
 
 
 @pytest.mark.parametrize(("override", "line"), [
@@ -33,8 +35,7 @@ def test_the_budget_says_why_it_stops():
 
 
 def resumed(run_dir, fake_trainer, budget: Budget):
-    search = fake_search(run_dir, fake_trainer, budget=budget)
-    search.replay(Journal(run_dir).read())
+    search = fake_search(run_dir, fake_trainer, budget=budget)  # its journal replayed
     search.run(HYPERBAND)
     return search
 
@@ -63,7 +64,8 @@ def test_a_time_budget_starts_nothing_new_and_a_resume_goes_on(tmp_path, fake_tr
     whole.run(HYPERBAND)
     whole.finish()
     spent = fake_search(tmp_path / "cut", fake_trainer, budget=Budget(time_s=60))
-    spent.earlier_s = 60.0  # an earlier session searched the whole budget
+    # an earlier session searched the whole budget (the study's journal says so)
+    spent.study.records.append({"event": "pack", "elapsed_s": 60.0})
     spent.run(HYPERBAND)
     assert spent.stopped.startswith("budget.time_s=60: 60.") and not spent.trials
     again = resumed(tmp_path / "cut", fake_trainer, Budget(time_s=3600))
@@ -78,24 +80,30 @@ def test_a_search_that_ends_within_its_budget_is_not_stopped(tmp_path, fake_trai
     assert search.stopped is None and len(search.trials) == 17
 
 
-@pytest.mark.tf
-@pytest.mark.search
+def kept_models(run_dir) -> dict[str, tuple[str, str]]:
+    """The "models" a search on the fake kept: each trial's file and what it holds (whose
+    weights, at which step)."""
+    results = json.loads((run_dir / "results.json").read_text())
+    return {trial_id: (kept["file"], (run_dir / kept["file"]).read_text())
+            for trial_id, kept in (results.get("models") or {}).items()}
+
+
+@pytest.mark.tf  # composing mlp3's config imports Keras
 def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, capsys):
     """experiment=quick draws 3 then 2 configurations: a budget of 4 stops after the first
-    bracket; resumed with 5 it ends with the trials and scores of an unbroken run."""
-    from tests.helpers import kept_models, search
-
-    quick = ("experiment=quick", "tracking=none", f"strategy.calibration_dir={tmp_path}")
-    whole = search(tmp_path / "whole", *quick, strategy=None)  # the default strategy, cost
+    bracket; resumed with 5 it ends with the trials and scores of an unbroken run (on the
+    fake trainer: the check is the stop and the resume's bookkeeping)."""
+    quick = ("experiment=quick", "tracking=none")
+    whole = search_on_fake(tmp_path / "whole", *quick)
     cut = tmp_path / "cut"
     capsys.readouterr()
-    first = search(cut, *quick, "budget.trials=4", strategy=None)
+    first = search_on_fake(cut, *quick, "budget.trials=4")
     assert "stopped early (budget.trials=4: 3 configurations drawn" in capsys.readouterr().out
     stopped = [r for r in Journal(cut).read() if r["event"] in ("stopped", "finished")]
     assert [r["event"] for r in stopped] == ["stopped"]
     assert first["stopped"] == stopped[0]["reason"]
     assert first["models"] and any((cut / "checkpoints" / "kept").iterdir())  # for the resume
-    resumed = search(cut, *quick, "resume=true", "budget.trials=5", strategy=None)
+    resumed = search_on_fake(cut, *quick, "resume=true", "budget.trials=5")
     assert resumed["stopped"] is None and Journal(cut).read()[-1]["event"] == "finished"
 
     def scores(results):

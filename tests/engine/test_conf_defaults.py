@@ -140,7 +140,7 @@ def test_a_resume_is_checked_before_hydra_writes_without_importing_keras(tmp_pat
     import sys
 
     from packexp.app.session import comparable
-    from packexp.records.journal import Journal
+    from packexp.runner.journal import Journal
 
     Journal(tmp_path).append("start", config=comparable(compose_config(["seed=5"], strategy=None)),
                              overrides=["seed=5"])

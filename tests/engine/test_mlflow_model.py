@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from sklearn.datasets import load_digits
 
 from packexp.data import Dataset, Scaling
+from packexp.records.search_result import SearchResult
 from packexp.tracking import MlflowTracker, NullTracker, keras_file, log_model_file
 from packexp.tracking.models import (
     EXAMPLE_VALUES,
@@ -64,9 +65,10 @@ def test_register_as_names_are_strings():
 
 
 def test_a_tracker_that_keeps_no_run_logs_no_model(tmp_path):
-    results = {"best": {"trial_id": "b0-t000", "model": "models/b0-t000.keras"}}
-    log_best_model(NullTracker(), results, tmp_path, dataset=None)
-    assert "mlflow_model" not in results and NullTracker().log_model(None) is None
+    result = SearchResult.of(tmp_path, {"best": {"trial_id": "b0-t000",
+                                                 "model": "models/b0-t000.keras"}})
+    assert log_best_model(NullTracker(), result, tmp_path, dataset=None) is None
+    assert NullTracker().log_model(None) is None
 
 
 def test_the_example_is_the_users_rows_the_scaling_undone():

@@ -12,9 +12,8 @@ import pytest
 from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.events import RungResult, TrialRecord
-from packexp.listeners.results import ResultsCollector
 from packexp.objectives import Objective, crowding, dominates, fronts, order
-from packexp.records.search_result import load
+from packexp.runner.study import Study, load
 from packexp.schedulers import Asha, Hyperband, Planned
 from packexp.space import SearchSpace
 from packexp.testing.policies import simulate
@@ -88,7 +87,7 @@ def test_halving_by_front_and_crowding_promotes_the_trade_offs_ends(policy):
 
 
 def test_the_front_is_each_trials_last_rung_not_dominated():
-    book = ResultsCollector(PARETO)
+    book = Study(None, PARETO)
     for i, rungs in enumerate([[(1, 0.5, 100)], [(1, 0.4, 50), (3, 0.9, 50)],
                                [(1, 0.6, 200)], [(1, 0.95, 1000)], [(1, None, 10)]]):
         book.trials[f"t{i}"] = TrialRecord(f"t{i}", {"x": i}, 0, rungs=[
@@ -98,7 +97,7 @@ def test_the_front_is_each_trials_last_rung_not_dominated():
     assert [e["trial_id"] for e in front] == ["t1", "t3"]  # t0 and t2 lose to t1's last rung
     assert front[0] == {"trial_id": "t1", "hparams": {"x": 1}, "epochs": 3,
                         "val_accuracy": 0.9, "params": 50}
-    assert ResultsCollector().front() is None  # one objective: no front
+    assert Study().front() is None  # one objective: no front
 
 
 @pytest.mark.tf

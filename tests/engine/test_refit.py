@@ -15,7 +15,7 @@ import packexp
 from packexp.app.main import RunDirCheck, check_run_settings
 from packexp.app.tasks.refit import merged, refittable, trial_seed
 from packexp.errors import ConfigError
-from packexp.records.journal import Journal
+from packexp.runner.journal import Journal
 from packexp.space import SearchSpace
 from tests.helpers import compose_config
 from tests.helpers import packexp as run_cli

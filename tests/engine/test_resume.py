@@ -9,7 +9,7 @@ from omegaconf import open_dict
 
 from packexp.app.main import run
 from packexp.errors import ConfigError
-from packexp.records.journal import Journal
+from packexp.runner.journal import Journal
 from tests.helpers import compose_config
 
 pytestmark = pytest.mark.tf

@@ -373,7 +373,7 @@ def test_asha_on_two_workers_keeps_both_busy_and_promotes_by_the_rule(tmp_path, 
     """scheduler=asha under Ray, on a cluster started with ``ray start``: as many workers as
     its CPUs (two), packs overlap on them, every promotion follows the paper's rule as the
     results arrived, the budget holds and the idle share is reported."""
-    from packexp.records.journal import Journal
+    from packexp.runner.journal import Journal
     from packexp.schedulers import Asha
     from packexp.testing.asha import assert_promotions_follow_the_rule
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from packexp.app.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
-from packexp.records.journal import Journal
 from packexp.runner import Replayed
+from packexp.runner.journal import Journal
 from tests.helpers import ROOT, kept_models, packexp, search, search_command
 
 # Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and

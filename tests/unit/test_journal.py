@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from packexp.records import journal as journal_module
-from packexp.records.journal import Journal, JournalError, first_difference
+from packexp.runner import journal as journal_module
+from packexp.runner.journal import Journal, JournalError, first_difference
 
 TORN = '{"event": "result", "trial_'  # a record cut short by a kill
 
@@ -80,7 +80,7 @@ def test_a_torn_final_line_is_ignored_and_logged(journal, caplog):
     journal.append("result", trial_id="a")
     with open(journal.path, "a") as f:
         f.write(TORN)
-    caplog.set_level(logging.WARNING, logger="packexp.records.journal")
+    caplog.set_level(logging.WARNING, logger="packexp.runner.journal")
     assert [r["event"] for r in journal.read()] == ["start", "result"]
     assert f"{journal.path}: ignoring a half-written final line" in caplog.text
 

@@ -8,10 +8,10 @@ import random
 import pytest
 
 from packexp.events import RungResult
-from packexp.listeners.results import ResultsCollector
 from packexp.objectives import ACCURACY, Objective
 from packexp.records.results import best_kept
 from packexp.runner.keep import BEST, KeepModels, keep_setting
+from packexp.runner.study import Study
 from packexp.space import Trial
 
 PARETO = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
@@ -24,8 +24,8 @@ def result(trial_id: str, rung: int, accuracy: float | None, loss: float | None 
                       None, f"p{rung}", None, failed)
 
 
-def book_of(objective: Objective, trials: int) -> ResultsCollector:
-    book = ResultsCollector(objective)
+def book_of(objective: Objective, trials: int) -> Study:
+    book = Study(None, objective)
     book.add_trials(0, [Trial(f"t{i}", {"lr": i}, ()) for i in range(trials)])
     return book
 
@@ -34,7 +34,7 @@ def test_the_best_is_the_book_s_best_of_two_as_good_the_later_epoch():
     book = book_of(ACCURACY, 3)
     for r in (result("t0", 0, 0.9), result("t1", 0, 0.5), result("t0", 1, 0.8),
               result("t1", 1, 0.9), result("t2", 0, None, None, failed=True)):
-        book.record(r)
+        book.restore(r)
     chosen = KeepModels(BEST, ACCURACY).chosen(book.trials)
     best = book.best()
     assert list(chosen) == [best.trial_id] == ["t1"]
@@ -62,7 +62,7 @@ def test_every_result_kept_at_the_end_was_a_candidate_when_it_was_scored(objecti
             pack = [pending.pop(0) for _ in range(min(len(pending), draw.randint(1, 3)))]
             written |= {(r.trial_id, r.rung) for r in keep.candidates(book.trials, pack)}
             for r in pack:
-                book.record(r)
+                book.restore(r)
             wanted, among = keep.wanted(book.trials, [r.trial_id for r in pack])
             written = {w for w in written if (among is not None and w[0] not in among)
                        or w in wanted}

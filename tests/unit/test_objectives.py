@@ -13,6 +13,7 @@ from packexp.events import Best, PackRecord, RungResult
 from packexp.objectives import ACCURACY, Objective
 from packexp.records.plots import best_so_far_points
 from packexp.records.results import anytime, objective_of, search_metrics
+from packexp.records.search_result import SearchResult
 from packexp.runner.draws import observed
 from packexp.schedulers import Asha, Exploits, Hyperband, Planned
 from packexp.schedulers.pbt import Pbt
@@ -119,9 +120,9 @@ def test_the_results_rank_and_report_by_the_objective():
     results = {"objective": LOSS.to_dict(), "best": Best("t1", {}, 0.6, 3, None, "val_loss",
                                                           0.2).to_dict()}
     assert objective_of(results) == LOSS and objective_of({}) == ACCURACY
-    metrics = search_metrics({**results, "wall_time_s": 1.0, "train_share": 0.5,
-                              "prediction_error": None, "phases": {}, "packs": [],
-                              "trials": []})
+    metrics = search_metrics(SearchResult.of("run", {
+        **results, "wall_time_s": 1.0, "train_share": 0.5, "prediction_error": None,
+        "phases": {}, "packs": [], "trials": []}))
     assert metrics["best_value"] == 0.2 and metrics["best_val_accuracy"] == 0.6
 
 
@@ -154,7 +155,7 @@ def exported_run(run_dir, fake_trainer, objective: Objective):
     search = fake_search(run_dir, fake_trainer, objective=objective)
     search.run(HYPERBAND)
     search.finish()
-    front = search.book.front()
+    front = search.study.front()
     results = search_results(search.trials.values(), search.packs, search.best(),
                              wall_time_s=1.0, objective=objective,
                              **({} if front is None else {"pareto_front": front}))
@@ -172,7 +173,7 @@ def test_a_search_exported_to_optuna_loads_back_with_its_trials_and_direction(tm
     and read back by ``optuna.load_study``, as optuna-dashboard reads it."""
     import optuna
 
-    from packexp.records.optuna_study import to_optuna
+    from packexp.app.optuna_study import to_optuna
 
     search = exported_run(tmp_path, fake_trainer, LOSS)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
@@ -205,7 +206,7 @@ def test_a_pareto_search_exported_to_optuna_has_every_goal_and_its_front(tmp_pat
     import matplotlib
     import optuna
 
-    from packexp.records.optuna_study import to_optuna
+    from packexp.app.optuna_study import to_optuna
 
     matplotlib.use("Agg")
     objective = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
@@ -229,7 +230,7 @@ def test_exporting_to_optuna_twice_returns_the_study_and_another_runs_is_refused
     twice; a study of that name with another run's trials is one ``ValueError``."""
     import optuna
 
-    from packexp.records.optuna_study import to_optuna
+    from packexp.app.optuna_study import to_optuna
 
     run = tmp_path / "run"
     exported_run(run, fake_trainer, LOSS)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packexp.records import plots
 from packexp.records.report import print_summary
+from packexp.records.search_result import SearchResult
 
 PACK = {"build_s": 0.1, "train_s": 0.5, "epochs": 1, "members": ["a", "b", "c"], "bracket": 0,
         "rung": 0}
@@ -63,7 +64,7 @@ def test_the_timeline_marks_killed_and_failed_trials_apart():
 
 
 def test_a_regression_summary_shows_mse_mae_and_r2(capsys, tmp_path: Path):
-    print_summary(regression_results(), tmp_path, None, top_k=3)
+    print_summary(SearchResult.of(tmp_path, regression_results()), None, top_k=3)
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if "trial" in line)
     assert [c for c in ("val_mse", "val_mae", "val_r2") if c in header] == [

@@ -10,8 +10,8 @@ import pytest
 
 from packexp.errors import ConfigError
 from packexp.events import RungResult, TrialRecord
-from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
+from packexp.runner.journal import Journal
 from packexp.samplers import Sampler
 from packexp.samplers.tpe import TpeSampler
 from packexp.space import Trial
@@ -87,7 +87,7 @@ def test_every_member_rung_is_journaled_and_recorded(tmp_path, fake_trainer):
 def test_trials_end_killed_failed_or_finished_and_leave_no_checkpoints(tmp_path, fake_trainer):
     search = search_to_the_end(new_search(tmp_path, fake_trainer))
     status = {i: t.status for i, t in search.trials.items()}
-    assert search.listeners.listeners[1].ended == status
+    assert search.listeners.listeners[0].ended == status
     for trial_id, t in search.trials.items():
         rungs = len(t.rungs)
         if trial_id == FAILING:
@@ -134,7 +134,7 @@ def kill_then_resume(tmp_path: Path, fake_trainer: FakeTrainer, die_at_call: int
     records = Journal(tmp_path).read()
     fake_trainer.die_at_call, fake_trainer.calls = None, []
     resumed = new_search(tmp_path, fake_trainer, strategy, sampler=sampler)
-    assert resumed.replay(records) == sum(r["event"] == "result" for r in records)
+    assert resumed.replayed.members == sum(r["event"] == "result" for r in records)
     return search_to_the_end(resumed), records
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from packexp.executors import LocalExecutor, PackJob
-from packexp.records.journal import Journal
 from packexp.runner import PackedSearch
+from packexp.runner.journal import Journal
 from packexp.schedulers import Asha, Hyperband, Pbt, Planned, Retire, Scheduler
 from packexp.testing.fake_trainer import SPACE, FakeTrainer, fake_search, outcome
 from packexp.testing.policies import simulate
@@ -39,8 +39,7 @@ def search(run_dir: Path, trainer: FakeTrainer, policy: Scheduler,
     found = fake_search(run_dir, trainer, policy.brackets())
     found.executor = found.packer.executor = found.dispatch.executor = LastSentFirst(
         trainer=trainer).start(found.cache)
-    if records is not None:
-        found.replay(records)
+    assert (records is not None) == found.study.resumed  # a journal there: resumed
     found.run(policy)
     found.finish()
     return found

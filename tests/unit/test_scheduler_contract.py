@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from packexp.config import instantiate
-from packexp.records.journal import Journal
+from packexp.runner.journal import Journal
 from packexp.schedulers import Scheduler
 from packexp.testing.fake_trainer import FakeTrainer, fake_search, outcome
 from tests.helpers import CONF_DIR, compose_config
@@ -28,9 +28,8 @@ def scheduler(name: str) -> Scheduler:
 
 
 def to_the_end(run_dir: Path, trainer: FakeTrainer, policy: Scheduler, records=None):
-    search = fake_search(run_dir, trainer, policy.brackets())
-    if records is not None:
-        search.replay(records)
+    search = fake_search(run_dir, trainer, policy.brackets())  # a journal there: resumed
+    assert search.study.records == (records or [])
     search.run(policy)
     search.finish()
     return search

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from packexp.errors import ConfigError, flag, is_number
 from packexp.files import write_json
-from packexp.records.journal import Journal, JournalError
+from packexp.runner.journal import Journal, JournalError
 from packexp.space import Trial, derive_seed
 
 log = logging.getLogger(__name__)

@@ -12,30 +12,24 @@ from typing import Any
 from omegaconf import DictConfig
 
 from packexp.app import startup
-from packexp.app.session import (
-    command_started,
-    earlier_sessions_s,
-    open_journal,
-    sessions,
-    tracked,
-)
+from packexp.app.session import checked_records, command_started, comparable, tracked
 from packexp.app.startup import mark
 from packexp.app.tasks.plan import plan_dict
 from packexp.app.tasks.refit import refit_after_search
-from packexp.config import budget_of
+from packexp.config import budget_of, task_overrides
 from packexp.config.components import Components
 from packexp.config.device import ProbeFiles, device_capacity, facts_here
 from packexp.errors import ConfigError
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.executors import Trainer
 from packexp.files import write_json
-from packexp.listeners import JournalListener, ResultsCollector, SearchProgress
+from packexp.listeners import SearchProgress
 from packexp.records.plots import write_plots
 from packexp.records.report import print_summary
-from packexp.records.results import search_metrics, search_results
-from packexp.runner import PackedSearch
+from packexp.records.results import search_metrics
+from packexp.records.search_result import SearchResult
+from packexp.runner import PackedSearch, SearchSettings, Study
 from packexp.runner.keep import BEST, KeepModels, keep_setting
-from packexp.runner.resume import journaled_checkpoints
 from packexp.runner.signals import held
 from packexp.space import Trial
 from packexp.strategies import Capacity, WeighsCosts
@@ -54,7 +48,7 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
     parts = Components.build(cfg, trainer=trainer)
     scheduler, executor = parts.scheduler, parts.executor(run_dir)
     own = parts.listeners(run_dir)  # the config's, built before anything is written
-    journal, records = open_journal(cfg, run_dir)
+    study = open_study(cfg, run_dir, parts.objective)
     write_json(run_dir / "plan.json", plan_dict(scheduler))
     mark("tracker")
     cache = parts.cache()  # this process's: the members the memory estimate measures
@@ -64,8 +58,8 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                  else parts.trainer.facts())  # the device packs train on
         log.info("device: %s", facts)
         mark("executor")
-        with tracked(cfg, run_dir, dataset=parts.dataset, journal=journal, records=records,
-                     run_name=parts.run_name,
+        with tracked(cfg, run_dir, dataset=parts.dataset, journal=study.journal,
+                     records=study.records, run_name=parts.run_name,
                      tags={**parts.names, "task": "tune", **facts.tags()}) as tracker:
             mark("tracker")
             capacity, source, probes, calibration_s = prepare(
@@ -76,52 +70,56 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
             if calibration:  # on the run now: an interrupted search shows it too
                 tracker.on_summary(Summary(tags={f"calibration_{k}": v
                                                  for k, v in calibration.items()}))
-            book = ResultsCollector(parts.objective)
             with SearchProgress(scheduler) as progress:
-                listeners = Listeners([JournalListener(journal), tracker, progress, *own])
+                listeners = Listeners([tracker, progress, *own])
                 search = PackedSearch(
-                    space=parts.space, strategy=parts.strategy, capacity=capacity, cache=cache,
-                    listeners=listeners, book=book, checkpoints=run_dir / "checkpoints",
-                    seed=cfg.seed, tags=parts.names, capacity_source=source,
-                    continue_on_promotion=scheduler.continue_on_promotion,
-                    lr_horizon=scheduler.horizon_epochs, probe_seconds=probes.seconds,
-                    train_size=cache.data.train_size, brackets=scheduler.brackets(),
-                    executor=executor, sampler=parts.sampler, session=sessions(records),
-                    started=started, budget=budget_of(cfg),
-                    earlier_s=earlier_sessions_s(records), keep=keep_of(cfg, parts.objective))
-                if records:
-                    log.info("resuming: %d member results from %s", search.replay(records),
-                             journal.path)
-                    executor.discard(journaled_checkpoints(records))
+                    space=parts.space, strategy=parts.strategy, capacity=capacity,
+                    executor=executor, study=study, listeners=listeners,
+                    settings=SearchSettings(
+                        seed=cfg.seed, tags=parts.names, capacity_source=source,
+                        continue_on_promotion=scheduler.continue_on_promotion,
+                        lr_horizon=scheduler.horizon_epochs, probe_seconds=probes.seconds,
+                        train_size=cache.data.train_size, budget=budget_of(cfg),
+                        keep=keep_of(cfg, parts.objective)),
+                    sampler=parts.sampler, started=started)
+                if study.resumed:
+                    log.info("resuming: %d member results from %s", study.replayed.members,
+                             study.journal.path)
+                    executor.discard(study.checkpoints())
                 search.run(scheduler)
                 if search.stopped is None:  # a stopped search's trials go on when resumed
                     search.finish()
                 else:
                     log.info("search stopped early: %s", search.stopped)
-            kept = hand_over(search, cache, run_dir, parts.trainer)
-            results = search_results(
-                book.trials.values(), book.packs, book.best(), objective=parts.objective,
-                wall_time_s=time.perf_counter() - started + earlier_sessions_s(records),
-                **parts.facts(), calibration_s=round(calibration_s, 3), calibration=calibration,
-                resumed=bool(records),
+            result = study.result(
+                wall_time_s=time.perf_counter() - started + study.earlier_s,
+                models=hand_over(search, cache, run_dir, parts.trainer),
+                mlflow_run_id=tracker.run_id, **parts.facts(),
+                calibration_s=round(calibration_s, 3), calibration=calibration,
                 startup_s=None if search.first_pack_at is None
                 else round(search.first_pack_at - job_started, 3),
                 startup=None if search.first_pack_at is None
                 else startup.phases(job_started, search.first_pack_at),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
                 memory_probes=probes.summary(),
-                workers=executor.usage(), stopped=search.stopped,
-                **({} if (front := book.front()) is None else {"pareto_front": front}))
-            name_models(results, kept)
-            log_best_model(tracker, results, run_dir, parts.dataset, cfg)
-            finish(results, run_dir, listeners)
+                workers=executor.usage(), stopped=search.stopped)
+            if where := log_best_model(tracker, result, run_dir, parts.dataset, cfg):
+                result = result.with_keys(mlflow_model=where)
+            finish(result, study, listeners)
             if search.stopped is None:  # journaled as finished: no resume needs them
                 shutil.rmtree(search.store.kept_root, ignore_errors=True)
-    print_summary(results, run_dir, tracker.location, cfg.get("summary_top_k", 5),
-                  lost=tracker.lost)
+    print_summary(result, tracker.location, cfg.get("summary_top_k", 5), lost=tracker.lost)
     if cfg.get("refit"):
         refit_after_search(cfg, run_dir, parts)
-    return float(search_metrics(results)["best_value"])
+    return float(search_metrics(result)["best_value"])
+
+
+def open_study(cfg: DictConfig, run_dir: Path, objective: Any) -> Study:
+    """The search's study in ``run_dir``: a fresh one, or on ``resume=true`` the run there
+    continued; either checked against ``run_dir`` first (``session.checked_records``: a
+    fresh run refuses a directory with a journal, a resume one whose config differs)."""
+    return Study.open(run_dir, objective, config=comparable(cfg), overrides=task_overrides(),
+                      records=checked_records(cfg, run_dir))
 
 
 def keep_of(cfg: DictConfig, objective: Any) -> KeepModels:
@@ -165,17 +163,6 @@ def hand_over(search: PackedSearch, cache: Any, run_dir: Path,
     return kept
 
 
-def name_models(results: dict[str, Any], kept: dict[str, dict[str, Any]]) -> None:
-    """``results.json``'s ``models`` (each kept trial's file, rung and epochs), and a
-    ``model`` key on ``best`` and on each Pareto front entry whose model is kept."""
-    results["models"] = kept
-    entries = [results.get("best"), *results.get("pareto_front", [])]
-    for entry in (e for e in entries if e):
-        model = kept.get(entry["trial_id"])
-        if model is not None and model["epochs"] == entry["epochs"]:
-            entry["model"] = model["file"]
-
-
 def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
             run_dir: Path) -> tuple[Capacity, str, ProbeFiles, float]:
     """The device's capacity for one pack (estimated; probed where it matters, or read from
@@ -204,12 +191,15 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
     return capacity, source, probes, seconds
 
 
-def finish(results: dict, run_dir: Path, listeners: Listeners) -> None:
-    """Writes ``results.json`` and the plots, and tells the listeners: the journal that the
-    search has finished, the tracker its summary metrics and files."""
+def finish(result: SearchResult, study: Study, listeners: Listeners) -> None:
+    """Writes ``results.json`` and the plots, and tells the listeners: the study journals
+    that the search has finished (or stopped early), the tracker gets its summary metrics
+    and files."""
+    run_dir = result.run_dir
     with held():  # a results.json whose search the journal has not finished would resume
-        write_json(run_dir / "results.json", results)
-        listeners.emit(SearchFinished(results, results["wall_time_s"], results.get("stopped")))
-    pictures = [(p, "plots") for p in write_plots(results, run_dir)]
-    listeners.emit(Summary(search_metrics(results), [
+        write_json(run_dir / "results.json", result.to_json())
+        study.finish(result.wall_time_s, result.stopped)
+        listeners.emit(SearchFinished(result))
+    pictures = [(p, "plots") for p in write_plots(result, run_dir)]
+    listeners.emit(Summary(search_metrics(result), [
         (run_dir / "results.json", None), (run_dir / "plan.json", None), *pictures]))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from packexp.records.journal import Journal
 from packexp.records.report import describe
+from packexp.runner.journal import Journal
 from packexp.testing.command import run_command
 from tests.helpers import ROOT, packexp
 

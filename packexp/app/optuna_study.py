@@ -11,7 +11,7 @@ from typing import Any
 
 from packexp.objectives import Objective
 from packexp.records.results import objective_of
-from packexp.records.search_result import load
+from packexp.runner.study import load
 
 #: Each packexp status as an Optuna trial state's name: cut by halving is pruned; a trial a
 #: stopped search left running stays running.

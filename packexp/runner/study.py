@@ -1,0 +1,333 @@
+"""The study: a search's record, owned in one place. Pure Python.
+
+It holds the journal (``journal.py``: what a killed search needs to resume), the typed trials
+and packs (``TrialRecord``, ``PackRecord``), the journal a resume read back (``Replayed``) and
+the session facts that come with it, and makes the outcome (``result``: a ``SearchResult``,
+whose ``to_json`` is ``results.json``).
+
+The study is not a listener. The runner writes each event to it (``write``: journaled first,
+then kept), and only then tells the listeners; the runner reads the trials, the best and the
+front back from it. Optuna's ``Study`` with its storage and frozen trials is the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packexp.events import (
+    Best,
+    Event,
+    Exploit,
+    MemberScored,
+    MembersExploited,
+    PackFinished,
+    PackRecord,
+    PlanRecord,
+    RungPlanned,
+    RungResult,
+    TrialEnded,
+    TrialRecord,
+)
+from packexp.objectives import ACCURACY, Objective, fronts
+from packexp.records.results import search_results
+from packexp.records.search_result import SearchResult
+from packexp.runner.journal import Journal, JournalError
+from packexp.schedulers.base import Exploits, schedule
+from packexp.space import Trial
+
+
+class Study:
+    """A search's journal, trials and packs, resume and result.
+
+    Args:
+        journal: Where the search is journaled (its run directory's ``journal.jsonl``); None
+            keeps the study in memory only (a policy's simulation, a test of the record).
+        objective: What the search tunes for: it ranks the best and the front.
+        records: The journal of the run a resume continues; empty for a fresh run.
+    """
+
+    def __init__(self, journal: Journal | None = None, objective: Objective = ACCURACY,
+                 records: Sequence[dict] = ()) -> None:
+        self.journal = journal
+        self.objective = objective
+        self.records = list(records)
+        self.trials: dict[str, TrialRecord] = {}
+        self.packs: list[PackRecord] = []
+        self.replayed = Replayed.of(self.records) if self.records else Replayed()
+        self.packs.extend(self.replayed.packs)
+
+    @classmethod
+    def open(cls, run_dir: str | Path, objective: Objective = ACCURACY, *,
+             config: Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
+             records: Sequence[dict] = ()) -> Study:
+        """The study of a search in ``run_dir``: a fresh one journals its ``start`` (with the
+        flat ``config`` a resume must match and the command's ``overrides``); a resume of
+        ``records`` (the journal read back, checked) journals its ``resume``."""
+        journal = Journal(run_dir)
+        if records:
+            journal.append("resume", overrides=list(overrides))
+        else:
+            journal.append("start", config=dict(config or {}), overrides=list(overrides))
+        return cls(journal, objective, records)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.journal.path.parent
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self.records)
+
+    @property
+    def session(self) -> int:
+        """How many sessions this one continues: 0 for a fresh run (``started_s`` and
+        ``elapsed_s`` restart each session)."""
+        return (1 + sum(r["event"] == "resume" for r in self.records)) if self.records else 0
+
+    @property
+    def earlier_s(self) -> float:
+        """Search time spent by the sessions a resume continues (to each one's last pack)."""
+        total, session = 0.0, 0.0
+        for r in self.records:
+            if r["event"] == "resume":
+                total, session = total + session, 0.0
+            elif r["event"] == "pack":
+                session = max(session, r.get("elapsed_s", 0.0))
+        return total + session
+
+    def checkpoints(self) -> set[str]:
+        """The checkpoints a resume may continue from (``journaled_checkpoints``)."""
+        return journaled_checkpoints(self.records)
+
+    # What the runner writes: each event journaled (one fsynced line) before it is kept.
+
+    def add_trials(self, bracket: int, trials: Sequence[Trial]) -> None:
+        """Configurations drawn for ``bracket``: trials that run, not yet scored."""
+        for t in trials:
+            self.trials[t.trial_id] = TrialRecord(t.trial_id, dict(t.hparams), bracket)
+
+    def write(self, event: Event) -> None:
+        """Journals what a resume needs of ``event``, then keeps it."""
+        if isinstance(event, RungPlanned):
+            if not event.journaled:  # a plan read back from the journal is there already
+                self._journal("plan", **PlanRecord.of(event).to_dict())
+        elif isinstance(event, MemberScored):
+            self._journal("result", **event.result.to_dict())
+            self.restore(event.result)
+        elif isinstance(event, PackFinished):
+            self._journal("pack", pack=event.pack.to_dict(), elapsed_s=event.pack.elapsed_s)
+            self.packs.append(event.pack)
+        elif isinstance(event, MembersExploited):
+            if not event.journaled:
+                self._journal("exploit", **event.to_dict())
+            self._continued(event)
+        elif isinstance(event, TrialEnded):
+            self.trials[event.trial_id].status = event.status
+
+    def _journal(self, event: str, **record: Any) -> None:
+        if self.journal is not None:
+            self.journal.append(event, **record)
+
+    def restore(self, result: RungResult) -> None:
+        """A result, kept (one journaled before a resume: not journaled again)."""
+        self.trials[result.trial_id].rungs.append(result)
+
+    def _continued(self, event: MembersExploited) -> None:
+        for e in event.exploits:
+            trial = self.trials[e.member]
+            trial.lineage.append({"epoch": event.epochs, **e.to_dict()})
+            del trial.lineage[-1]["member"]
+            if trial.status == "failed":  # it trains on from its donor's state
+                trial.status = "running"
+
+    def finish(self, wall_time_s: float, stopped: str | None = None) -> None:
+        """Journals the search's end: ``finished``, or ``stopped`` early (by its budget),
+        which a resume goes on from."""
+        if stopped is not None:
+            self._journal("stopped", reason=stopped, wall_time_s=wall_time_s)
+        else:
+            self._journal("finished", wall_time_s=wall_time_s)
+
+    # What the runner and the task read back.
+
+    def best(self) -> Best | None:
+        """The trial and rung best by the objective (of two as good, the later epoch), and
+        the values it trained with; where trials continued from others' states, also the
+        schedule of values that made its weights."""
+        objective = self.objective
+        scored = [(objective.score(r), r.epochs, t, r) for t in self.trials.values()
+                  for r in t.rungs if objective.score(r) is not None]
+        if not scored:
+            return None
+        _, epochs, trial, result = max(scored, key=lambda s: (s[0], s[1]))
+        lineage = None
+        if any(t.lineage for t in self.trials.values()):
+            lineage = schedule(trial.trial_id, epochs,
+                               {t.trial_id: t.lineage for t in self.trials.values()},
+                               {t.trial_id: t.hparams for t in self.trials.values()})
+        return Best(trial.trial_id, trial.hparams_at(epochs), result.val_accuracy,
+                    int(epochs) if float(epochs).is_integer() else epochs, lineage,
+                    objective.metric, objective.value(result))
+
+    def front(self) -> list[dict] | None:
+        """Under several objectives, the Pareto front of the trials at their last scored
+        rungs (each trial once): ``trial_id``, ``hparams``, ``epochs`` and each goal's value,
+        in the order the trials were drawn; None under one objective."""
+        objective = self.objective
+        if not objective.several:
+            return None
+        last = [(t, scored[-1]) for t in self.trials.values()
+                if (scored := [r for r in t.rungs if objective.scores(r) is not None])]
+        if not last:
+            return []
+        front = fronts([objective.scores(r) for _, r in last])[0]
+        return [{"trial_id": t.trial_id, "hparams": t.hparams_at(r.epochs),
+                 "epochs": int(r.epochs) if float(r.epochs).is_integer() else r.epochs,
+                 **{name: getattr(r, name) for name, _ in objective.goals}}
+                for t, r in (last[i] for i in front)]
+
+    def result(self, *, wall_time_s: float, models: Mapping[str, Mapping[str, Any]] = (),
+               mlflow_run_id: str | None = None, **facts: Any) -> SearchResult:
+        """The outcome: every trial and pack, the best, under several objectives the front,
+        the kept ``models`` (named on ``best`` and on each front entry whose weights they
+        hold), and the task's ``facts`` (names, seed, schedule, timings it measured)."""
+        front = self.front()
+        results = search_results(
+            self.trials.values(), self.packs, self.best(), objective=self.objective,
+            wall_time_s=wall_time_s, resumed=self.resumed, **facts,
+            **({} if front is None else {"pareto_front": front}))
+        results["models"] = {k: dict(v) for k, v in dict(models).items()}
+        for entry in (e for e in [results.get("best"), *results.get("pareto_front", [])] if e):
+            model = results["models"].get(entry["trial_id"])
+            if model is not None and model["epochs"] == entry["epochs"]:
+                entry["model"] = model["file"]
+        return SearchResult.of(self.run_dir, results, mlflow_run_id)
+
+
+def load(run_dir: str | Path) -> SearchResult:
+    """The ``SearchResult`` of the finished search in ``run_dir``.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no finished search (the message says why).
+        ValueError: Its ``results.json`` is not a search's.
+    """
+    import json
+
+    run_dir = Path(run_dir)
+    path = run_dir / "results.json"
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such directory")
+    if not path.is_file():
+        if not Journal(run_dir).exists:
+            raise FileNotFoundError(f"{run_dir}: holds no search (no journal.jsonl, no "
+                                    "results.json)")
+        raise FileNotFoundError(f"{run_dir}: holds no results.json yet; its search is "
+                                "running, was interrupted or failed (journal.jsonl): once it "
+                                "has stopped, resume it with resume=true and this run_dir")
+    results = json.loads(path.read_text())
+    if "trials" not in results:
+        raise ValueError(f"{path}: is not a search's results (a profile's or a plan's?)")
+    return SearchResult.of(run_dir.resolve(), results, tracking_run_id(run_dir))
+
+
+def tracking_run_id(run_dir: Path) -> str | None:
+    """The MLflow run the search in ``run_dir`` journaled; None when it was not tracked."""
+    try:
+        records = Journal(run_dir).read()
+    except JournalError:
+        return None
+    return next((r["run_id"] for r in records if r["event"] == "tracking"), None)
+
+
+# Resume: a killed run's finished work read back from its journal, typed, and what is left of
+# its plans. A resumed search tells these facts to its policy in the order they happened
+# (``PackedSearch.run``): results and packs journaled whole are not trained again, and a plan
+# journaled before the kill is trained as it was planned, each pack under the number an
+# unbroken run gives it.
+
+
+def finished(records: list[dict]) -> list[dict]:
+    """The journal's records less the results of packs whose ``pack`` record is missing."""
+    packs = {r["pack"]["pack_id"] for r in records if r["event"] == "pack"}
+    return [r for r in records if r["event"] != "result" or r["pack_id"] in packs]
+
+
+def journaled_checkpoints(records: list[dict]) -> set[str]:
+    """The checkpoints a resumed search may continue from: each trial's last one whose pack
+    was journaled whole."""
+    last = {r["trial_id"]: r["checkpoint"] for r in finished(records)
+            if r["event"] == "result"}
+    return {path for path in last.values() if path}
+
+
+@dataclass
+class Replayed:
+    """A killed run's journal as a resume reads it, typed: the facts a policy is told again
+    (``PackedSearch.run``), and what is left of its plans.
+
+    Attributes:
+        facts: The plans, results and exploits, in the order they happened. Results of a pack
+            without its ``pack`` record (the run was killed while the pack was committed) are
+            left out: the whole pack trains again, as an unbroken run trained it.
+        done: Per (bracket, rung), each trial's journaled result among ``facts``.
+        packs: The packs journaled whole.
+        plans: Each plan by its name (``<key>``, or ``b<s>-r<rung>`` for a synchronous rung),
+            the first journaled under it, in journal order.
+    """
+
+    facts: list[PlanRecord | RungResult | Exploits] = field(default_factory=list)
+    done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
+    packs: list[PackRecord] = field(default_factory=list)
+    plans: dict[str, PlanRecord] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records: list[dict]) -> Replayed:
+        replayed = cls()
+        for r in finished(records):
+            if r["event"] == "result":
+                result = RungResult.from_dict(r)
+                replayed.done.setdefault((result.bracket, result.rung), {})[
+                    result.trial_id] = result
+                replayed.facts.append(result)
+            elif r["event"] == "pack":
+                replayed.packs.append(PackRecord.from_dict(r["pack"]))
+            elif r["event"] == "exploit":
+                replayed.facts.append(Exploits(r["bracket"], r["rung"], tuple(
+                    Exploit.from_dict(e) for e in r["exploits"])))
+            elif r["event"] == "plan":
+                plan = PlanRecord.from_dict(r)
+                name = plan.key or f"b{plan.bracket}-r{plan.rung}"
+                if name not in replayed.plans:  # a rung planned again: the first plan counts
+                    replayed.plans[name] = plan
+                    replayed.facts.append(plan)
+        return replayed
+
+    @property
+    def members(self) -> int:
+        """The member results found."""
+        return sum(len(v) for v in self.done.values())
+
+    def unfinished(self) -> list[tuple[PlanRecord, list[tuple[int, list[str], str | None]],
+                                       list[str]]]:
+        """The journaled plans that still have packs to train, in journal order: each with
+        those packs, numbered as in its plan (so each ``pack_id`` is the one an unbroken run
+        gives it) and holding only the members still to train, and the plan's members done
+        before the kill, sorted.
+
+        A pack's results are journaled together, so its members are all done or all to do;
+        rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
+        fused packs included.
+        """
+        out = []
+        for plan in self.plans.values():
+            done = self.done.get((plan.bracket, plan.rung), {})
+            left = [(j, [i for i in pack if i not in done], f)
+                    for j, (pack, f) in enumerate(zip(plan.packs, plan.fusion, strict=True))]
+            left = [(j, g, f) for j, g, f in left if g]
+            if left:
+                out.append((plan, left, sorted(i for pack in plan.packs for i in pack
+                                               if i in done)))
+        return out
