@@ -26,7 +26,7 @@ def run() -> None:
     code: int | str | None = 0
     try:
         try:
-            from packexp.app.startup import mark
+            from packexp.startup import mark
 
             mark("python")
             from packexp.app.cli import main

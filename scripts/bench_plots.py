@@ -23,18 +23,17 @@ def main() -> None:
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    from packexp.records.plots import write_plots
     from packexp.runner.study import load
 
     total = 0.0
     with tempfile.TemporaryDirectory() as out:
         for run_dir in args.run_dirs:
             results = load(run_dir)
-            drawn = write_plots(results, Path(out))
+            drawn = results.write_plots(Path(out))
             times = []
             for _ in range(args.repeats):
                 started = time.perf_counter()
-                write_plots(results, Path(out))
+                results.write_plots(Path(out))
                 times.append(time.perf_counter() - started)
             median = statistics.median(times)
             total += median

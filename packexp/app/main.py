@@ -17,13 +17,13 @@ from packexp.app.session import (
     resume_needs_a_run_dir,
     run_dir_given,
 )
-from packexp.app.startup import mark
 from packexp.app.tasks import TASKS
 from packexp.app.tasks.refit import check_settings as check_refit
 from packexp.app.tasks.refit import keep_run_config
 from packexp.config import check_search, config_errors, fit_dataset_to_model
 from packexp.errors import ConfigError, flag, is_number, positive_int
 from packexp.runner.keep import keep_setting
+from packexp.startup import mark
 
 __all__ = ["TASKS", "RunDirCheck", "check", "job", "run"]
 

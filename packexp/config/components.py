@@ -13,7 +13,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from packexp.app.startup import mark
 from packexp.config import (
     batch_bucket,
     check_batch_sizes,
@@ -39,6 +38,7 @@ from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
 from packexp.space import SearchSpace, Trial
 from packexp.space.options import steps_for
+from packexp.startup import mark
 from packexp.strategies import Capacity, Device, Strategy
 
 log = logging.getLogger(__name__)

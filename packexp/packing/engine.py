@@ -10,9 +10,6 @@ from typing import Any
 
 from packexp.space import Trial
 
-#: The suffix ``write_state`` gives a member's state file.
-CHECKPOINT_SUFFIX = ".npz"
-
 
 class TensorFlowTrainer:
     """Trains packs with ``packing.trainer.train_group`` on a ``PackCache``; keeps a member's
@@ -22,7 +19,13 @@ class TensorFlowTrainer:
 
     name = "tensorflow"
     measures_device = True
-    checkpoint_suffix = CHECKPOINT_SUFFIX
+
+    @property
+    def checkpoint_suffix(self) -> str:
+        """The suffix ``write_state`` gives a state file (``packing.member``)."""
+        from packexp.packing.member import CHECKPOINT_SUFFIX
+
+        return CHECKPOINT_SUFFIX
 
     def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
                     states: Mapping[str, Any], fusion: str | None = None,

@@ -19,7 +19,6 @@ from packexp.files import naming
 from packexp.models.activation import set_activation
 from packexp.optim import coefficients
 from packexp.packing.data import Preprocessing, batch_indices
-from packexp.packing.engine import CHECKPOINT_SUFFIX
 from packexp.packing.initial import state_variables
 from packexp.packing.optimizers import RuleOptimizer, make_optimizer, rule_options
 from packexp.packing.schedules import base_learning_rate, schedule_of, set_horizon
@@ -249,6 +248,9 @@ class HeldMember(Member):
         slots[i] = np.asarray(float(max(1, self.steps_for(epochs))), np.float32)
         self.held = MemberState(self.held.weights, tuple(slots), self.held.step)
 
+
+
+CHECKPOINT_SUFFIX = ".npz"  # a member's state file: NumPy's archive
 
 
 def write_state(state: MemberState, path: str | Path) -> str:

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packexp.records.report import cell
+
 CSV_NAME = "profile.csv"
 
 
@@ -24,14 +26,6 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
     """Rows of a ``profile.csv``, with numbers parsed back into numbers."""
     with open(path, newline="") as f:
         return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return value
 
 
 def _parse(text: str) -> Any:

@@ -6,14 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packexp.objectives import NAMES as NAME
 from packexp.records.figure import lay_out, log_scaled, new_figure, png_figure_class
 from packexp.records.results import objective_of
-
-if TYPE_CHECKING:
-    from packexp.records.search_result import SearchResult
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +34,17 @@ PHASE_LABELS = {
 }
 
 
-def write_plots(result: SearchResult, out_dir: Path) -> list[Path]:
-    """Draws the search ``result``'s ``timeline.png``, ``best_so_far.png``, where packs carry
-    a cost model's ``predicted_s`` ``predicted.png``, for a population (``scheduler=pbt``)
-    ``population.png``, and under several objectives ``pareto.png`` into ``out_dir``.
+def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Draws a search's (``results.json``'s; ``SearchResult.write_plots``) ``timeline.png``,
+    ``best_so_far.png``, where packs carry a cost model's ``predicted_s`` ``predicted.png``,
+    for a population (``scheduler=pbt``) ``population.png``, and under several objectives
+    ``pareto.png`` into ``out_dir``.
 
     A plot that cannot be drawn is a warning: pictures never fail a finished search.
 
     Returns:
         The files written.
     """
-    results = result.results
     written = []
     drawings = [(TIMELINE, timeline), (BEST_SO_FAR, best_so_far)]
     if any(p.get("predicted_s") is not None for p in results["packs"]):

@@ -185,12 +185,19 @@ def _console(width: int) -> Any:
     return console
 
 
+def cell(value: Any) -> Any:
+    """A table's cell: empty for None, a float to 6 significant digits."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
 def print_profile(profile: Any, rows: list[dict], names: dict[str, str], table: Path,
                   picture: Path, store: str | None) -> None:
     """A profile's measured rows, and where its table, figure and store are."""
     from rich.table import Table
-
-    from packexp.profile.tables import cell
 
     console = _console(200)
     measured = Table(title=f"profile {profile.name}: {names['model']} on {names['dataset']}")

@@ -7,15 +7,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from packexp.events import Best, PackRecord, TrialRecord
 from packexp.objectives import ACCURACY, Objective
-
-if TYPE_CHECKING:
-    from packexp.records.search_result import SearchResult
 
 # A pack's time by phase, in its record and summed over the search (see README).
 PHASES = PackRecord.PHASES
@@ -112,9 +109,9 @@ def session_offsets(ends: Sequence[tuple[int | None, float | None]]) -> dict[int
     return offsets
 
 
-def search_metrics(result: SearchResult) -> dict[str, float | None]:
-    """The parent run's summary metrics of a search's result."""
-    results = result.results
+def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
+    """The parent run's summary metrics of a search's ``results.json``
+    (``SearchResult.metrics``)."""
     best = results["best"] or {}
     value = best.get("value", best.get("val_accuracy"))  # an older run's best has no value
     return {"wall_time_s": results["wall_time_s"],

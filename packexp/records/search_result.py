@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.events import TrialRecord
-from packexp.records.results import best_kept, objective_of
+from packexp.records.results import best_kept, objective_of, search_metrics
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
@@ -55,6 +55,17 @@ class SearchResult:
     def stopped(self) -> str | None:
         """Why the search stopped early (its budget); None when it ran to its end."""
         return self.results.get("stopped")
+
+    def metrics(self) -> dict[str, float | None]:
+        """The parent run's summary metrics (``records.results.search_metrics``)."""
+        return search_metrics(self.results)
+
+    def write_plots(self, out_dir: Path) -> list[Path]:
+        """Draws the search's figures into ``out_dir`` (``records.plots.write_plots``); a
+        figure that cannot be drawn is a warning. Returns the files written."""
+        from packexp.records.plots import write_plots
+
+        return write_plots(self.results, out_dir)
 
     def to_json(self) -> dict[str, Any]:
         """``results.json``: a copy, free to change."""

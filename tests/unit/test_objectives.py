@@ -12,7 +12,7 @@ from packexp.errors import ConfigError
 from packexp.events import Best, PackRecord, RungResult
 from packexp.objectives import ACCURACY, Objective
 from packexp.records.plots import best_so_far_points
-from packexp.records.results import anytime, objective_of, search_metrics
+from packexp.records.results import anytime, objective_of
 from packexp.records.search_result import SearchResult
 from packexp.runner.draws import observed
 from packexp.schedulers import Asha, Exploits, Hyperband, Planned
@@ -120,9 +120,9 @@ def test_the_results_rank_and_report_by_the_objective():
     results = {"objective": LOSS.to_dict(), "best": Best("t1", {}, 0.6, 3, None, "val_loss",
                                                           0.2).to_dict()}
     assert objective_of(results) == LOSS and objective_of({}) == ACCURACY
-    metrics = search_metrics(SearchResult.of("run", {
+    metrics = SearchResult.of("run", {
         **results, "wall_time_s": 1.0, "train_share": 0.5, "prediction_error": None,
-        "phases": {}, "packs": [], "trials": []}))
+        "phases": {}, "packs": [], "trials": []}).metrics()
     assert metrics["best_value"] == 0.2 and metrics["best_val_accuracy"] == 0.6
 
 

@@ -1,10 +1,10 @@
-"""Start-up split by phase (packexp/app/startup.py): the parts add up to the whole job."""
+"""Start-up split by phase (packexp/startup.py): the parts add up to the whole job."""
 
 from __future__ import annotations
 
 import pytest
 
-from packexp.app import startup
+from packexp import startup
 from packexp.records.report import describe
 
 

@@ -11,9 +11,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from packexp.app import startup
+from packexp import startup
 from packexp.app.session import checked_records, command_started, comparable, tracked
-from packexp.app.startup import mark
 from packexp.app.tasks.plan import plan_dict
 from packexp.app.tasks.refit import refit_after_search
 from packexp.config import budget_of, task_overrides
@@ -24,14 +23,13 @@ from packexp.events import Listeners, SearchFinished, Summary
 from packexp.executors import Trainer
 from packexp.files import write_json
 from packexp.listeners import SearchProgress
-from packexp.records.plots import write_plots
 from packexp.records.report import print_summary
-from packexp.records.results import search_metrics
 from packexp.records.search_result import SearchResult
 from packexp.runner import PackedSearch, SearchSettings, Study
 from packexp.runner.keep import BEST, KeepModels, keep_setting
 from packexp.runner.signals import held
 from packexp.space import Trial
+from packexp.startup import mark
 from packexp.strategies import Capacity, WeighsCosts
 from packexp.strategies.calibration import kept_directory
 from packexp.tracking.models import log_best_model
@@ -111,7 +109,7 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
     print_summary(result, tracker.location, cfg.get("summary_top_k", 5), lost=tracker.lost)
     if cfg.get("refit"):
         refit_after_search(cfg, run_dir, parts)
-    return float(search_metrics(result)["best_value"])
+    return float(result.metrics()["best_value"])
 
 
 def open_study(cfg: DictConfig, run_dir: Path, objective: Any) -> Study:
@@ -200,6 +198,6 @@ def finish(result: SearchResult, study: Study, listeners: Listeners) -> None:
         write_json(run_dir / "results.json", result.to_json())
         study.finish(result.wall_time_s, result.stopped)
         listeners.emit(SearchFinished(result))
-    pictures = [(p, "plots") for p in write_plots(result, run_dir)]
-    listeners.emit(Summary(search_metrics(result), [
+    pictures = [(p, "plots") for p in result.write_plots(run_dir)]
+    listeners.emit(Summary(result.metrics(), [
         (run_dir / "results.json", None), (run_dir / "plan.json", None), *pictures]))
