@@ -1,10 +1,10 @@
-"""Listeners of a real search: one named in the config hears every event, in order, after
-the journal has made each durable; the CSV listener of docs/listeners.md; bad listeners."""
+"""Listeners of a whole search, on the fake trainer: one named in the config hears every
+event, in order, after the journal has made each durable; the CSV listener of
+docs/listeners.md; bad listeners."""
 
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,9 @@ from packexp.events import (
     SearchFinished,
     TrialEnded,
 )
-from packexp.records.journal import Journal
-from tests.helpers import compose_config
+from packexp.runner.journal import Journal
+from packexp.testing.fake_trainer import FakeTrainer
+from tests.helpers import compose_config, search_on_fake
 
 pytestmark = pytest.mark.tf
 
@@ -46,9 +47,7 @@ class Recorder(Listener):
 
 
 def search(tmp_path: Path, *overrides: str) -> dict:
-    cfg = compose_config(["experiment=quick", "tracking=none", *overrides])
-    run(cfg, run_dir=tmp_path)
-    return json.loads((tmp_path / "results.json").read_text())
+    return search_on_fake(tmp_path, "experiment=quick", "tracking=none", *overrides)
 
 
 def test_a_configured_listener_hears_each_event_after_the_journal_made_it_durable(tmp_path):
@@ -93,5 +92,5 @@ def test_a_listener_that_cannot_be_imported_is_one_line_naming_its_key(tmp_path)
                           "+listeners.mine._target_=nowhere.Mine"])
     with pytest.raises(ConfigError, match=r"^listeners\.mine\._target_='nowhere\.Mine': "
                                           r"cannot be imported"):
-        run(cfg, run_dir=tmp_path)
+        run(cfg, run_dir=tmp_path, trainer=FakeTrainer(failing=""))
     assert not (tmp_path / "results.json").exists()

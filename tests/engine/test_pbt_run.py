@@ -16,8 +16,9 @@ from hydra.utils import instantiate
 
 from packexp.app.main import run
 from packexp.events import TrialRecord
-from packexp.records.journal import Journal
+from packexp.runner.journal import Journal
 from packexp.space.options import steps_for
+from packexp.testing.fake_trainer import FakeTrainer
 from tests.helpers import ROOT, compose_config, search
 
 pytestmark = pytest.mark.tf
@@ -29,8 +30,9 @@ POP = ["scheduler=pbt", "scheduler.population=4", "scheduler.epochs=6",
 UNCHANGED = ["scheduler.perturbation_factors=[1.0]", "scheduler.resample_probability=0"]
 
 
-def tune(run_dir, *overrides):
-    run(compose_config([*POP, *overrides]), run_dir=run_dir)
+def tune(run_dir, *overrides, trainer=None):
+    """The population; on ``trainer`` (a ``FakeTrainer``) where the check is bookkeeping."""
+    run(compose_config([*POP, *overrides]), run_dir=run_dir, trainer=trainer)
     return json.loads((run_dir / "results.json").read_text())
 
 
@@ -72,7 +74,7 @@ def test_an_exploited_member_starts_its_next_epoch_at_its_new_batch_size(tmp_pat
 
 
 def test_lineage_is_in_results_the_journal_and_the_best_names_its_schedule(tmp_path):
-    results = tune(tmp_path)
+    results = tune(tmp_path, trainer=FakeTrainer(failing=""))
     journal = [r for r in Journal(tmp_path).read() if r["event"] == "exploit"]
     assert [r["epochs"] for r in journal] == [2.0, 4.0]
     lineage = {(t["trial_id"], e["epoch"]): e for t in results["trials"]
@@ -142,25 +144,22 @@ def test_a_killed_population_resumes_to_the_unbroken_lineage_and_scores(
 # late a loaded machine would let a watching test send it.
 KILLED_AFTER_AN_EXPLOIT = """
 import os, runpy, signal, sys
-from packexp.listeners.journal import JournalListener
+from packexp.events import MemberScored, MembersExploited
+from packexp.runner.study import Study
 
 exploited = []
-exploit, scored = JournalListener.on_members_exploited, JournalListener.on_member_scored
+write = Study.write
 
 
-def on_members_exploited(self, event):
-    exploit(self, event)
-    exploited.append(event)
-
-
-def on_member_scored(self, event):
-    scored(self, event)
-    if exploited:
+def journaled(self, event):
+    write(self, event)
+    if isinstance(event, MembersExploited):
+        exploited.append(event)
+    elif isinstance(event, MemberScored) and exploited:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-JournalListener.on_members_exploited = on_members_exploited
-JournalListener.on_member_scored = on_member_scored
+Study.write = journaled
 runpy.run_module("packexp", run_name="__main__", alter_sys=True)
 """
 
@@ -186,7 +185,8 @@ def test_kill_9_of_a_population_then_resume_gives_the_unbroken_run(tmp_path):
 def test_mlflow_has_each_members_values_by_epoch_and_each_exploit(tmp_path):
     import mlflow
 
-    tune(tmp_path / "run", "tracking=mlflow", f"tracking.store_dir={tmp_path / 'store'}")
+    tune(tmp_path / "run", "tracking=mlflow", f"tracking.store_dir={tmp_path / 'store'}",
+         trainer=FakeTrainer(failing=""))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "packexp"]

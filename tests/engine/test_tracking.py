@@ -229,7 +229,8 @@ def test_a_diverged_trial_ends_failed_never_finished_without_a_score(tmp_path):
 
 @pytest.mark.tf
 def test_tracking_none_still_draws_the_plots(tmp_path):
-    _, results, out = tune(tmp_path, "experiment=quick", tracking="none")
+    _, results, out = tune(tmp_path, "experiment=quick", tracking="none",
+                           trainer=FakeTrainer(failing=""))
     assert not (tmp_path / "store").exists()
     for name in ("timeline.png", "best_so_far.png"):
         assert (out / name).read_bytes().startswith(b"\x89PNG")
