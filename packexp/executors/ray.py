@@ -72,6 +72,9 @@ class RayExecutor(Executor):
                  ready_timeout_s: float = 120, trainer: Any = None,
                  worker_cache: str = WORKER_CACHE) -> None:
         super().__init__(cfg, run_dir, trainer)
+        if not self.trainer.measures_device:
+            raise ConfigError(f"executor=ray: its actors train with TensorFlow's trainer; the "
+                              f"{self.trainer.name} trainer runs under executor=local")
         if address is None or address.rpartition(":")[0] in ("127.0.0.1", "localhost"):
             # Loopback: Ray reads this flag at import; it makes the node's address 127.0.0.1
             # rather than the machine's.

@@ -69,7 +69,7 @@ class KeepModels:
                 return {last[i][0]: last[i][1] for i in front}
             ranked = order([objective.scores(r) for _, r in last])
             return {last[i][0]: last[i][1] for i in ranked[: int(self.which)]}
-        # Each trial's best rung, as ``ResultsCollector.best`` ranks: of two as good, the later.
+        # Each trial's best rung, as ``Study.best`` ranks: of two as good, the later.
         best: list[tuple[float, float, str, RungResult]] = []
         for t, results in rungs.items():
             scored = [(objective.score(r), r.epochs, r) for r in results

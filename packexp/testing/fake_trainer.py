@@ -1,7 +1,7 @@
 """A fake pack trainer on the search's trainer seam (``executors.Trainer``): whole searches in
 milliseconds, no TensorFlow, through ``PackedSearch`` here (``fake_search``) or through the
 config, runner, journal, tracker, ``results.json`` and plots (``packexp.app.main.run(cfg,
-run_dir, trainer=FakeTrainer())``, ``packexp.tune(..., trainer=FakeTrainer())``).
+run_dir, trainer=FakeTrainer())``; ``packexp.tune`` always trains with TensorFlow).
 
 A member's score is ``x / 100`` where the space has an ``x`` hyper-parameter (at any epochs),
 else a number in [0.05, 0.95) drawn from its hyper-parameters' values that grows with its
