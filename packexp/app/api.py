@@ -44,7 +44,7 @@ def tune(model: str | Callable[..., Any] | None = None,
          data: str | Sequence[Any] | None = None,
          search_space: str | Mapping[str, Any] | None = None, *,
          overrides: Sequence[str] = (), run_dir: str | Path | None = None,
-         verbose: bool = False, **settings: Any) -> SearchResult:
+         verbose: bool = False, trainer: Any = None, **settings: Any) -> SearchResult:
     """Runs a packed Hyperband search and returns its result.
 
     Args:
@@ -70,6 +70,9 @@ def tune(model: str | Callable[..., Any] | None = None,
             directory unless told to.
         verbose: Show the progress bar and the summary the command line prints; by default
             the call prints nothing but warnings (the result holds the same).
+        trainer: What trains the packs (``packexp.executors.Trainer``): TensorFlow's by
+            default; ``packexp.testing.FakeTrainer`` drives the whole search, its journal,
+            tracking and result, without training (a scheduler's research, a test).
         **settings: Any other override by its top-level key: a config group's option
             (``strategy="knn"``, ``objective="regression"``), a value (``seed=3``,
             ``resume=True``) or a dict of values (``scheduler={"R": 27}`` is
@@ -137,7 +140,7 @@ def tune(model: str | Callable[..., Any] | None = None,
 
         make_dir("run_dir" if set_in(args, "hydra.run.dir") else "PACKEXP_HOME", out)
         returned = run_job(task_function=lambda task_cfg: _job(task_cfg, arrays or streams,
-                                                                called, verbose),
+                                                                called, verbose, trainer),
                            config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
                            hydra_context=HydraContext(config_loader=hydra.config_loader,
                                                       callbacks=Callbacks(cfg)),
@@ -375,7 +378,7 @@ def _hydra() -> Iterator[Any]:
 
 
 def _job(cfg: DictConfig, arrays: tuple[Any, ...] | None, called: float,
-         verbose: bool) -> float:
+         verbose: bool, trainer: Any = None) -> float:
     """``python -m packexp``'s job, with the arrays checked and written where the config
     reads them, the job's log in the run directory's ``packexp.log``, its ``startup_s``
     counted from the ``tune`` call, and its progress and summary shown if ``verbose``."""
@@ -398,7 +401,7 @@ def _job(cfg: DictConfig, arrays: tuple[Any, ...] | None, called: float,
     token = showing.set(bool(verbose))
     try:
         with _logged():
-            return job(cfg)
+            return job(cfg, trainer)
     finally:
         showing.reset(token)
         count_next_job_from(None)

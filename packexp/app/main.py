@@ -32,16 +32,17 @@ log = logging.getLogger("packexp")
 MAX_SEED = 2**32 - 1
 
 
-def job(cfg: DictConfig) -> float:
+def job(cfg: DictConfig, trainer: Any = None) -> float:
     """A job of ``python -m packexp`` or ``packexp.tune``: the config checked before TensorFlow
-    loads (a bad value is reported at once), TensorFlow started, and the task run in Hydra's
-    run directory."""
+    loads (a bad value is reported at once), TensorFlow started (unless ``trainer`` measures
+    no device: ``run``), and the task run in Hydra's run directory."""
     with config_errors():
         check(cfg)
     mark("composition")
-    start_tensorflow(use_gpu=trains_here(cfg))
-    mark("tensorflow")
-    return run(cfg)
+    if trainer is None or trainer.measures_device:
+        start_tensorflow(use_gpu=trains_here(cfg))
+        mark("tensorflow")
+    return run(cfg, trainer=trainer)
 
 
 def check(cfg: DictConfig) -> None:

@@ -41,3 +41,13 @@ def test_a_strategy_that_weighs_measured_costs_is_refused_on_the_fake(tmp_path):
 def test_only_a_search_or_a_refit_takes_a_trainer(tmp_path):
     with pytest.raises(ConfigError, match=r"task=plan: trains with TensorFlow's trainer only"):
         run(compose_config(["task=plan"]), run_dir=tmp_path, trainer=FakeTrainer())
+
+
+def test_packexp_tune_takes_the_trainer_and_returns_the_search_it_drove(tmp_path):
+    import packexp
+
+    trainer = FakeTrainer(failing="")
+    result = packexp.tune(overrides=["experiment=quick"], run_dir=tmp_path, strategy="knn",
+                          tracking="none", trainer=trainer)
+    assert result.best["trial_id"] in {i for call in trainer.calls for i in call["ids"]}
+    assert result.to_json() == json.loads((tmp_path / "results.json").read_text())
