@@ -34,7 +34,8 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig, open_dict
 
-from tests.helpers import ROOT, compose_config, describe, free_port, ray_processes, wait_until
+from packexp.testing.config import ROOT, compose_config
+from packexp.testing.processes import describe, free_port, ray_processes, wait_until
 
 pytest_plugins = ["packexp.testing.fixtures"]
 

@@ -1,10 +1,23 @@
-"""Test doubles and small data for packexp's tests (and a user's own), each defined once.
+"""Test doubles, small data and the helpers packexp's tests share (and a user's own), each
+defined once.
 
 - ``fake_trainer``: the runner's search on a pack trainer without TensorFlow;
 - ``policies``: a scheduler's decisions without a search (``simulate``);
 - ``asha``: the ASHA paper's promotion rule, as a check on a journal;
 - ``data``: small datasets, in memory and as files in each format packexp reads;
+- ``config``: the checkout and its configs (``ROOT``, ``CONF_DIR``), a test's composed config
+  (``compose_config``);
+- ``command``: ``python -m packexp`` in a child process (``packexp``) or in this one
+  (``run_command``);
+- ``searches``: a whole search in this process (``search``, ``search_command``,
+  ``search_on_fake``) and the models it kept (``kept_models``);
+- ``members``: tiny trials and pack members (``CONFIGS``, ``PLAIN``, ``trial``, ``members``),
+  a pack cache of them, their weights compared exactly;
+- ``models``: small Keras models of a user's kind and what tests count in them;
+- ``calibration``: a fake device's calibration record (``device``);
+- ``processes``: a free port, a Ray's processes, a condition polled (``wait_until``);
 - ``fixtures``: the pytest fixtures on them (``pytest_plugins = ["packexp.testing.fixtures"]``).
 
-Importing the package, or any module but ``fixtures``, imports neither TensorFlow nor pytest.
+Importing the package, or any module but ``fixtures``, imports neither TensorFlow nor pytest
+(the modules that build a model import Keras inside their functions).
 """

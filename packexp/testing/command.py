@@ -1,9 +1,10 @@
-"""``python -m packexp`` run in this process, for tests of what the command says: a refused
-value's line and exit code, ``--help``'s text.
+"""``python -m packexp`` in a child process (``packexp``) or in this process
+(``run_command``), for tests of what the command says: a refused value's line and exit code,
+``--help``'s text.
 
 ``run_command(*args, cwd=...)`` runs the command's own entry point (``packexp.__main__.run``)
-with ``sys.argv`` set, the environment ``tests/helpers.py``'s ``packexp`` gives a child
-process, and stdout and stderr captured, and returns what ``subprocess.run`` would. Whatever
+with ``sys.argv`` set, the environment ``packexp`` gives a child process (``ENVIRONMENT``),
+and stdout and stderr captured, and returns what ``subprocess.run`` would. Whatever
 the command changes in the process is put back after: Hydra's global state, the working
 directory, the signal handlers, ``sys.unraisablehook``, the environment, logging, and the
 command's own per-process records (its job's place, start-up marks, interrupts noted). It saves
@@ -29,6 +30,7 @@ import io
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -39,8 +41,17 @@ from pathlib import Path
 from typing import Any, TextIO
 from unittest import mock
 
-# The environment tests/helpers.py's ``packexp`` gives ``python -m packexp``.
+from packexp.testing.config import ROOT
+
+# The environment ``packexp`` gives ``python -m packexp``.
 ENVIRONMENT = {"HYDRA_FULL_ERROR": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def packexp(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Runs ``python -m packexp *args`` in a child process, in ``cwd`` (the checkout)."""
+    return subprocess.run([sys.executable, "-m", "packexp", *args], cwd=cwd,
+                          env={**os.environ, **ENVIRONMENT}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -154,7 +165,8 @@ def _command_records_kept() -> Iterator[None]:
     """The command's per-process records empty for the block, as in a fresh process, and as
     they were after: its job's task and place, its start-up marks, the interrupts it noted.
     The job's start-up counts from the call, as ``packexp.tune``'s does."""
-    from packexp.app import interrupts, session, startup
+    from packexp import startup
+    from packexp.app import interrupts, session
     from packexp.runner import signals
 
     records = [interrupts.job_task, interrupts.job_place, interrupts._noted_while_closing,

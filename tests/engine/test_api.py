@@ -23,8 +23,8 @@ from packexp.app.api import literal, overrides_for
 from packexp.events import Listener
 from packexp.listeners import SearchProgress
 from packexp.schedulers import Hyperband
-from tests.helpers import compose_config
-from tests.helpers import packexp as run_cli
+from packexp.testing.command import packexp as run_cli
+from packexp.testing.config import compose_config
 
 QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking
 # Scores compared exactly: plain packs, no XLA (docs/isolation.md).

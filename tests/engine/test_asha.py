@@ -118,7 +118,7 @@ def test_the_budget_bounds_promotions_and_new_configurations():
 ])
 def test_bad_settings_are_one_line_naming_the_key(override, message):
     from packexp.config import instantiate
-    from tests.helpers import compose_config
+    from packexp.testing.config import compose_config
 
     cfg = compose_config(["scheduler=asha", override])
     with pytest.raises(ConfigError) as error:
@@ -227,7 +227,7 @@ def test_an_asha_search_is_tracked_and_summarised_like_hyperbands(tmp_path):
     from omegaconf import open_dict
 
     from packexp.app.main import run
-    from tests.helpers import compose_config
+    from packexp.testing.config import compose_config
 
     cfg = compose_config(["experiment=quick", "scheduler=asha", "tracking=mlflow",
                           "strategy=knn", "scheduler.sample_size=4", "pack.fusion=auto"])
@@ -260,7 +260,7 @@ def test_task_plan_shows_ashas_rungs_budget_and_first_packs(tmp_path, capsys):
     import json
 
     from packexp.app.main import run
-    from tests.helpers import compose_config
+    from packexp.testing.config import compose_config
 
     cfg = compose_config(["task=plan", "scheduler=asha", "scheduler.R=27", "tracking=none",
                           "strategy=knn"])

@@ -11,8 +11,9 @@ from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.runner.budget import Budget
 from packexp.runner.journal import Journal
+from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import HYPERBAND, fake_search, outcome
-from tests.helpers import compose_config, search_on_fake
+from packexp.testing.searches import search_on_fake
 
 
 @pytest.mark.parametrize(("override", "line"), [

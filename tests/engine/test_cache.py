@@ -14,7 +14,8 @@ from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache, member_key
 from packexp.packing.data import Preprocessing
 from packexp.packing.trainer import train_group
-from tests.helpers import every_layer_cnn, make_cache, mlp_with_dropout, trial
+from packexp.testing.members import make_cache, trial
+from packexp.testing.models import every_layer_cnn, mlp_with_dropout
 
 pytestmark = pytest.mark.tf
 

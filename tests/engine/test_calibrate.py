@@ -12,7 +12,7 @@ from packexp.models import mlp3
 from packexp.packing import DeviceData, Member
 from packexp.packing.cache import PackCache
 from packexp.packing.calibrate import calibrate
-from tests.helpers import mlp_with_dropout, small_cnn
+from packexp.testing.models import mlp_with_dropout, small_cnn
 
 pytestmark = pytest.mark.tf
 

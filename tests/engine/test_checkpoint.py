@@ -13,7 +13,7 @@ from packexp.models import mlp3
 from packexp.packing import Member, Pack
 from packexp.space import Trial, derive_seed
 from packexp.space.options import PackSettings
-from tests.helpers import PLAIN
+from packexp.testing.members import PLAIN
 
 pytestmark = pytest.mark.tf
 

@@ -13,8 +13,8 @@ import pytest
 
 from packexp.records.report import describe
 from packexp.runner.journal import Journal
-from packexp.testing.command import run_command
-from tests.helpers import ROOT, packexp
+from packexp.testing.command import packexp, run_command
+from packexp.testing.config import ROOT
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ CHECK_WITHOUT_TENSORFLOW = """
 import sys
 from packexp.errors import ConfigError
 from packexp.app.main import check
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 check(compose_config(["experiment=quick"]))  # a good config passes
 try:

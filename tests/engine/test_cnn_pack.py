@@ -15,7 +15,8 @@ from packexp.models import mobilenet
 from packexp.packing import DeviceData, Evaluation, Member, Pack
 from packexp.space import Trial, derive_seed
 from packexp.space.options import PackSettings
-from tests.helpers import PLAIN, small_cnn
+from packexp.testing.members import PLAIN
+from packexp.testing.models import small_cnn
 
 pytestmark = pytest.mark.tf
 

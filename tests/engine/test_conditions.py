@@ -11,7 +11,8 @@ from packexp.errors import ConfigError
 from packexp.samplers import Observation
 from packexp.samplers.tpe import TpeSampler
 from packexp.space import SearchSpace
-from tests.helpers import compose_config, search_on_fake
+from packexp.testing.config import compose_config
+from packexp.testing.searches import search_on_fake
 
 PARAMS = {
     "optimizer": ["adam", "sgd", "adagrad"],

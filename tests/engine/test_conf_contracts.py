@@ -16,6 +16,7 @@ from packexp.config import fit_dataset_to_model, instantiate
 from packexp.data import Dataset
 from packexp.errors import ConfigError
 from packexp.models import needs_images
+from packexp.testing.config import CONF_DIR, compose_config
 from packexp.testing.data import (
     FAKE_TABLE_TARGET,
     fake_arrays,
@@ -24,7 +25,7 @@ from packexp.testing.data import (
     fake_table,
     fake_tfrecords,
 )
-from tests.helpers import CONF_DIR, activation_counts, bn_momenta, compose_config
+from packexp.testing.models import activation_counts, bn_momenta
 
 if TYPE_CHECKING:  # the model contract (marked tf) imports Keras; the dataset one needs none
     import keras

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from packexp.config import config_errors, instantiate
 from packexp.errors import ConfigError
-from tests.helpers import CONF_DIR, compose_config
+from packexp.testing.config import CONF_DIR, compose_config
 
 
 def _targeted(path: Path) -> tuple[str, dict] | None:

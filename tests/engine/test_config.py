@@ -13,7 +13,7 @@ from packexp.config import check_space, fit_dataset_to_model
 from packexp.errors import ConfigError
 from packexp.space import SearchSpace
 from packexp.space.dimensions import FloatRange, IntRange
-from tests.helpers import CONF_DIR, compose_config
+from packexp.testing.config import CONF_DIR, compose_config
 
 GROUPS = ["model", "dataset", "search_space", "strategy", "scheduler", "tracking", "executor",
           "experiment"]

@@ -86,7 +86,7 @@ def test_a_later_search_takes_the_kept_probe_only_where_it_would_probe(tmp_path)
     nothing, and ends alike; device.probe=auto far below the budget: no probe, so the kept
     one is not read and the plan is the estimate's, as with no probe ever kept."""
     from packexp.app.main import run
-    from tests.helpers import compose_config
+    from packexp.testing.config import compose_config
 
     def search(name, *overrides):
         cfg = compose_config(["experiment=quick", "strategy=knn",

@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from packexp.config import check_pairing, component_name, instantiate, probe_model
-from tests.helpers import CONF_DIR
+from packexp.testing.config import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN_MODEL = ROOT / "examples" / "own_model"

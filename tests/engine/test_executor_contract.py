@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CONF_DIR, ROOT
+from packexp.testing.config import CONF_DIR, ROOT
 
 EXECUTORS = sorted(p.stem for p in Path(CONF_DIR, "executor").glob("*.yaml"))
 
@@ -25,7 +25,7 @@ def run_contract(name: str, run_dir: str) -> dict:
     from packexp.config.device import facts_here
     from packexp.executors import CacheView, PackJob
     from packexp.space import Trial
-    from tests.helpers import compose_config
+    from packexp.testing.config import compose_config
 
     cfg = compose_config(["experiment=quick", "pack.fusion=off", f"executor={name}"])
     fit_dataset_to_model(cfg)

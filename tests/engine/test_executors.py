@@ -12,7 +12,8 @@ import pytest
 from packexp.config import instantiate
 from packexp.errors import ConfigError
 from packexp.executors import LocalExecutor
-from tests.helpers import ROOT, compose_config, wait_until
+from packexp.testing.config import ROOT, compose_config
+from packexp.testing.processes import wait_until
 
 
 def test_local_is_the_default():

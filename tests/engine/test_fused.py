@@ -17,14 +17,9 @@ from packexp.packing.data import Preprocessing
 from packexp.packing.program import why_not_fused
 from packexp.space import Trial
 from packexp.space.options import PackSettings, member_key
-from tests.helpers import (
-    CONFIGS,
-    assert_same_weights,
-    compose_config,
-    every_layer_cnn,
-    members,
-    trial,
-)
+from packexp.testing.config import compose_config
+from packexp.testing.members import CONFIGS, assert_same_weights, members, trial
+from packexp.testing.models import every_layer_cnn
 
 pytestmark = pytest.mark.tf
 

@@ -26,7 +26,8 @@ from packexp.packing.fused_graph import fused_ops
 from packexp.packing.fused_ops import Unfusable
 from packexp.packing.program import why_not_fused
 from packexp.space.options import PackSettings
-from tests.helpers import CONFIGS, every_layer_cnn, trial
+from packexp.testing.members import CONFIGS, trial
+from packexp.testing.models import every_layer_cnn
 
 pytestmark = pytest.mark.tf
 

@@ -9,7 +9,7 @@ import pytest
 
 from packexp.app.help import WIDTH, help_argv
 from packexp.testing.command import Result, run_command
-from tests.helpers import ROOT
+from packexp.testing.config import ROOT
 
 STRATEGIES = sorted(p.stem for p in (ROOT / "conf" / "strategy").glob("*.yaml"))
 

@@ -21,8 +21,9 @@ from packexp.events import (
     TrialEnded,
 )
 from packexp.runner.journal import Journal
+from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import FakeTrainer
-from tests.helpers import compose_config, search_on_fake
+from packexp.testing.searches import search_on_fake
 
 pytestmark = pytest.mark.tf
 

@@ -16,7 +16,8 @@ from packexp.packing import Member, Pack, looped
 from packexp.packing.data import Preprocessing
 from packexp.space import Trial, derive_seed
 from packexp.space.options import PackSettings
-from tests.helpers import compose_config, small_cnn
+from packexp.testing.config import compose_config
+from packexp.testing.models import small_cnn
 
 pytestmark = pytest.mark.tf
 

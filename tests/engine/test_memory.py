@@ -34,7 +34,8 @@ from packexp.packing.memory import (
 from packexp.packing.trainer import train_group
 from packexp.space import Trial, derive_seed
 from packexp.strategies import Capacity, WeighsCosts
-from tests.helpers import CONF_DIR, compose_config, device
+from packexp.testing.calibration import device
+from packexp.testing.config import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.tf
 

@@ -22,6 +22,8 @@ from sklearn.datasets import load_digits
 
 from packexp.data import Dataset, Scaling
 from packexp.records.search_result import SearchResult
+from packexp.testing.command import packexp as run_cli
+from packexp.testing.processes import free_port
 from packexp.tracking import MlflowTracker, NullTracker, keras_file, log_model_file
 from packexp.tracking.models import (
     EXAMPLE_VALUES,
@@ -30,8 +32,6 @@ from packexp.tracking.models import (
     log_best_model,
     registered_name,
 )
-from tests.helpers import free_port
-from tests.helpers import packexp as run_cli
 from tests.system.test_mlflow_server import group_members, stop_group
 
 NAME = "packexp-digits"

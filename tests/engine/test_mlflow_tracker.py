@@ -12,8 +12,9 @@ import pytest
 
 from packexp.events import PackRecord
 from packexp.records.results import pack_metrics, weighted_median
+from packexp.testing.command import packexp
+from packexp.testing.config import compose_config
 from packexp.tracking import run_params
-from tests.helpers import compose_config, packexp
 
 # The choices a default search makes, as `python -m packexp strategy=knn` composes them.
 CHOICES = {"strategy": "knn", "model": "mlp3", "dataset": "digits", "scheduler": "hyperband",

@@ -11,7 +11,8 @@ from hydra.utils import instantiate
 from packexp.models import keras_apps, mlp3, needs_images
 from packexp.models.activation import selectors
 from packexp.models.mobilenet import build as build_mobilenet
-from tests.helpers import activation_counts, all_layers, bn_momenta, compose_config
+from packexp.testing.config import compose_config
+from packexp.testing.models import activation_counts, all_layers, bn_momenta
 
 pytestmark = pytest.mark.tf
 

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from packexp.testing.config import ROOT
 
 ISOLATION = [
     "tests/engine/test_packing.py::test_packed_equals_alone",

@@ -18,7 +18,7 @@ from packexp.packing.optimizers import (
 )
 from packexp.packing.program import why_not_fused
 from packexp.space.options import KERAS_ARGS, OPTIMIZERS, PackSettings
-from tests.helpers import members
+from packexp.testing.members import members
 
 pytestmark = pytest.mark.tf
 

@@ -11,7 +11,9 @@ import pytest
 from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.objectives import Head
-from tests.helpers import CONFIGS, compose_config, search, trial
+from packexp.testing.config import compose_config
+from packexp.testing.members import CONFIGS, trial
+from packexp.testing.searches import search
 
 TOP3 = "+model.metrics=[{_target_:keras.metrics.SparseTopKCategoricalAccuracy,k:3,name:top3}]"
 

@@ -26,7 +26,7 @@ from packexp.space.options import (
     choose_program,
     fusion_modes,
 )
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = dataclasses.asdict(PACK_DEFAULTS)

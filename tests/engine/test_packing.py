@@ -14,7 +14,8 @@ from packexp.models import mlp3
 from packexp.packing import DeviceData, Member, Pack, batch_indices
 from packexp.packing.data import Preprocessing
 from packexp.space.options import PackSettings
-from tests.helpers import CONFIGS, PLAIN, assert_same_weights, mlp_with_dropout, trial
+from packexp.testing.members import CONFIGS, PLAIN, assert_same_weights, trial
+from packexp.testing.models import mlp_with_dropout
 
 pytestmark = pytest.mark.tf
 

@@ -16,8 +16,9 @@ from packexp.objectives import Objective, crowding, dominates, fronts, order
 from packexp.runner.study import Study, load
 from packexp.schedulers import Asha, Hyperband, Planned
 from packexp.space import SearchSpace
+from packexp.testing.config import compose_config
 from packexp.testing.policies import simulate
-from tests.helpers import compose_config, search
+from packexp.testing.searches import search
 
 PARETO = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
                             {"name": "params", "mode": "min"}])

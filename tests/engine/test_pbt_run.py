@@ -18,8 +18,9 @@ from packexp.app.main import run
 from packexp.events import TrialRecord
 from packexp.runner.journal import Journal
 from packexp.space.options import steps_for
+from packexp.testing.config import ROOT, compose_config
 from packexp.testing.fake_trainer import FakeTrainer
-from tests.helpers import ROOT, compose_config, search
+from packexp.testing.searches import search
 
 pytestmark = pytest.mark.tf
 

@@ -14,7 +14,7 @@ from omegaconf import open_dict
 from packexp.app.main import TASKS, run
 from packexp.config import instantiate
 from packexp.errors import ConfigError
-from tests.helpers import CONF_DIR, compose_config
+from packexp.testing.config import CONF_DIR, compose_config
 
 # A profile's ${default:} values are read from its module, which times TensorFlow packs.
 pytestmark = pytest.mark.tf

@@ -17,8 +17,8 @@ from packexp.app.tasks.refit import merged, refittable, trial_seed
 from packexp.errors import ConfigError
 from packexp.runner.journal import Journal
 from packexp.space import SearchSpace
-from tests.helpers import compose_config
-from tests.helpers import packexp as run_cli
+from packexp.testing.command import packexp as run_cli
+from packexp.testing.config import compose_config
 
 QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking, plain packs, no XLA
 BEST = {"trial_id": "b1-t001", "hparams": {"batch_size": 30}, "epochs": 3}

@@ -12,7 +12,9 @@ from packexp.config import load_dataset
 from packexp.data.arrays import from_arrays
 from packexp.errors import ConfigError
 from packexp.objectives import Objective
-from tests.helpers import CONFIGS, compose_config, search, trial
+from packexp.testing.config import compose_config
+from packexp.testing.members import CONFIGS, trial
+from packexp.testing.searches import search
 
 REGRESSION = Objective("val_mse", "min")
 

@@ -10,7 +10,7 @@ from omegaconf import open_dict
 from packexp.app.main import run
 from packexp.errors import ConfigError
 from packexp.runner.journal import Journal
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 pytestmark = pytest.mark.tf
 

@@ -11,9 +11,10 @@ from omegaconf import open_dict
 
 from packexp.app.main import run
 from packexp.telemetry import gpu_device
+from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import FakeTrainer
+from packexp.testing.searches import search, search_on_fake
 from packexp.tracking import TrackingError
-from tests.helpers import compose_config, search, search_on_fake
 
 pytestmark = pytest.mark.tf
 

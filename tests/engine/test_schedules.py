@@ -19,7 +19,7 @@ from packexp.packing.schedules import profile
 from packexp.schedulers import Hyperband
 from packexp.space import Trial, derive_seed
 from packexp.space.options import LR_SCHEDULES, PackSettings, why_not_fusable
-from tests.helpers import make_cache
+from packexp.testing.members import make_cache
 
 pytestmark = pytest.mark.tf
 

@@ -19,7 +19,8 @@ from packexp.packing.data import Preprocessing, StreamData, device_data
 from packexp.space import Trial, derive_seed
 from packexp.space.options import PackSettings
 from packexp.testing.data import photo_folder
-from tests.helpers import PLAIN, assert_same_weights, small_cnn
+from packexp.testing.members import PLAIN, assert_same_weights
+from packexp.testing.models import small_cnn
 
 pytestmark = pytest.mark.tf
 
@@ -460,7 +461,7 @@ class TestTables:
                                    rtol=1e-5, atol=1e-5)
 
     def test_a_member_packed_on_a_streamed_table_ends_as_alone(self, tables):
-        from tests.helpers import members as make_members
+        from packexp.testing.members import members as make_members
 
         data = StreamData(self.load(tables / "pq", cache="none", block=37))
         configs = [(0, (8, "adam", 1e-2, "relu")), (1, (20, "momentum", 1e-2, "tanh"))]
@@ -496,7 +497,7 @@ class TestTables:
         import pandas as pd
         from sklearn.datasets import make_friedman1
 
-        from tests.helpers import members as make_members
+        from packexp.testing.members import members as make_members
 
         x, y = make_friedman1(n_samples=400, noise=1.0, random_state=0)
         frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(10)]).assign(target=y)
@@ -517,7 +518,7 @@ class TestTables:
         assert scored.val_accuracy is None and scored.val_mse == scored.val_loss
 
     def test_a_member_that_diverges_leaves_its_pack_mates_as_alone(self, tables):
-        from tests.helpers import members as make_members
+        from packexp.testing.members import members as make_members
 
         data = StreamData(self.load(tables / "pq", cache="none", block=37))
         configs = [(0, (8, "sgd", 1e12, "relu")), (1, (20, "momentum", 1e-2, "tanh"))]
@@ -552,7 +553,7 @@ def test_a_run_records_each_streamed_split_by_a_digest_of_where_it_is(stream, tm
 def test_a_streamed_search_packed_by_knn_scores_every_trial_as_one_alone(folder, tmp_path):
     """The whole search on a streamed folder, MLflow tracking on: strategy=knn's packs and
     strategy=none's singles read the same rows, and so give the same scores."""
-    from tests.helpers import search
+    from packexp.testing.searches import search
 
     common = ["dataset=image_folder", f"dataset.path={folder}", "dataset.image_size=[8,8]",
               "dataset.cache=none", "dataset.block=16", "model=cnn", "model.width=4",

@@ -29,9 +29,10 @@ from packexp.errors import ConfigError
 from packexp.events import PackRecord, RungResult, TrialRecord
 from packexp.records import plots
 from packexp.records.results import speedup_metrics
+from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import FakeTrainer
+from packexp.testing.processes import wait_until
 from packexp.tracking import MlflowTracker, TrackingError, hydra_tags, writer_process
-from tests.helpers import compose_config, wait_until
 
 QUICK9 = ["experiment=quick", "scheduler.R=9"]
 

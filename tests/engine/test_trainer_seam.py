@@ -9,8 +9,8 @@ import pytest
 
 from packexp.app.main import run
 from packexp.errors import ConfigError
+from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import FakeTrainer
-from tests.helpers import compose_config
 
 pytestmark = pytest.mark.tf  # composing a Keras model's config imports Keras
 

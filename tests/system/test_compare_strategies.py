@@ -242,7 +242,7 @@ def test_errors_are_one_line_and_exit_2(tmp_path, mlflow_store, args, needle):
 def test_sweep_end_to_end(tmp_path):
     """The script on the runs of a sweep over strategies, as ``-m strategy=none,knn`` lays them
     out (job 0 and 1; here run in this process: the script reads their results.json)."""
-    from tests.helpers import search
+    from packexp.testing.searches import search
 
     for job, strategy in enumerate(("none", "knn")):
         search(tmp_path / "sweep" / str(job), f"strategy={strategy}", "experiment=quick")

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 import psutil
 import pytest
 
-from tests.helpers import ROOT
+from packexp.testing.config import ROOT
 
 pytestmark = pytest.mark.process
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import describe, free_port, ray_processes, search, wait_until
+from packexp.testing.processes import describe, free_port, ray_processes, wait_until
+from packexp.testing.searches import search
 
 pytest.importorskip("ray")
 
@@ -224,7 +225,7 @@ from packexp.executors import PackJob
 from packexp.executors.ray import RayExecutor
 from packexp.space import Trial
 from packexp.config.components import worker_cache
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 cfg = compose_config(["experiment=quick", "pack.fusion=off", "device.memory_budget_mb=64"])
 fit_dataset_to_model(cfg)
@@ -277,7 +278,7 @@ from packexp.config import fit_dataset_to_model
 from packexp.executors import PackJob
 from packexp.executors import ray as ray_executor
 from packexp.space import Trial
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 marker, slow, timeout_s = Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 address = sys.argv[5] or None  # empty: a cluster of the run's own

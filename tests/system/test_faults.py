@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, packexp, search, search_command, wait_until
+from packexp.testing.command import packexp
+from packexp.testing.config import ROOT
+from packexp.testing.processes import wait_until
+from packexp.testing.searches import search, search_command
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,9 @@ import pytest
 from packexp.app.interrupts import Terminated, interrupted_line, resume_command, sigterm_interrupts
 from packexp.runner import Replayed
 from packexp.runner.journal import Journal
-from tests.helpers import ROOT, kept_models, packexp, search, search_command
+from packexp.testing.command import packexp
+from packexp.testing.config import ROOT
+from packexp.testing.searches import kept_models, search, search_command
 
 # Fused packs (experiment=quick trains plain ones): the end-to-end checks of killed and
 # resumed runs cover the fused engine's journal, checkpoints and resume too, and the slower

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from packexp.testing.config import ROOT
 
 NOTEBOOK = ROOT / "examples" / "notebook.ipynb"
 

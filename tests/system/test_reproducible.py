@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from packexp.testing.config import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from packexp.app import help
 from packexp.testing.command import _exit_status, run_command
-from tests.helpers import CONF_DIR, ROOT
+from packexp.testing.config import CONF_DIR, ROOT
 
 REFUSED = ("seed=-1", "tracking=none")
 

@@ -11,7 +11,7 @@ import pytest
 from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext
 from packexp.strategies.cost import CostModel, CostStrategy
-from tests.helpers import device
+from packexp.testing.calibration import device
 
 SPACE = SearchSpace({"batch_size": [16, 32, 64], "optimizer": ["sgd"],
                      "learning_rate": [0.1, 0.01], "activation": ["relu", "tanh"]},

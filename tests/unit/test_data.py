@@ -18,6 +18,7 @@ from PIL import Image
 
 from packexp.data import cifar10, digits, image_folder
 from packexp.errors import ConfigError
+from packexp.testing.config import compose_config
 from packexp.testing.data import (
     CIFAR_TEST_SIZE,
     CIFAR_TRAIN_PER_BATCH,
@@ -25,7 +26,6 @@ from packexp.testing.data import (
     fake_image_folder,
     py2_pickle,
 )
-from tests.helpers import compose_config
 
 
 @pytest.fixture(scope="module")

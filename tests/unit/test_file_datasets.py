@@ -14,7 +14,7 @@ from packexp.config import instantiate
 from packexp.data import Dataset, Scaling, arrays, split, table
 from packexp.data.arrays import from_arrays
 from packexp.errors import ConfigError
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 SOURCE = "packexp.tune(data=...)"
 KEYS = ("x_train", "y_train", "x_val", "y_val")

@@ -10,7 +10,7 @@ import pytest
 from packexp.config import instantiate
 from packexp.data import mnist1d
 from packexp.errors import ConfigError
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 
 def test_gives_the_package_s_4000_and_1000_signals_of_40_points(tmp_path):

@@ -18,9 +18,9 @@ from packexp.runner.draws import observed
 from packexp.schedulers import Asha, Exploits, Hyperband, Planned
 from packexp.schedulers.pbt import Pbt
 from packexp.space import SearchSpace, Trial
+from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import HYPERBAND, FakeTrainer, fake_search
 from packexp.testing.policies import DONOR, SPACE, simulate
-from tests.helpers import compose_config
 
 LOSS = Objective("val_loss", "min")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers import CONF_DIR, compose_config
+from packexp.testing.config import CONF_DIR, compose_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_paper.py"
 spec = importlib.util.spec_from_file_location("reproduce_paper", SCRIPT)

@@ -12,7 +12,7 @@ from packexp.errors import ConfigError
 from packexp.samplers import Observation, Sampler
 from packexp.samplers.tpe import TpeSampler
 from packexp.space import SearchSpace
-from tests.helpers import CONF_DIR, compose_config
+from packexp.testing.config import CONF_DIR, compose_config
 
 SPACE = SearchSpace({"optimizer": ["adam", "sgd", "adagrad", "momentum"],
                      "batch_size": {"kind": "int", "low": 20, "high": 70, "step": 5},

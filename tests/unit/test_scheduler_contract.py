@@ -16,8 +16,8 @@ import pytest
 from packexp.config import instantiate
 from packexp.runner.journal import Journal
 from packexp.schedulers import Scheduler
+from packexp.testing.config import CONF_DIR, compose_config
 from packexp.testing.fake_trainer import FakeTrainer, fake_search, outcome
-from tests.helpers import CONF_DIR, compose_config
 
 SCHEDULERS = sorted(p.stem for p in Path(CONF_DIR, "scheduler").glob("*.yaml"))
 

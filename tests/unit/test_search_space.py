@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from packexp.errors import ConfigError
 from packexp.space import GRID_LIMIT, SearchSpace, derive_seed
 from packexp.space.dimensions import Choice, FloatRange, IntRange
-from tests.helpers import compose_config
+from packexp.testing.config import compose_config
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from hydra.utils import instantiate
 
 from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, RungContext, WeighsCosts
-from tests.helpers import CONF_DIR, compose_config, device
+from packexp.testing.calibration import device
+from packexp.testing.config import CONF_DIR, compose_config
 
 STRATEGIES = sorted(p.stem for p in Path(CONF_DIR, "strategy").glob("*.yaml"))
 

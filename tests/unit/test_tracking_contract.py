@@ -24,8 +24,8 @@ from packexp.events import (
     TrialEnded,
 )
 from packexp.space import Trial
+from packexp.testing.config import CONF_DIR, compose_config
 from packexp.tracking import NullTracker, Tracker
-from tests.helpers import CONF_DIR, compose_config
 
 TRACKERS = sorted(p.stem for p in Path(CONF_DIR, "tracking").glob("*.yaml"))
 # What a tracker implements: its abstract members and the event handlers of a listener.
