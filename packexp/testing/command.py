@@ -234,9 +234,15 @@ def _loggers() -> list[logging.Logger]:
 
 
 def _stream_handlers() -> list[logging.StreamHandler]:
-    """Every stream handler the loggers hold, each once."""
-    found = {id(h): h for logger in _loggers() for h in logger.handlers
-             if isinstance(h, logging.StreamHandler)}
+    """Every stream handler alive, each once: those the loggers hold, and those no logger
+    holds that logging still knows (``logging._handlerList``: absl's, which TensorFlow makes).
+    Hydra's logging set-up shuts every one of them down, and absl's closes its stream unless
+    it is ``sys.stderr`` then: pointed at the capture, the caller's stream stays open."""
+    alive = [ref() for ref in list(logging._handlerList)]  # type: ignore[attr-defined]
+    handlers = [*(h for logger in _loggers() for h in logger.handlers),
+                *(h for h in alive if h is not None)]
+    found = {id(h): h for h in handlers if isinstance(h, logging.StreamHandler)
+             and not isinstance(getattr(type(h), "stream", None), property)}  # lastResort's
     return list(found.values())
 
 

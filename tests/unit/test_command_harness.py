@@ -121,3 +121,23 @@ def test_importing_it_imports_neither_tensorflow_nor_pytest():
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_handler_no_logger_holds_cannot_close_the_callers_stream(monkeypatch):
+    """Hydra's logging set-up shuts every live handler down; absl's (TensorFlow's) closes its
+    stream unless it is ``sys.stderr`` at that moment. The caller's stream stays open."""
+    import io
+    import logging
+
+    class ClosesItsStream(logging.StreamHandler):  # as absl's PythonHandler does
+        def close(self):
+            if self.stream not in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__):
+                self.stream.close()
+            super().close()
+
+    callers = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", callers)
+    handler = ClosesItsStream(callers)  # held by no logger, alive in logging's list
+    result = run_command(*REFUSED)
+    assert result.returncode == 2
+    assert not callers.closed and handler.stream is callers
