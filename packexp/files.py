@@ -49,3 +49,11 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def conf_dir() -> str:
+    """The configs ``python -m packexp`` and ``packexp.tune`` compose: the copy a wheel ships
+    as ``packexp/conf``, or the checkout's top-level ``conf/`` (an editable install)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from packexp.config import conf_dir
 from packexp.errors import ConfigError
+from packexp.files import conf_dir
 from packexp.objectives import REGRESSION_METRICS
 from packexp.records.search_result import SearchResult
 from packexp.runner.study import load

@@ -24,8 +24,9 @@ from packexp.app.interrupts import (
     job_task,
     sigterm_interrupts,
 )
-from packexp.config import conf_dir, register_resolvers
+from packexp.config import register_resolvers
 from packexp.errors import ConfigError, ExecutorError, refuse
+from packexp.files import conf_dir
 from packexp.tracking import TrackingError
 
 # Errors of the place a run writes to, not of packexp: one line naming the file.

@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -22,14 +21,6 @@ from packexp.runner.budget import Budget
 from packexp.space import SearchSpace, Trial
 from packexp.space.dimensions import Choice, IntRange
 from packexp.space.options import LR_SCHEDULES, OPTIMIZERS, PackSettings
-
-
-def conf_dir() -> str:
-    """The configs ``python -m packexp`` and ``packexp.tune`` compose: the copy a wheel ships
-    as ``packexp/conf``, or the checkout's top-level ``conf/`` (an editable install)."""
-    here = Path(__file__).resolve().parents[1]
-    packaged = here / "conf"
-    return str(packaged if (packaged / "config.yaml").is_file() else here.parent / "conf")
 
 
 def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) -> Any:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from hydra import compose, initialize_config_dir
 
-from packexp.config import conf_dir, register_resolvers
+from packexp.config import register_resolvers
+from packexp.files import conf_dir
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
