@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,13 @@ from packexp.data.shards import StreamedTable, files_of, groups_of, moments
 from packexp.data.streamed import check_cache, check_stream_keys, fits_memory, stratified
 from packexp.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 FORMATS = {".csv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
+# How a pandas index written with the data is named: DataFrame.to_csv's first column has an
+# empty header, which read_csv calls "Unnamed: 0"; pyarrow keeps a Parquet file's index that
+# is not a plain range as a column of its own.
+INDEX_NAMES = ("Unnamed: 0", "", "__index_level_0__")
 
 
 def load(
@@ -100,6 +107,9 @@ def _streamed(files: Sequence[Path], target: str | None, features: Sequence[str]
                           "dataset.target=...")
     target = str(target)
     groups, labels, columns = groups_of(files, target)
+    index = _index_column(columns, target, features)
+    if index is not None and _dropped(index, groups[0].read([index])[index], str(files[0])):
+        columns = [c for c in columns if c != index]
     names = _feature_names(pd.DataFrame(columns=columns), target, features, str(files[0]))
     if regression:
         y = labels.astype(np.float32)
@@ -132,6 +142,9 @@ def _in_memory(path: str | None, target: str | None, features: Sequence[str] | N
     if target not in frame.columns:
         raise ConfigError(f"dataset.target={target}: no such column in {path}; its columns: "
                           f"{columns}")
+    index = _index_column(list(frame.columns), target, features)
+    if index is not None and _dropped(index, frame[index], str(path)):
+        frame = frame.drop(columns=index)
     names = _feature_names(frame, target, features, path)
     for name in names:
         if not pd.api.types.is_numeric_dtype(frame[name]):
@@ -175,6 +188,30 @@ def _read(path: str | None, source: str) -> pd.DataFrame:
         raise ConfigError(f"{source}: no rows")
     frame.columns = [str(c) for c in frame.columns]
     return frame
+
+
+def _index_column(columns: Sequence[str], target: str,
+                  features: Sequence[str] | None) -> str | None:
+    """The column that may be a pandas index written with the table: the first, unnamed, or
+    pyarrow's index column; None where the features are chosen (a chosen column is meant)."""
+    if features is not None:
+        return None
+    named = [c for c in columns if c == INDEX_NAMES[-1]]
+    index = named[0] if named else (columns[0] if columns and columns[0] in INDEX_NAMES
+                                    else None)
+    return None if index == target else index
+
+
+def _dropped(name: str, values: pd.Series, path: str) -> bool:
+    """Whether the unnamed column ``name`` holds a row index (distinct integers), which a
+    model would learn the row order from (a file sorted by label leaks the label): dropped,
+    with one warning naming the file and the column."""
+    if not (pd.api.types.is_integer_dtype(values) and values.is_unique):
+        return False
+    log.warning("dataset.path=%s: dropped column %r, a pandas index (%d..%d; DataFrame.to_csv "
+                "writes one unless index=False); dataset.features=[...] naming it keeps it",
+                path, name, values.min(), values.max())
+    return True
 
 
 def _feature_names(frame: pd.DataFrame, target: str, features: Sequence[str] | None,

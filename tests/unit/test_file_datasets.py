@@ -291,6 +291,49 @@ class TestTable:
         path = write_table(tmp_path / "t.csv", x, y, ["a", "b", "c"], target="0")
         assert_same(table.load(str(path), 0), make(x, y))
 
+    @pytest.mark.parametrize("cache", ["memory", "none"])
+    def test_a_pandas_index_column_is_dropped_with_one_warning(self, wine, tmp_path, caplog,
+                                                               cache):
+        x, y = wine
+        order = np.argsort(y, kind="stable")  # sorted by label: the index would leak it
+        x, y = x[order], y[order]
+        frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(x.shape[1])])
+        frame["label"] = y
+        path = tmp_path / "wine.csv"
+        frame.to_csv(path)  # index=True: an unnamed first column 0..177
+        assert path.read_text().startswith(",f0,")
+        with caplog.at_level("WARNING", logger="packexp.data.table"):
+            data = table.load(str(path), "label", cache=cache)
+        if cache == "memory":
+            assert_same(data, make(x, y))
+        else:
+            assert data.features == tuple(f"f{i}" for i in range(13))
+        [record] = caplog.records
+        assert record.levelname == "WARNING"
+        assert record.getMessage() == (
+            f"dataset.path={path}: dropped column 'Unnamed: 0', a pandas index (0..177; "
+            "DataFrame.to_csv writes one unless index=False); dataset.features=[...] naming "
+            "it keeps it")
+
+    def test_an_index_column_named_in_features_is_kept(self, tmp_path, caplog):
+        x, y = small()
+        frame = pd.DataFrame(x, columns=["a", "b", "c"])
+        frame["label"] = y
+        frame.to_csv(tmp_path / "t.csv")
+        with caplog.at_level("WARNING"):
+            data = table.load(str(tmp_path / "t.csv"), "label", features=["Unnamed: 0", "a"])
+        assert_same(data, make(np.column_stack([np.arange(10), x[:, 0]]), y))
+        assert not caplog.records
+
+    def test_an_unnamed_column_of_values_is_a_feature(self, tmp_path, caplog):
+        x, y = small()
+        frame = pd.DataFrame({"": x[:, 0], "a": x[:, 1], "label": y})  # not an index: floats
+        frame.to_csv(tmp_path / "t.csv", index=False)
+        with caplog.at_level("WARNING"):
+            data = table.load(str(tmp_path / "t.csv"), "label")
+        assert_same(data, make(x[:, :2], y))
+        assert not caplog.records
+
     @pytest.mark.parametrize(
         ("kwargs", "message"),
         [
