@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from packexp.errors import ConfigError, flag
 KEYS = ("x", "y", "x_val", "y_val")
 SHAPES = "[n, features] numbers or [n, height, width, channels] uint8 images"
 SAVE = "np.savez(path, x=..., y=...)"
+REGRESSION = "objective=regression"  # what makes a search read real-valued targets
 
 
 def load(
@@ -196,6 +198,7 @@ def _classes(y: np.ndarray, y_val: np.ndarray | None, source: str) -> tuple[np.n
         raise ConfigError(f"{source}: y has {y.dtype} labels and y_val {y_val.dtype}; both must "
                           "be numbers or both strings")
     labels = y if y_val is None else np.concatenate([y, y_val])
+    check_classes(labels, source)
     classes, codes = np.unique(labels, return_inverse=True)
     if len(classes) < 2:
         raise ConfigError(f"{source}: the labels have one class ({_show(classes[0])}); a "
@@ -207,14 +210,44 @@ def _split(name: str, x: np.ndarray, y: np.ndarray, classes: np.ndarray, val_fra
            seed: int, source: str) -> Dataset:
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction={val_fraction!r}: must be between 0 and 1")
+    check_stratifiable(classes, np.bincount(y, minlength=len(classes)), val_fraction, source)
     try:
         return split(name, x, y, val_fraction, seed, num_classes=len(classes))
     except ValueError as e:
-        counts = np.bincount(y, minlength=len(classes))
-        raise ConfigError(
-            f"{source}: cannot hold out val_fraction={val_fraction} of {len(y)} examples "
-            f"stratified by class (the smallest class, {_show(classes[counts.argmin()])}, has "
-            f"{counts.min()}): {' '.join(str(e).split())}") from None
+        raise ConfigError(f"{source}: cannot hold out val_fraction={val_fraction} of {len(y)} "
+                          f"examples stratified by class: {' '.join(str(e).split())}") from None
+
+
+def check_classes(labels: np.ndarray, source: str) -> None:
+    """Refuses labels that are real numbers, not classes: a regression's target read by a
+    classifier, which ``objective=regression`` reads as one."""
+    if labels.dtype.kind == "f":
+        real = labels[labels != np.round(labels)]
+        if real.size:
+            raise ConfigError(f"{source}: the labels are real numbers ({len(np.unique(labels))} "
+                              f"distinct values, e.g. {real[0]:g}), not classes; for a "
+                              f"regression add {REGRESSION}")
+
+
+def check_stratifiable(classes: np.ndarray, counts: np.ndarray, val_fraction: float,
+                       source: str) -> None:
+    """Refuses, in one line, classes that a stratified split of ``val_fraction`` cannot hold
+    out one of each (scikit-learn's own conditions), with a hint where the labels are
+    numbers: many classes of a few examples each are most often a real-valued target."""
+    if not 0 < val_fraction < 1:
+        return  # refused where it is read, with its own line
+    n = int(counts.sum())
+    held = math.ceil(val_fraction * n)
+    if counts.min() < 2:
+        why = f"the smallest class, {_show(classes[counts.argmin()])}, has {counts.min()}"
+    elif min(held, n - held) < len(classes):
+        why = f"{min(held, n - held)} examples for {len(classes)} classes"
+    else:
+        return
+    hint = (f"; if the labels are a real-valued target ({len(classes)} distinct numbers), add "
+            f"{REGRESSION}" if classes.dtype.kind in "biuf" else "")
+    raise ConfigError(f"{source}: cannot hold out val_fraction={val_fraction} of {n} examples "
+                      f"stratified by class ({why}){hint}")
 
 
 def _standardized(data: Dataset) -> Dataset:

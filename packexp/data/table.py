@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from packexp.data import Dataset
-from packexp.data.arrays import from_arrays
+from packexp.data.arrays import check_classes, check_stratifiable, from_arrays
 from packexp.data.shards import StreamedTable, files_of, groups_of, moments
 from packexp.data.streamed import check_cache, check_stream_keys, fits_memory, stratified
 from packexp.errors import ConfigError
@@ -115,12 +115,15 @@ def _streamed(files: Sequence[Path], target: str | None, features: Sequence[str]
         y = labels.astype(np.float32)
         num_classes = 1
     else:
-        classes, y = np.unique(labels.astype(str) if labels.dtype == object else labels,
-                               return_inverse=True)
+        labels = labels.astype(str) if labels.dtype == object else labels
+        check_classes(labels, f"dataset.target={target}")
+        classes, y = np.unique(labels, return_inverse=True)
         y, num_classes = y.astype(np.int32), len(classes)
         if num_classes < 2:
             raise ConfigError(f"dataset.target={target}: one class ({classes[0]!r}); a "
                               "classifier needs at least two")
+        check_stratifiable(classes, np.bincount(y, minlength=num_classes), val_fraction,
+                           f"dataset.target={target}")
     train, val = stratified(y, val_fraction, seed, by_class=not regression)
     table = StreamedTable("table", tuple(groups), tuple(names), y, np.sort(train),
                           np.sort(val), num_classes, seed=seed, block=block,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.datasets import load_wine
+from sklearn.datasets import load_diabetes, load_wine
 
 from packexp.config import instantiate
 from packexp.data import Dataset, Scaling, arrays, split, table
@@ -189,15 +189,17 @@ class TestFromArrays:
             make(**arrays_)
         one_line(info)
 
-    def test_a_class_too_small_to_split_wraps_scikit_learns_error(self):
-        x, y = small()
-        y = np.array(["a"] * 9 + ["b"])
-        with pytest.raises(ConfigError, match=rf"^{re.escape(SOURCE)}: cannot hold out "
-                                              r"val_fraction=0.2 of 10 examples stratified by "
-                                              r"class \(the smallest class, 'b', has 1\): The "
-                                              r"least populated class") as info:
-            make(x, y)
-        one_line(info)
+    @pytest.mark.parametrize(
+        ("y", "why"),
+        [(["a"] * 9 + ["b"], "the smallest class, 'b', has 1"),
+         (["a", "b", "c"] * 3 + ["a"], "2 examples for 3 classes")],
+        ids=["smallest_class", "too_few_held_out"])
+    def test_a_class_too_small_to_split_says_why_in_one_line(self, y, why):
+        x, _ = small()
+        with pytest.raises(ConfigError) as info:
+            make(x, np.array(y))
+        assert one_line(info) == (f"{SOURCE}: cannot hold out val_fraction=0.2 of 10 examples "
+                                  f"stratified by class ({why})")  # no hint: strings are classes
 
 
 def save_npz(file: Path, **arrays_) -> str:
@@ -398,6 +400,33 @@ class TestTable:
                            ) as info:
             table.load(str(path), "label")
         one_line(info)
+
+    @pytest.mark.parametrize("cache", ["memory", "none"])
+    @pytest.mark.parametrize("target", ["real", "whole"])
+    def test_a_continuous_target_hints_at_objective_regression(self, tmp_path, cache, target):
+        data = load_diabetes()  # 442 rows; its targets, 25 to 346, are whole numbers as floats
+        y = data.target + (0.5 if target == "real" else 0.0)
+        path = write_table(tmp_path / "diabetes.csv", data.data, y)
+        where = f"dataset.path={path}" if cache == "memory" else "dataset.target=label"
+        message = (f"{where}: the labels are real numbers (214 distinct values, e.g. 151.5), "
+                   "not classes; for a regression add objective=regression"
+                   if target == "real" else
+                   f"{where}: cannot hold out val_fraction=0.2 of 442 examples stratified by "
+                   "class (the smallest class, 25.0, has 1); if the labels are a real-valued "
+                   "target (214 distinct numbers), add objective=regression")
+        with pytest.raises(ConfigError) as info:
+            table.load(str(path), "label", cache=cache)
+        assert one_line(info) == message
+        assert table.load(str(path), "label", cache=cache, regression=True).regression
+
+    def test_too_few_examples_per_class_in_arrays_hint_at_objective_regression(self):
+        x, _ = small()
+        with pytest.raises(ConfigError) as info:
+            make(x, np.arange(10) * 3)
+        assert one_line(info) == (
+            f"{SOURCE}: cannot hold out val_fraction=0.2 of 10 examples stratified by class "
+            "(the smallest class, 0, has 1); if the labels are a real-valued target (10 "
+            "distinct numbers), add objective=regression")
 
     @pytest.mark.parametrize(
         ("name", "content", "message"),
