@@ -6,7 +6,7 @@ trains the same wherever it trains."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,13 +104,19 @@ class Components:
 
     @property
     def run_name(self) -> str:
-        """``<strategy>-<model>-<dataset>-<scheduler>-<budget>-seed<seed>``: the budget is
-        ``R<R>``, or a population's ``P<population>E<epochs>``."""
+        """``<strategy>-<model>-<dataset>[-<data file>]-<objective>-<scheduler>-<budget>-
+        seed<seed>``, so that searches of other data or goals are told apart: the data file is
+        ``dataset.path``'s stem (a folder's name), the objective its metrics without ``val_``
+        joined by ``+`` (``accuracy``, ``mse``, ``accuracy+params``), and the budget ``R<R>``
+        or a population's ``P<population>E<epochs>``."""
         n, scheduler = self.names, self.scheduler
         population = getattr(scheduler, "population", None)
         budget = f"P{population}E{scheduler.R}" if population else f"R{scheduler.R}"
-        return (f"{n['strategy']}-{n['model']}-{n['dataset']}-"
-                f"{component_name(self.cfg, 'scheduler')}-{budget}-seed{self.cfg.seed}")
+        data = data_file(self.cfg.dataset.get("path"))
+        objective = "+".join(name.removeprefix("val_") for name, _ in self.objective.goals)
+        return (f"{n['strategy']}-{n['model']}-{n['dataset']}{f'-{data}' if data else ''}-"
+                f"{objective}-{component_name(self.cfg, 'scheduler')}-{budget}-"
+                f"seed{self.cfg.seed}")
 
     def cache(self, dataset: Any = None) -> Any:
         """A ``PackCache`` on this process's device: the dataset there (``dataset``: another
@@ -161,10 +167,12 @@ class Components:
                 for name in sorted(node) if node[name] is not None]
 
     def device(self, run_dir: Path, facts: Any, on_device: Callable[..., Any],
-               capacity: Capacity, train_size: int) -> Device:
+               capacity: Capacity, train_size: int,
+               place: Mapping[str, Any] | None = None) -> Device:
         """Where packs train, as a strategy prepares for it: the facts a calibration there
-        depends on (``facts``: its ``telemetry.DeviceFacts``) and how to measure one there
-        (``on_device``: ``Executor.on_device``, or a function of this process's cache)."""
+        depends on (``facts``: its ``telemetry.DeviceFacts``; ``place``: the executor's
+        ``Executor.place()``) and how to measure one there (``on_device``:
+        ``Executor.on_device``, or a function of this process's cache)."""
         from packexp.packing.calibrate import calibrate_here, calibration_args
 
         def measure() -> dict:  # only a strategy that calibrates asks: the fits cost probes
@@ -173,13 +181,16 @@ class Components:
                                     steps_for(self.scheduler.R, min(batch_sizes), train_size))
             return on_device(calibrate_here, *args)
 
-        return Device(run_dir, facts=lambda: self.calibration_facts(facts), measure=measure)
+        return Device(run_dir, facts=lambda: self.calibration_facts(facts, place),
+                      measure=measure)
 
-    def calibration_facts(self, device: Any) -> dict:
+    def calibration_facts(self, device: Any, place: Mapping[str, Any] | None = None) -> dict:
         """What a calibration depends on: the device, the model and its member structure
         (the space's first configuration but its runtime hyper-parameters), the data's
-        shape, the batch bucket and the pack settings. Not R, the seed or the space's other
-        values: every search of the architecture on the device reuses it."""
+        shape, the batch bucket and the pack settings, and where packs train when that is
+        not this process (``place``: a Ray worker's CPUs and GPU share, and how many share
+        the machine, change a pack's speed on the same device). Not R, the seed or the
+        space's other values: every search of the architecture on the device reuses it."""
         import tensorflow as tf
 
         from packexp.models import runtime_hparams
@@ -203,6 +214,8 @@ class Components:
             "pack": {**{k: v for k, v in pack_settings(cfg.pack).items() if k != "reuse"},
                      "max_members": self.max_members},
             "threads": [cfg.device.get("intra_op_threads"), cfg.device.get("inter_op_threads")],
+            # A local run's calibrations, kept before places were told apart, still hold.
+            **({"place": dict(place)} if place and place.get("executor") != "local" else {}),
         }
 
 
@@ -210,3 +223,14 @@ def worker_cache(cfg: DictConfig) -> Any:
     """An executor worker's ``PackCache``: the run's dataset on this process's device and
     its members built as the driver builds them, so a pack trains the same anywhere."""
     return Components.build(cfg, probe=False).cache()
+
+
+def data_file(path: Any) -> str | None:
+    """A dataset path in a word: a file's stem, a folder's name, a glob's folder; None for
+    none."""
+    if not path:
+        return None
+    where = Path(str(path).rstrip("/"))
+    while any(c in where.name for c in "*?[") and where.name:
+        where = where.parent
+    return where.stem.removesuffix(".tar") or None  # cifar-10-python.tar.gz: cifar-10-python

@@ -96,13 +96,14 @@ def test_a_sweeps_parent_runs_have_the_group_choices_as_params(sweep):
 @pytest.mark.slow
 def test_packexp_tune_logs_the_group_choices_too(tuned):
     assert_choices_not_instantiation(tuned.parent.data.params)
-    assert tuned.parent.info.run_name == "knn-mlp3-digits-hyperband-R3-seed0"  # no job: no sweep
+    # No job: no sweep.
+    assert tuned.parent.info.run_name == "knn-mlp3-digits-accuracy-hyperband-R3-seed0"
 
 
 @pytest.mark.slow
 def test_runs_of_another_R_and_a_sweeps_jobs_have_names_of_their_own(sweep):
     assert [s.parent.info.run_name for s in sweep] == [
-        f"knn-mlp3-digits-hyperband-R{r}-seed0-job{job}" for job, r in enumerate(SWEEP_R)]
+        f"knn-mlp3-digits-accuracy-hyperband-R{r}-seed0-job{job}" for job, r in enumerate(SWEEP_R)]
 
 
 @pytest.mark.slow
