@@ -118,8 +118,10 @@ def _space(run_dir: Path) -> Any:
     import hydra
     from omegaconf import OmegaConf
 
+    from packexp.config import space_node
+
     kept = run_dir / ".hydra" / "config.yaml"
     if not kept.is_file():
         raise FileNotFoundError(f"{run_dir}: no .hydra/config.yaml, the config the search "
                                 "ran with; its search space is unknown")
-    return hydra.utils.instantiate(OmegaConf.load(kept).search_space)
+    return hydra.utils.instantiate(space_node(OmegaConf.load(kept).search_space))

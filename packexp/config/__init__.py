@@ -22,6 +22,8 @@ from packexp.space import SearchSpace, Trial
 from packexp.space.dimensions import Choice, IntRange
 from packexp.space.options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 
+SPACE_TARGET = "packexp.space.SearchSpace"  # what a search space file without _target_ is
+
 
 def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) -> Any:
     """``${default:}`` in a config file: the default the node's ``_target_`` gives the key,
@@ -101,7 +103,6 @@ def model_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
             if k not in TRAINING_HPARAMS and k not in optimizer}
 
 
-
 def fit_dataset_to_model(cfg: DictConfig) -> None:
     """Resolves ``dataset.images: auto``: images for a model that needs them, else features.
 
@@ -116,12 +117,10 @@ def fit_dataset_to_model(cfg: DictConfig) -> None:
     dataset.images = needs_images(instantiate(model_node(cfg), "model"))
 
 
-
 def dataset_source(cfg: DictConfig) -> str | None:
     """The file or folder the dataset is read from (``dataset.path``); None for data in code."""
     path = cfg.dataset.get("path")
     return os.path.abspath(os.path.expanduser(str(path))) if path else None
-
 
 
 HEAD_KEYS = ("loss", "metrics")  # the model's own loss and metrics (``objectives.Head``)
@@ -186,7 +185,6 @@ def check_pairing(cfg: DictConfig, build_model: Callable, dataset: Any) -> None:
                       f"{shape}; {remedy}")
 
 
-
 def task_overrides() -> list[str]:
     """The job's command-line overrides but ``resume``; none outside a Hydra app."""
     try:
@@ -204,7 +202,6 @@ def without_keys(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     return [text for text, o in zip(overrides, parsed, strict=True)
             if o.key_or_group not in keys]
-
 
 
 def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
@@ -226,6 +223,17 @@ def instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
         raise ConfigError(f"{group}: {type(cause).__name__}: {message}") from None
 
 
+def space_node(node: DictConfig) -> DictConfig:
+    """A search space's config as Hydra instantiates it: a file of ``params`` (and
+    ``categorical``) alone is a ``SearchSpace``, so ``_target_`` and ``_convert_`` default."""
+    if node is None or "_target_" in node:
+        return node
+    if "params" not in node:
+        keys = ", ".join(map(str, node)) or "no keys"
+        raise ConfigError(f"search_space: no params (it has {keys}); write params: "
+                          "{name: [values], ...} as conf/search_space/table3.yaml does")
+    return OmegaConf.merge({"_target_": SPACE_TARGET, "_convert_": "all"}, node)
+
 
 def unimportable(target: Any, group: str, cause: BaseException) -> str:
     """The one line for a ``_target_`` that cannot be imported: the key, the value, why."""
@@ -236,7 +244,6 @@ def unimportable(target: Any, group: str, cause: BaseException) -> str:
         hint = (f"; run python -m packexp where {top} is importable (from the folder that "
                 "holds it, or with that folder on PYTHONPATH)")
     return f"{group}._target_={target!r}: cannot be imported ({reason}){hint}"
-
 
 
 def check_space(space: SearchSpace) -> None:
@@ -280,7 +287,6 @@ def check_space(space: SearchSpace) -> None:
                               f"{list(LR_SCHEDULES)}")
 
 
-
 def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
     """A search's settings that need no TensorFlow, checked: its space, scheduler, strategy,
     objective and pack settings (``task=tune`` and ``task=plan``). ``python -m packexp``
@@ -289,7 +295,7 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
     Returns:
         The search space, the scheduler, the strategy and the objective.
     """
-    space: SearchSpace = instantiate(cfg.search_space, "search_space")
+    space: SearchSpace = instantiate(space_node(cfg.search_space), "search_space")
     check_space(space)
     scheduler = instantiate(cfg.scheduler, "scheduler")
     scheduler.check_space(space)
@@ -364,7 +370,6 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
             built = model
 
 
-
 def check_logits(model: Any, dataset: Any) -> None:
     """A model must take one batch of the data's examples and return one tensor of logits."""
     import numpy as np
@@ -384,7 +389,6 @@ def check_logits(model: Any, dataset: Any) -> None:
                           f"logits [batch, {dataset.num_classes}]")
 
 
-
 def budget_of(cfg: DictConfig) -> Budget:
     """The search's budget (``budget.time_s``, ``budget.trials``), checked: one line naming
     the key."""
@@ -399,7 +403,6 @@ def reuse_setting(pack: DictConfig) -> int:
     return _checked_pack(pack).reuse
 
 
-
 def batch_bucket(space: Any) -> int:
     """The search's largest batch size: the one batch shape a compiled program is built for
     (``Pack``'s ``batch_bucket``)."""
@@ -409,7 +412,6 @@ def batch_bucket(space: Any) -> int:
 def member_cap(max_members: Any) -> int:
     """``pack.max_members``, checked."""
     return _checked_pack({"max_members": max_members}).max_members
-
 
 
 def pack_settings(pack: DictConfig) -> dict[str, Any]:
@@ -426,7 +428,6 @@ def _checked_pack(pack: Mapping[str, Any]) -> PackSettings:
         raise ConfigError(f"pack.{e}") from None
 
 
-
 def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any:
     """The trial's ``Preprocessing``: ``cfg.preprocess``, overridden by same-named hparams."""
     from packexp.packing.data import Preprocessing
@@ -440,7 +441,6 @@ def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any
     return Preprocessing(mean=values["mean"], std=values["std"],
                          crop_padding=int(values["crop_padding"] or 0),
                          flip=values["flip"] is not None and flag("flip", values["flip"]))
-
 
 
 def check_batch_sizes(space: SearchSpace, dataset: Any) -> None:
@@ -468,7 +468,6 @@ def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
             raise ConfigError(f"{where}.{e}") from None
 
 
-
 def component_name(cfg: DictConfig, group: str) -> str:
     """The config file chosen for ``group``; outside a Hydra app, the keras.applications
     class it names (lower case) or its module's name."""
@@ -481,7 +480,6 @@ def component_name(cfg: DictConfig, group: str) -> str:
         if "application" in node:  # one module builds every keras.applications model
             return str(node.application).lower()
         return str(node["_target_"]).rsplit(".", 2)[-2]
-
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -282,3 +282,43 @@ def test_a_configuration_outside_the_space_is_not_in_the_grid(table3):
     assert table3.grid_index({**table3.first, "batch_size": 21}) is None
     assert table3.grid_index({"batch_size": 20}) is None
     assert [table3.grid_index(h) for h in table3] == list(range(1056))
+
+
+MINE = """\
+params:
+  batch_size: [20, 40]
+  optimizer: [adam, sgd]
+  learning_rate: {kind: float, low: 1.0e-4, high: 1.0e-1, log: true}
+  activation: [relu, tanh]
+categorical: [optimizer, activation]
+"""
+
+
+def test_a_search_space_file_needs_no_target(tmp_path):
+    from packexp.config import check_search
+
+    (tmp_path / "conf" / "search_space").mkdir(parents=True)
+    (tmp_path / "conf" / "search_space" / "mine.yaml").write_text(MINE)
+    cfg = compose_config([f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                          "search_space=mine"])
+    assert "_target_" not in cfg.search_space
+    space = check_search(cfg)[0]
+    assert isinstance(space, SearchSpace)
+    assert space.params == {"batch_size": (20, 40), "optimizer": ("adam", "sgd"),
+                            "activation": ("relu", "tanh")}
+    assert isinstance(space.dims["learning_rate"], FloatRange)
+    assert space.categorical == {"optimizer", "activation"}
+
+
+def test_a_search_space_without_params_says_what_to_write():
+    from omegaconf import OmegaConf
+
+    from packexp.config import check_search
+
+    cfg = compose_config()
+    cfg.search_space = OmegaConf.create({"batch_size": [20, 40], "optimizer": ["adam"]})
+    with pytest.raises(ConfigError) as info:
+        check_search(cfg)
+    assert str(info.value) == ("search_space: no params (it has batch_size, optimizer); write "
+                               "params: {name: [values], ...} as "
+                               "conf/search_space/table3.yaml does")
