@@ -25,7 +25,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp.errors import ConfigError
 from packexp.files import conf_dir
-from packexp.objectives import REGRESSION_METRICS
 from packexp.records.search_result import SearchResult
 from packexp.runner.study import load
 
@@ -419,10 +418,11 @@ def write_arrays(cfg: DictConfig, arrays: tuple[np.ndarray, ...]) -> None:
     """Checks ``arrays`` as ``dataset=arrays`` checks a file (one line naming ``data`` and
     the problem) and writes them to ``dataset.path``; a resumed run's file must hold the
     same arrays."""
+    from packexp.config import instantiate
     from packexp.data.arrays import from_arrays
 
     d = cfg.dataset
-    regression = cfg.objective.get("metric") in REGRESSION_METRICS
+    regression = instantiate(cfg.objective, "objective").regression  # objective.metrics too
     try:
         from_arrays(*arrays[:2], *arrays[2:], name="arrays", source="packexp.tune(data=...)",
                     val_fraction=d.val_fraction, standardize=d.standardize, seed=cfg.seed,

@@ -423,8 +423,9 @@ def pareto_figure(results: Mapping[str, Any]) -> Any:
     on = sorted((p for p in points if p[0] in front), key=lambda p: p[1])
     ax.plot([p[1] for p in on], [p[2] for p in on], "o-", color="#D55E00",
             label=f"Pareto front ({len(on)} trials)")
-    for trial_id, x, y in on:
-        ax.annotate(trial_id, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    for (x, y), ids in same_points(on).items():  # one label for trials at one point
+        ax.annotate(", ".join(ids[:3]) + (f" +{len(ids) - 3}" if len(ids) > 3 else ""),
+                    (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel(NAME.get(x_name, x_name))
     ax.set_ylabel(NAME.get(y_name, y_name))
     if "params" in (x_name, y_name):  # model sizes span orders of magnitude
@@ -435,6 +436,14 @@ def pareto_figure(results: Mapping[str, Any]) -> Any:
                  fontsize=10)
     lay_out(fig)
     return fig
+
+
+def same_points(points: list[tuple[str, float, float]]) -> dict[tuple[float, float], list[str]]:
+    """The trials at each distinct point, in the points' order."""
+    at: dict[tuple[float, float], list[str]] = {}
+    for trial_id, x, y in points:
+        at.setdefault((x, y), []).append(trial_id)
+    return at
 
 
 def population(results: Mapping[str, Any], path: Path) -> Path:

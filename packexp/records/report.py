@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packexp.objectives import REGRESSION_METRICS, measured
+from packexp.records.plots import PARETO
 from packexp.records.results import best_kept
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
         front = results["pareto_front"]
         names = [n for n, _ in objective.goals]
         console.print(f"Pareto front of {' and '.join(names)} ({len(front)} trials, "
-                      "plots/pareto.png): " + ", ".join(
+                      f"{run_dir.resolve() / PARETO}): " + ", ".join(
                           f"{e['trial_id']} (" + ", ".join(f"{e[n]:.4g}" for n in names) + ")"
                           for e in front))
     if results.get("stopped"):

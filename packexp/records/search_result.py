@@ -18,6 +18,7 @@ from packexp.records.results import best_kept, objective_of, search_metrics
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
                  "val_loss", "train_loss", "pack_id")
 REGRESSION_COLUMNS = ("val_mse", "val_mae", "val_r2")  # after val_loss, in a regression's
+RANKED_COLUMNS = ("params", "flops")  # before pack_id, where the objective ranks by them
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,8 +31,9 @@ class SearchResult:
             ``hparams``, ``val_accuracy``, ``epochs``, ``metric`` and ``value`` (the
             objective's metric there); None if no trial was scored.
         trials: A pandas DataFrame, one row per trial and rung it was scored at
-            (``TRIAL_COLUMNS``, then one column per hyper-parameter, named as in the search
-            space; ``hparams.<name>`` for one named as a column before it).
+            (``TRIAL_COLUMNS``, a regression's metrics and each of ``params`` and ``flops``
+            the objective ranks by among them, then one column per hyper-parameter, named as
+            in the search space; ``hparams.<name>`` for one named as a column before it).
         packs: A pandas DataFrame, one row per trained pack: its members, settings and time
             by phase (``build_s`` ... ``probe_s``), as ``results.json`` records them.
         mlflow_run_id: The search's MLflow run; None when it was not tracked.
@@ -199,10 +201,13 @@ def trial_table(results: Mapping[str, Any]) -> Any:
     one row with its rung empty)."""
     import pandas as pd
 
-    columns = TRIAL_COLUMNS
-    if objective_of(results).regression:
+    columns, objective = TRIAL_COLUMNS, objective_of(results)
+    if objective.regression:
         at = TRIAL_COLUMNS.index("val_loss") + 1
         columns = (*TRIAL_COLUMNS[:at], *REGRESSION_COLUMNS, *TRIAL_COLUMNS[at:])
+    # Every goal of the objective, the parameter count of a Pareto search's too, before pack_id.
+    ranked = tuple(n for n, _ in objective.goals if n in RANKED_COLUMNS)
+    columns = (*columns[:-1], *ranked, columns[-1])
     rows = []
     for trial in results["trials"]:
         head = {"trial_id": trial["trial_id"], "bracket": trial["bracket"],

@@ -118,6 +118,7 @@ class MlflowTracker(Tracker):
             {"val_accuracy": result.val_accuracy, "val_loss": result.val_loss,
              "train_loss": result.train_loss, "val_mse": result.val_mse,
              "val_mae": result.val_mae, "val_r2": result.val_r2, **(result.metrics or {}),
+             "params": result.params, "flops": result.flops,  # where the objective ranks by
              "steps": result.steps,
              "step_time_ms": pack.step_time_ms, "member_memory_mb": event.memory_mb,
              "peak_rss_mb": pack.peak_rss_mb, "gpu_peak_memory_mb": pack.gpu_peak_memory_mb,

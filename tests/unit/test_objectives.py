@@ -57,6 +57,23 @@ def test_the_config_group_chooses_the_objective():
                                                                                   "min")
 
 
+PARETO = "objective.metrics=[{name:val_accuracy,mode:max},{name:params,mode:min}]"
+
+
+@pytest.mark.parametrize("group", ["accuracy", "loss", "pareto"])
+def test_objective_metrics_need_no_objective_pareto(group):
+    objective = check_search(compose_config([f"objective={group}", PARETO]))[3]
+    assert objective.goals == (("val_accuracy", "max"), ("params", "min"))
+    assert (objective.metric, objective.mode) == ("val_accuracy", "max")
+
+
+def test_objective_metrics_of_a_regression_keep_it_one():
+    objective = check_search(compose_config([
+        "objective=regression",
+        "objective.metrics=[{name:val_mse,mode:min},{name:params,mode:min}]"]))[3]
+    assert objective.regression and objective.several
+
+
 def by_x(trial, epochs) -> float:
     return float(trial.hparams["x"])
 
