@@ -107,6 +107,9 @@ class PackRecord:
     elapsed_s: float | None = None
     epochs_spent: float = 0.0  # epochs its members trained here, summed (promotions: the rest)
     session: int | None = None  # 0 for the run's first session, then one more per resume
+    worker: int | None = None  # under executor=ray: the worker that trained it,
+    node: str | None = None  # its Ray node's id
+    host: str | None = None  # and that node's address
 
     # A pack's time by phase, in its record and summed over the search (README).
     PHASES: ClassVar[tuple[str, ...]] = ("build_s", "trace_s", "train_s", "eval_s",
@@ -142,7 +145,8 @@ class PackRecord:
             else round(pack_run.gpu_peak_bytes / 2**20, 2),
             started_s=round(pack_run.started - search_started, 4),
             elapsed_s=round(now - search_started, 4), epochs_spent=epochs_spent,
-            session=session)
+            session=session, worker=getattr(pack_run, "worker", None),
+            node=getattr(pack_run, "node", None), host=getattr(pack_run, "host", None))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

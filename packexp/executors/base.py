@@ -174,8 +174,8 @@ class Executor(abc.ABC):
             self.cancel()
 
     def free(self) -> int:
-        """Workers with nothing to train."""
-        return self.workers - len(self._running)
+        """Workers with nothing to train (none while a shrunk pool has more in flight)."""
+        return max(0, self.workers - len(self._running))
 
     def busy(self) -> bool:
         return bool(self._running)
@@ -225,6 +225,11 @@ class Executor(abc.ABC):
         device's memory limit, memory probes and a cost calibration are measured there.
         ``fn`` must be importable (a module's function) and its result plain data."""
         return fn(self.cache, *args)
+
+    def place(self) -> dict[str, Any]:
+        """Where packs train, as far as it changes their speed beyond the device: a cost
+        calibration measured here holds only where this is the same."""
+        return {"executor": "local"}
 
     def view(self) -> CacheView:
         """What the caches where packs train keep for reuse, as planning sees it now."""

@@ -1,11 +1,16 @@
-"""Packs trained on a Ray cluster by long-lived actors, one per placement-group bundle."""
+"""Packs trained on a Ray cluster by long-lived actors, a pool that follows the cluster: a lost
+worker's pack is trained again by the others, and a node that joins brings workers."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,34 +33,44 @@ from packexp.space.options import member_key
 log = logging.getLogger(__name__)
 
 INSTALL = "pip install -e '.[ray]'"
+# ``executor.placement`` as Ray schedules each worker: DEFAULT fills a node before the next.
+PLACEMENTS = {"PACK": "DEFAULT", "SPREAD": "SPREAD"}
+# How often, while packs train, the driver looks for room a joining node brought (seconds).
+POLL_S = 2.0
 
 
 class RayExecutor(Executor):
-    """Dispatches packs to free actors as they free up (``ray.wait``).
+    """Dispatches packs to free actors as they free up (``ray.wait``), on a pool that follows
+    the cluster.
 
     The driver stays the only writer of the journal and the tracking store; actors return
     plain dicts and write checkpoints under ``shared_dir``. The driver trains nothing and
     leaves the GPU to the actors: the device's limit, memory probes and a cost calibration
-    run on the first actor (``on_device``). Each actor reports what its cache keeps; planning
+    run on a ready actor (``on_device``). Each actor reports what its cache keeps; planning
     sees them merged, and a pack goes to the free actor that could set up most of it
     without building.
+
+    Ray restarts nothing: an actor that dies (its process killed, its node lost) leaves the
+    pool, its pack goes back to the front of the queue for the others, from the same
+    starting states, and a replacement is asked of the cluster, which places it where there
+    is room, now or when a node joins. A pack never waits on an actor that cannot come back.
 
     Args:
         cfg: The run's config.
         run_dir: The run directory (``shared_dir``'s default).
         address: None starts a local cluster; ``auto`` or ``host:port`` joins one.
         num_workers: Actors; None for the cluster's GPUs / ``gpus_per_pack``, or its CPUs /
-            ``cpus_per_pack`` without GPUs per pack.
+            ``cpus_per_pack`` without GPUs per pack, followed as nodes join and leave.
         gpus_per_pack: Each actor's share of a GPU (1, 0.5, 0.25), or 0 for CPU actors.
         cpus_per_pack: CPUs reserved for each actor.
-        placement: The placement group's strategy (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD).
+        placement: PACK fills a node before the next (Ray's default scheduling); SPREAD
+            spreads the actors over nodes.
         shared_dir: The checkpoint directory, the same path on every node; None for
             ``run_dir``.
-        max_restarts: Times a dead actor is restarted.
-        max_task_retries: Times a pack whose actor died is retried.
-        ready_timeout_s: How long to wait for the cluster to grant the actors' resources,
-            and, while packs wait with none in flight, for an actor to be ready
-            (TensorFlow imported, the data loaded).
+        max_restarts: Actors started in place of ones that died, over the run.
+        max_task_retries: Times one pack whose actor died is trained again.
+        ready_timeout_s: How long, while packs wait with none in flight, to wait for an
+            actor to be ready (placed, TensorFlow imported, the data loaded).
         trainer: What trains the packs on each actor (``executors.Trainer``, pickled to
             them); TensorFlow's when None.
         worker_cache: The dotted name of the function that builds an actor's cache from the
@@ -93,6 +108,14 @@ class RayExecutor(Executor):
                               "0.25, 0.5 or a whole number of GPUs")
         if num_workers is not None and num_workers < 1:
             raise ConfigError(f"executor.num_workers={num_workers}: must be at least 1")
+        if placement not in PLACEMENTS:
+            raise ConfigError(f"executor.placement={placement}: must be PACK or SPREAD (each "
+                              "worker is placed alone, so that a lost node's can be replaced "
+                              "wherever there is room)")
+        for key, value in (("max_restarts", max_restarts),
+                           ("max_task_retries", max_task_retries)):
+            if value < 0:
+                raise ConfigError(f"executor.{key}={value}: must be at least 0")
         self.address = address
         self.num_workers = num_workers
         self.gpus_per_pack = gpus_per_pack
@@ -106,14 +129,23 @@ class RayExecutor(Executor):
         self.worker_cache = worker_cache
         self._owns_ray = False
         self._reaper: Reaper | None = None
-        self._group = None
-        self._actors: list[Any] = []
-        self._views: list[CacheView] = []  # what each actor's cache kept when it last answered
+        self._remote: Any = None  # the actor class with its options
+        self._config: dict = {}
+        self._actors: dict[int, Any] = {}  # the pool, by worker number (never reused)
+        self._views: dict[int, CacheView] = {}  # what each actor's cache kept when it answered
+        self._where: dict[int, dict] = {}  # each ready actor's node, host and pid
         self._refs: dict[Any, tuple[PackJob, int]] = {}  # in flight: its job and actor
         self._starting: dict[Any, int] = {}  # actors not yet ready: the answer they owe
         self._ready: set[int] = set()  # actors that have answered (their __init__ ran)
         self._queued: list[PackJob] = []  # submitted, waiting for a ready actor to be free
         self._journaled: set[str] = set()  # checkpoints a resumed run's journal names
+        self._retried: Counter[str] = Counter()  # packs trained again after a death
+        self._restarts = 0  # actors started in place of dead ones
+        self._lost: list[str] = []  # what was lost, for the line that ends a run
+        self._fit_seen = 0  # workers the cluster had room for when last looked
+        self._looked = 0.0  # when the driver last looked (time.monotonic())
+        self._next = 0
+        self._initial = 0  # workers asked for at the start
 
     def start(self, cache: Any) -> RayExecutor:
         super().start(cache)
@@ -126,23 +158,16 @@ class RayExecutor(Executor):
 
     def _start(self) -> None:
         import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._connect()
-        n = self.num_workers or self._workers_fitting(ray.cluster_resources())
-        bundle = {"CPU": self.cpus_per_pack}
-        if self.gpus_per_pack:
-            bundle["GPU"] = self.gpus_per_pack
-        self._group = placement_group([dict(bundle)] * n, strategy=self.placement)
-        ready, _ = ray.wait([self._group.ready()], timeout=self.ready_timeout_s)
-        if not ready:
+        self._fit_seen = fit = self._fitting(ray.cluster_resources())
+        if fit < 1 and self.num_workers is None:
             raise ConfigError(
-                f"executor.num_workers={n}: the cluster ({_resources()}) cannot place {n} "
-                f"bundles of {bundle} ({self.placement}) within {self.ready_timeout_s:.0f} s")
+                f"executor.num_workers=null: the cluster has no {self._unit()} for one worker "
+                f"({_resources()}); set executor.gpus_per_pack or executor.cpus_per_pack")
+        n = self.num_workers or fit
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        worker = ray.remote(PackWorker)
         # Workers import this checkout's packexp, whatever the nodes installed.
         env = {"PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
         if self.address is None:
@@ -150,21 +175,38 @@ class RayExecutor(Executor):
             # lowers a worker's by 15 (nice), which starves the training behind any other
             # work on the machine. A cluster someone started keeps its own policy.
             env["RAY_worker_niceness"] = "0"
-        options = {"num_cpus": self.cpus_per_pack, "num_gpus": self.gpus_per_pack,
-                   "max_restarts": self.max_restarts, "max_task_retries": self.max_task_retries,
-                   "runtime_env": {"env_vars": env}}
-        config = OmegaConf.to_container(self.cfg, resolve=True)
-        self._actors = [
-            worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self._group, placement_group_bundle_index=i)).remote(
-                    config, str(self.shared_dir), float(self.gpus_per_pack), self.trainer,
-                    self.worker_cache)
-            for i in range(n)]
-        self._views = [CacheView() for _ in self._actors]
-        self._starting = {actor.pid.remote(): i for i, actor in enumerate(self._actors)}
-        self._ready = set()
-        log.info("ray: %d workers (%s each, %s) at %s", n, bundle, self.placement,
+        # No restarts by Ray, and no placement group: Ray would restart a lost node's actor
+        # into that node's bundle, which waits for room that may never come, and retry its
+        # pack there, so the rung would wait forever. The driver replaces it instead.
+        self._remote = ray.remote(PackWorker).options(
+            num_cpus=self.cpus_per_pack, num_gpus=self.gpus_per_pack, max_restarts=0,
+            max_task_retries=0, runtime_env={"env_vars": env},
+            scheduling_strategy=PLACEMENTS[self.placement])
+        self._config = OmegaConf.to_container(self.cfg, resolve=True)
+        self._initial = n
+        for _ in range(n):
+            self._add_worker()
+        if n > fit:
+            log.warning("executor.num_workers=%d: the cluster (%s) has room for %d now; the "
+                        "others start when room frees or a node joins", n, _resources(), fit)
+        log.info("ray: %d workers (%s each, %s) at %s", n, self._bundle(), self.placement,
                  ray.get_runtime_context().gcs_address)
+
+    def _bundle(self) -> dict[str, float]:
+        bundle = {"CPU": self.cpus_per_pack}
+        if self.gpus_per_pack:
+            bundle["GPU"] = self.gpus_per_pack
+        return bundle
+
+    def _add_worker(self) -> int:
+        """Asks the cluster for one more actor; it joins the pool once it answers."""
+        number, self._next = self._next, self._next + 1
+        actor = self._remote.remote(self._config, str(self.shared_dir),
+                                    float(self.gpus_per_pack), self.trainer, self.worker_cache)
+        self._actors[number] = actor
+        self._views[number] = CacheView()
+        self._starting[actor.where.remote()] = number
+        return number
 
     def _connect(self) -> None:
         import ray
@@ -179,7 +221,8 @@ class RayExecutor(Executor):
         # A cluster this process starts is ended with it, however it ends (reaper.py).
         reaper = Reaper() if self.address is None else None
         try:
-            ray.init(address=self.address, **kwargs)
+            with _signals_kept():
+                ray.init(address=self.address, **kwargs)
         except Exception as e:  # ConnectionError, RuntimeError, ValueError, auth errors
             if reaper is not None:
                 reaper.watch(cluster_pids())
@@ -192,31 +235,51 @@ class RayExecutor(Executor):
         self._owns_ray = True
         self._reaper = reaper
 
-    def _workers_fitting(self, resources: dict) -> int:
+    def _unit(self) -> str:
+        return "GPU" if self.gpus_per_pack else "CPU"
+
+    def _fitting(self, resources: dict) -> int:
+        """Workers the cluster's ``resources`` have room for."""
         if self.gpus_per_pack:
-            n, key = int(resources.get("GPU", 0) // self.gpus_per_pack), "GPU"
-        else:
-            n, key = int(resources.get("CPU", 0) // self.cpus_per_pack), "CPU"
-        if n < 1:
-            raise ConfigError(f"executor.num_workers=null: the cluster has no {key} for one "
-                              f"worker ({_resources()}); set executor.gpus_per_pack or "
-                              "executor.cpus_per_pack")
-        return n
+            return int(resources.get("GPU", 0) // self.gpus_per_pack)
+        return int(resources.get("CPU", 0) // self.cpus_per_pack)
+
+    def place(self) -> dict[str, Any]:
+        return {"executor": "ray", "cpus_per_pack": self.cpus_per_pack,
+                "gpus_per_pack": self.gpus_per_pack, "workers": len(self._actors)}
 
     def on_device(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(cache, *args)`` on the first ready actor (waiting for one to start); if it
+        dies, on the next."""
         import ray
 
-        try:
-            result, self._views[0] = ray.get(self._actors[0].on_device.remote(fn, *args))
-        except ray.exceptions.RayTaskError as e:
-            raise _cause(e) from None
-        except ray.exceptions.RayActorError as e:
-            raise ExecutorError(f"executor: the worker measuring the device died: "
-                                f"{' '.join(str(e).split())[:160]}") from None
-        return result
+        while True:
+            worker = self._first_ready()
+            try:
+                result, self._views[worker] = ray.get(
+                    self._actors[worker].on_device.remote(fn, *args))
+                return result
+            except ray.exceptions.RayTaskError as e:
+                raise _cause(e) from None
+            except _lost_errors() as e:
+                self._lose(worker, e, doing="measuring the device")
+
+    def _first_ready(self) -> int:
+        import ray
+
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not self._ready:
+            if not self._starting:
+                raise ExecutorError(self._none_left())
+            left = deadline - time.monotonic()
+            done, _ = ray.wait(list(self._starting), num_returns=1, timeout=max(0.0, left))
+            if not done:
+                raise ExecutorError(self._not_ready())
+            self._started(done[0])
+        return min(self._ready)
 
     def view(self) -> CacheView:
-        return CacheView.merged(self._views)
+        return CacheView.merged(self._views.values())
 
     @property
     def workers(self) -> int:
@@ -261,8 +324,10 @@ class RayExecutor(Executor):
 
         worker = self._starting.pop(ref)
         try:
-            ray.get(ref)
+            self._where[worker] = ray.get(ref)
         except ray.exceptions.RayError as e:
+            self._actors.pop(worker, None)
+            self._views.pop(worker, None)
             # Ray's message ends with the exception __init__ raised.
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             reason = (lines[-1] if lines else type(e).__name__)[:200]
@@ -274,35 +339,120 @@ class RayExecutor(Executor):
                         worker, reason)
             return
         self._ready.add(worker)
+        if worker >= self._initial:  # a replacement, or a worker of a node that joined
+            where = self._where[worker]
+            log.warning("executor: worker %d joined on node %s (%s); %d workers train",
+                        worker, where["node"][:8], where["host"], len(self._ready))
 
     def _collect(self) -> tuple[PackJob, list, tuple[float, float]]:
         import ray
 
+        idle_since: float | None = None
         while True:
             self._send_queued()
             waiting = [*self._refs, *self._starting]
             if not waiting:
-                raise RuntimeError("_collect: no pack in flight and no worker starting")
+                raise ExecutorError(self._none_left())
             # With no pack in flight, only actors still starting can take the queued ones.
-            timeout = None if self._refs else self.ready_timeout_s
-            ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+            if self._refs:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=POLL_S)
             if not ready:
-                raise ExecutorError(
-                    f"executor.ready_timeout_s={self.ready_timeout_s:g}: no worker was ready "
-                    f"to train in time ({len(self._starting)} still importing TensorFlow or "
-                    "loading the data); raise it for a slow cluster")
+                self._grow()
+                if idle_since is not None and \
+                        time.monotonic() - idle_since > self.ready_timeout_s:
+                    raise ExecutorError(self._not_ready())
+                continue
             [ref] = ready
             if ref in self._starting:
                 self._started(ref)
                 continue
             job, worker = self._refs.pop(ref)
-            (runs, worked), self._views[worker] = self._get(ref, job)
+            try:
+                (runs, worked), self._views[worker] = ray.get(ref)
+            except ray.exceptions.RayTaskError as e:
+                raise _cause(e) from None
+            except _lost_errors() as e:
+                self._lose(worker, e, job)
+                continue
             received = time.perf_counter()
             self._drop_other_attempts(job.key, runs)
             # The actor just freed takes the oldest queued pack. (A worker that died as it
             # started cannot stop the run here: this one is ready, so it only warns.)
             self._send_queued()
-            return job, [unpack(r, job, received) for r in runs], worked
+            where = {"worker": worker, **self._where.get(worker, {})}
+            return job, [unpack(r, job, received, where) for r in runs], worked
+
+    def _lose(self, worker: int, error: BaseException, job: PackJob | None = None,
+              doing: str = "") -> None:
+        """``worker`` died (its process killed, its node lost): it leaves the pool, its pack
+        goes back to the front of the queue, and an actor is asked in its place. Stops the
+        run in one line when the pack's retries are spent."""
+        import ray
+
+        actor = self._actors.pop(worker, None)
+        self._views.pop(worker, None)
+        self._ready.discard(worker)
+        where = self._where.pop(worker, {})
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        cause = _death(where, error)
+        self._lost.append(f"worker {worker} ({cause})")
+        if job is not None:
+            self._retried[job.key] += 1
+            if self._retried[job.key] > self.max_task_retries:
+                raise ExecutorError(
+                    f"executor: pack {job.key}'s worker died and its retries are spent "
+                    f"(executor.max_task_retries={self.max_task_retries}): {cause}; finished "
+                    "packs are journaled: add resume=true to finish the run") from None
+            self._queued.insert(0, job)
+        replaced = self._replace()
+        log.warning(
+            "executor: worker %d lost: %s%s; %s; %d worker%s train%s on%s", worker, cause,
+            f" while {doing}" if doing else "",
+            f"pack {job.key} is trained again by the others" if job is not None
+            else "the others take its work", len(self._ready), "" if len(self._ready) == 1
+            else "s", "s" if len(self._ready) == 1 else "",
+            ", one more is asked of the cluster" if replaced else "")
+
+    def _replace(self) -> bool:
+        """Asks for an actor in place of a dead one, while restarts remain and the pool is
+        below its size (``num_workers``, or what the cluster has room for now)."""
+        import ray
+
+        target = self.num_workers or self._fitting(ray.cluster_resources())
+        if self._restarts >= self.max_restarts or len(self._actors) >= target:
+            return False
+        self._restarts += 1
+        self._add_worker()
+        return True
+
+    def _grow(self) -> None:
+        """With ``num_workers=null``, workers on nodes that joined: one more actor for each
+        worker's room the cluster gained since it was last looked at."""
+        import ray
+
+        if self.num_workers is not None or time.monotonic() - self._looked < POLL_S:
+            return
+        self._looked = time.monotonic()
+        fit = self._fitting(ray.cluster_resources())
+        for _ in range(min(fit - self._fit_seen, fit - len(self._actors))):
+            self._add_worker()
+        self._fit_seen = fit
+
+    def _none_left(self) -> str:
+        lost = "; ".join(self._lost[-3:]) or "none started"
+        return (f"executor: no worker is left to train: {lost} (executor.max_restarts="
+                f"{self.max_restarts}); finished packs are journaled: add resume=true to "
+                "finish the run")
+
+    def _not_ready(self) -> str:
+        return (f"executor.ready_timeout_s={self.ready_timeout_s:g}: no worker was ready to "
+                f"train in time ({len(self._starting)} still importing TensorFlow or loading "
+                "the data); raise it for a slow cluster")
 
     def cancel(self) -> None:
         import ray
@@ -320,22 +470,6 @@ class RayExecutor(Executor):
         key = self.cache.key(job.group, job.fusion)
         members = [member_key(t, sliced) for t in job.group]
         return max(sorted(free), key=lambda w: self._views[w].affinity(key, members))
-
-    def _get(self, ref: Any, job: PackJob) -> tuple[tuple[list[dict], tuple[float, float]],
-                                                    CacheView]:
-        import ray
-
-        try:
-            return ray.get(ref)
-        except ray.exceptions.RayTaskError as e:
-            raise _cause(e) from None
-        except ray.exceptions.RayActorError as e:
-            reason = " ".join(str(e).split())[:160]
-            raise ExecutorError(
-                f"executor: pack {job.key}'s worker died and its retries are spent "
-                f"(executor.max_restarts={self.max_restarts}, "
-                f"executor.max_task_retries={self.max_task_retries}): {reason}; finished packs "
-                "are journaled: add resume=true to finish the run") from None
 
     def _drop_other_attempts(self, key: str, runs: list[dict]) -> None:
         """Files of a killed attempt of the same pack: only the one published counts, and
@@ -359,18 +493,14 @@ class RayExecutor(Executor):
 
         if not ray.is_initialized():
             return
-        from ray.util.placement_group import remove_placement_group
-
-        for actor in self._actors:
-            ray.kill(actor, no_restart=True)
-        self._actors = []
-        self._views = []
+        for actor in self._actors.values():
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        self._actors = {}
+        self._views = {}
         self._starting = {}
         self._ready = set()
         self._queued = []
-        if self._group is not None:
-            remove_placement_group(self._group)
-            self._group = None
         prune_attempts(self.shared_dir / ATTEMPTS)
         if self._owns_ray:
             ray.shutdown()
@@ -386,6 +516,52 @@ def _cause(error: Any) -> BaseException:
     if isinstance(error.cause, ConfigError | ExecutorError):
         return error.cause
     return error.as_instanceof_cause()
+
+
+def _lost_errors() -> tuple[type[BaseException], ...]:
+    """What a call to an actor raises when the actor is gone: its process or its node died
+    (or its result died with the node's object store)."""
+    import ray
+
+    return ray.exceptions.RayActorError, ray.exceptions.ObjectLostError
+
+
+def _death(where: dict, error: BaseException) -> str:
+    """Why an actor is gone, as the warning says it: its node lost, its process dead, or (as
+    a node's loss first shows, seconds before the cluster declares the node dead) no answer
+    from either."""
+    import ray
+
+    node, host = where.get("node") or "", where.get("host")
+    try:
+        alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+    except Exception:  # the cluster's state unreadable: say what Ray said
+        alive = {}
+    on = f"on node {node[:8]} ({host})" if node else "on its node"
+    if node and alive and not alive.get(node, False):
+        return f"its node {node[:8]} ({host}) was lost"
+    if isinstance(error, ray.exceptions.ActorUnavailableError):
+        return f"it stopped answering {on}: its process or its node is gone"
+    if isinstance(error, ray.exceptions.ObjectLostError):
+        return f"its result was lost {on}"
+    return f"its process (pid {where.get('pid')}) {on} died"
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """``ray.init`` sets a SIGTERM handler of its own (Python's, and its core worker's, which
+    prints a crash dump): the process's handlers are put back, so SIGTERM and Ctrl-C end a
+    run on Ray as they end a local one (one line, the resume command, 143 or 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in kept.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 def _check_reachable(address: str | None, timeout_s: float = 10) -> None:

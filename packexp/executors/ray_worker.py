@@ -53,6 +53,14 @@ class PackWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> dict[str, Any]:
+        """Where this actor runs: its Ray node's id, the node's address and its pid. The
+        driver asks it first: the answer says the actor is ready (``__init__`` has run)."""
+        import ray
+
+        return {"node": ray.get_runtime_context().get_node_id(),
+                "host": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
     def on_device(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, CacheView]:
         """``fn(cache, *args)`` on this actor's device, and its cache after."""
         return fn(self.cache, *args), CacheView.of(self.cache)
@@ -119,8 +127,9 @@ def _cap_gpu_memory(share: float) -> None:
 
 
 
-def unpack(run: dict, job: PackJob, received: float) -> Any:
-    """A worker's plain dict as the ``PackRun`` the tuner publishes."""
+def unpack(run: dict, job: PackJob, received: float, where: dict | None = None) -> Any:
+    """A worker's plain dict as the ``PackRun`` the tuner publishes; ``where``: the worker's
+    number, node and host (``RayExecutor``)."""
     from packexp.packing.pack import Evaluation, PackStats
     from packexp.packing.trainer import MemberResult, PackRun
 
@@ -133,4 +142,6 @@ def unpack(run: dict, job: PackJob, received: float) -> Any:
                    run["peak_memory_bytes"], run["splits"], run["reused"],
                    reused_members=run["reused_members"], build_s=run["build_s"],
                    eval_s=run["eval_s"], started=received - run["started_ago_s"],
-                   peak_rss_bytes=run["peak_rss_bytes"], gpu_peak_bytes=run["gpu_peak_bytes"])
+                   peak_rss_bytes=run["peak_rss_bytes"], gpu_peak_bytes=run["gpu_peak_bytes"],
+                   worker=(where or {}).get("worker"), node=(where or {}).get("node"),
+                   host=(where or {}).get("host"))

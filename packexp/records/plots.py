@@ -172,8 +172,9 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     for pack in packs:
         order += [m for m in pack["members"] if m not in order]
     order += [t for t in trials if t not in order]
-    row = {trial_id: i for i, trial_id in enumerate(order)}
-    height = min(60.0, 1.9 + 0.24 * len(order))
+    lanes = worker_lanes(packs)  # under executor=ray: a lane per worker, above the trials
+    row = {trial_id: len(lanes) + i for i, trial_id in enumerate(order)}
+    height = min(60.0, 1.9 + 0.24 * (len(lanes) + len(order)))
     fig, ax = new_figure((12, height))
     palette = matplotlib.colormaps["tab10"]
     idle_from = 0.0
@@ -188,6 +189,8 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     free_from = 0.0
     for k, (pack, (start, end)) in enumerate(zip(packs, spans, strict=True)):
         rows = [row[m] for m in pack["members"]]
+        if pack.get("worker") is not None:
+            rows.append(lanes[pack["worker"]][0])
         segments = phase_segments(pack, start, end, free_from)
         free_from = end
         for phase, left, width in segments:
@@ -210,27 +213,33 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
             if value is not None:  # a diverged member's end is its status mark
                 ax.text(end, row[m], f"  {value:.3g}", va="center", fontsize=6,
                         color="dimgray")
-        if len(rows) > 1:  # a singleton's row already names it
-            ax.text((start + end) / 2, min(rows) - 0.5,
-                    f"{pack['pack_id']} ({len(rows)}, {pack['epochs']:g} ep"
+        if lanes and pack.get("worker") is not None:
+            ax.text((start + end) / 2, lanes[pack["worker"]][0], pack["pack_id"],
+                    ha="center", va="center", fontsize=5.5, clip_on=True)
+        if len(pack["members"]) > 1:  # a singleton's row already names it
+            ax.text((start + end) / 2, min(row[m] for m in pack["members"]) - 0.5,
+                    f"{pack['pack_id']} ({len(pack['members'])}, {pack['epochs']:g} ep"
                     f"{', reused' if pack.get('reused') else ''})", ha="center",
                     va="bottom", fontsize=6.5, fontweight="bold")
     ends = _end_marks(ax, trials, last_end, row)
     brackets = [trials[t]["bracket"] for t in order]
     for i in range(1, len(order)):
         if brackets[i] != brackets[i - 1]:
-            ax.axhline(i - 0.5, color="gray", linewidth=0.6, linestyle="--")
-    labels = [f"{t}  bs {trials[t]['hparams'].get('batch_size', '?')} "
-              f"{trials[t]['hparams'].get('optimizer', '')} [{trials[t]['status']}]"
-              for t in order]
-    ax.set_yticks(range(len(order)), labels, fontsize=7)
-    ax.set_ylim(len(order) - 0.4, -1.2)
+            ax.axhline(len(lanes) + i - 0.5, color="gray", linewidth=0.6, linestyle="--")
+    if lanes:
+        ax.axhline(len(lanes) - 0.5, color="0.2", linewidth=0.9)
+    labels = [label for _, label in sorted(lanes.values())] + [
+        f"{t}  bs {trials[t]['hparams'].get('batch_size', '?')} "
+        f"{trials[t]['hparams'].get('optimizer', '')} [{trials[t]['status']}]" for t in order]
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylim(len(labels) - 0.4, -1.2)
     ax.set_xlabel("seconds since the search started")
     ax.set_xlim(0, max((e for _, e in spans), default=1.0) * 1.08)
     ax.grid(axis="x", linewidth=0.3)
     ax.set_title(f"{results.get('strategy', '?')} packing of {results.get('model', '?')} on "
                  f"{results.get('dataset', '?')}: {len(packs)} packs, {len(order)} trials; "
-                 "a row per trial, a bar per pack it trained in (labelled: packs of 2+)"
+                 + (f"a lane per worker ({len(lanes)}), then " if lanes else "")
+                 + "a row per trial, a bar per pack it trained in (labelled: packs of 2+)"
                  + (f"\n{_phase_caption(results)}" if drawn else ""), fontsize=9.5)
     totals = {**phase_totals(results), OTHER: drawn.get(OTHER, 0.0)}
     handles = [Patch(color=_phase_color(phase),
@@ -251,6 +260,15 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     legend_rows = -(-len(handles) // 4)
     lay_out(fig, rect=(0, (0.15 + 0.2 * legend_rows) / height, 1, 1))
     return fig
+
+
+def worker_lanes(packs: list[Mapping[str, Any]]) -> dict[int, tuple[int, str]]:
+    """Each worker that trained a pack (``executor=ray``'s packs name theirs) to its lane's
+    row and label (``worker 1 · <host> <node>``), by worker number; none for a local run."""
+    where = {p["worker"]: (p.get("host"), p.get("node")) for p in packs
+             if p.get("worker") is not None}
+    return {worker: (i, f"worker {worker} · {host or '?'} {(node or '?')[:8]}")
+            for i, (worker, (host, node)) in enumerate(sorted(where.items()))}
 
 
 def _bars(ax: Any, rows: list[int], left: float, width: float, **style: Any) -> None:

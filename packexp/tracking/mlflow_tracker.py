@@ -112,6 +112,8 @@ class MlflowTracker(Tracker):
             result.trial_id, event.trial.hparams,
             {**event.tags, "bracket": result.bracket, "rung": result.rung,
              "pack_id": result.pack_id, "fused": str(pack.fused).lower(),
+             # Under executor=ray, where the rung trained: the worker, its node and host.
+             "worker": pack.worker, "node": pack.node, "host": pack.host,
              "xla": str(pack.xla).lower(), "grouped_conv": pack.grouped_conv,
              "promoted_from": event.promoted_from},
             result.epochs,

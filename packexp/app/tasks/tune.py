@@ -183,7 +183,7 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
     started = time.perf_counter()
     if isinstance(parts.strategy, WeighsCosts):
         parts.strategy.prepare(parts.device(run_dir, facts, executor.on_device, capacity,
-                                            cache.data.train_size))
+                                            cache.data.train_size, executor.place()))
     seconds = time.perf_counter() - started  # within the phase the mark ends
     mark("calibration")
     return capacity, source, probes, seconds
