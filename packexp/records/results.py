@@ -27,8 +27,9 @@ def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: Bes
     phases = {k: round(sum(getattr(p, k) for p in packs), 4) for k in PHASES}
     return {**facts, "objective": objective.to_dict(),
             "wall_time_s": round(wall_time_s, 3), "phases": phases,
+            # A search that sent no pack (its budget spent first) searched for no time.
             "train_share": round(phases["train_s"] / wall_time_s, 4) if wall_time_s > 0
-            else None,
+            else 0.0,
             "reused_packs": sum(p.reused for p in packs),
             "programs": sum(p.programs for p in packs),
             "eval_programs": sum(p.eval_programs for p in packs),

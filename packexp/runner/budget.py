@@ -13,8 +13,9 @@ from packexp.errors import is_number, positive_int
 
 @dataclass(frozen=True)
 class Budget:
-    """``time_s``: seconds of searching, every session of a resumed run counted; ``trials``:
-    the most configurations drawn. None: no limit."""
+    """``time_s``: seconds of searching, every session of a resumed run counted, each from its
+    first pack (``PackedSearch.searched_s``: not the start-up, the calibration or the first
+    plan's probes); ``trials``: the most configurations drawn. None: no limit."""
 
     time_s: float | None = None
     trials: int | None = None
@@ -37,6 +38,13 @@ class Budget:
             return None
         return (f"budget.trials={self.trials}: {drawn} configurations drawn, the next plan "
                 f"draws {draw}")
+
+
+def unscored(stopped: str, resume: str) -> str:
+    """What a search its budget stopped before any trial was scored says (``stopped``: why,
+    ``resume``: the command that goes on where it stopped)."""
+    return (f"the budget ended the search before any trial was scored ({stopped}); no best "
+            f"configuration yet: resume it with a larger budget: {resume}")
 
 
 NO_BUDGET = Budget()

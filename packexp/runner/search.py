@@ -89,7 +89,8 @@ class PackedSearch:
             resume's journal read back. Checkpoints go to its run directory's
             ``checkpoints/``.
         listeners: Who hears the events, after the study has them.
-        started: ``time.perf_counter()`` when the search's clock started.
+        started: ``time.perf_counter()``: the search's clock until its first pack is sent,
+            which restarts it (``searched_s``).
     """
 
     space: SearchSpace
@@ -140,6 +141,15 @@ class PackedSearch:
         """``time.time()`` when the first pack began; None before."""
         return self.dispatch.first_pack_at
 
+    def searched_s(self) -> float:
+        """Seconds searched, every session counted: this session's from its first pack on
+        (what came before it, the calibration and the first plan's probes included, is
+        start-up, not search), and the sessions' before. ``budget.time_s`` counts these, and
+        they are ``results.json``'s ``wall_time_s``, which ``startup_s`` adds up with."""
+        if self.first_pack_at is None:
+            return self.study.earlier_s
+        return self.study.earlier_s + max(0.0, time.perf_counter() - self.ledger.started)
+
     @property
     def objective(self) -> Objective:
         """What the search tunes for: the study's, which ranks the best by it too."""
@@ -176,7 +186,7 @@ class PackedSearch:
                 while self.executor.free():
                     decisions = policy.decide(len(queue))
                     if (decisions or queue) and (stop := self.settings.budget.out_of_time(
-                            self.study.earlier_s + time.perf_counter() - self.started)):
+                            self.searched_s())):
                         self.stopped = stop  # the packs in flight finish; nothing new starts
                         break
                     made = self._carry_out(decisions, policy, queue)

@@ -116,3 +116,18 @@ def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, c
     # It hands over the unbroken run's models, whichever session scored them.
     assert kept_models(cut) == kept_models(tmp_path / "whole") != {}
     assert not (cut / "checkpoints" / "kept").exists()
+
+
+@pytest.mark.tf  # composing mlp3's config imports Keras
+def test_a_budget_that_ends_before_any_score_says_so_in_one_line(tmp_path, caplog):
+    """experiment=quick's first plan draws 3 configurations: a budget of 2 draws none, and
+    the run says so, with the command that resumes it (a library call logs it as a warning
+    too: its warnings reach stderr)."""
+    results = search_on_fake(tmp_path, "experiment=quick", "tracking=none", "budget.trials=2")
+    assert results["best"] is None and results["stopped"].startswith("budget.trials=2")
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+              and "before any trial was scored" in r.getMessage()]
+    assert line.startswith(f"the budget ended the search before any trial was scored "
+                           f"({results['stopped']}); no best configuration yet: resume it "
+                           "with a larger budget: ")
+    assert "resume=true" in line and str(tmp_path) in line

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from packexp import startup
+from packexp.app.interrupts import job_resume_command
 from packexp.app.session import checked_records, command_started, comparable, tracked
 from packexp.app.tasks.plan import plan_dict
 from packexp.app.tasks.refit import refit_after_search
@@ -26,6 +27,7 @@ from packexp.listeners import SearchProgress
 from packexp.records.report import print_summary
 from packexp.records.search_result import SearchResult
 from packexp.runner import PackedSearch, SearchSettings, Study
+from packexp.runner.budget import unscored
 from packexp.runner.keep import BEST, KeepModels, keep_setting
 from packexp.runner.signals import held
 from packexp.space import Trial
@@ -62,7 +64,6 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
             mark("tracker")
             capacity, source, probes, calibration_s = prepare(
                 parts, cache, executor, facts, run_dir)
-            started = time.perf_counter() - calibration_s  # the search's clock
             calibration = (parts.strategy.calibration_used()
                            if isinstance(parts.strategy, WeighsCosts) else None)
             if calibration:  # on the run now: an interrupted search shows it too
@@ -79,7 +80,7 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                         lr_horizon=scheduler.horizon_epochs, probe_seconds=probes.seconds,
                         train_size=cache.data.train_size, budget=budget_of(cfg),
                         keep=keep_of(cfg, parts.objective)),
-                    sampler=parts.sampler, started=started)
+                    sampler=parts.sampler)
                 if study.resumed:
                     log.info("resuming: %d member results from %s", study.replayed.members,
                              study.journal.path)
@@ -90,7 +91,7 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                 else:
                     log.info("search stopped early: %s", search.stopped)
             result = study.result(
-                wall_time_s=time.perf_counter() - started + study.earlier_s,
+                wall_time_s=search.searched_s(),  # from the first pack: startup_s adds up
                 models=hand_over(search, cache, run_dir, parts.trainer),
                 mlflow_run_id=tracker.run_id, **parts.facts(),
                 calibration_s=round(calibration_s, 3), calibration=calibration,
@@ -104,6 +105,9 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
             if where := log_best_model(tracker, result, run_dir, parts.dataset, cfg):
                 result = result.with_keys(mlflow_model=where)
             finish(result, study, listeners)
+            if search.stopped is not None and result.best is None:
+                log.warning(unscored(search.stopped, job_resume_command()
+                                     or f"resume=true hydra.run.dir={run_dir}"))
             if search.stopped is None:  # journaled as finished: no resume needs them
                 shutil.rmtree(search.store.kept_root, ignore_errors=True)
     print_summary(result, tracker.location, cfg.get("summary_top_k", 5), lost=tracker.lost)
