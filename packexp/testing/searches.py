@@ -1,9 +1,12 @@
 """Whole searches in this process, through the config (``search``, ``search_command``, and
-``search_on_fake`` on a ``FakeTrainer``), and the models a search kept (``kept_models``)."""
+``search_on_fake`` on a ``FakeTrainer``), the models a search kept (``kept_models``), and
+what a run's results say apart from timings and places (``outcome``, ``results_per_trial_and_
+rung``), to compare runs that trained the same plan elsewhere."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from packexp.testing.config import compose_config
@@ -63,3 +66,25 @@ def kept_models(run_dir: Path) -> dict[str, tuple[str, str]]:
                                          for w in model.get_weights())).hexdigest()
         out[trial_id] = (kept["file"], digest)
     return out
+
+
+def outcome(run_dir: Path) -> dict:
+    """What ``results.json`` says apart from timings and where packs trained (and which packs
+    reused a worker's models): each trial's values, status, packs and every rung's epochs,
+    steps and scores; each pack's members, steps, fusion and splits; the best."""
+    results = json.loads((run_dir / "results.json").read_text())
+    return {"trials": {t["trial_id"]: (t["hparams"], t["status"], t["packs"],
+                                       [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"],
+                                         r["val_loss"], r["train_loss"]) for r in t["rungs"]])
+                       for t in results["trials"]},
+            "packs": [(p["pack_id"], p["members"], p["steps"], p["fused"], p["splits"])
+                      for p in results["packs"]],
+            "best": results["best"]}
+
+
+def results_per_trial_and_rung(run_dir: Path) -> Counter:
+    """How many results the journal holds for each (trial, rung): 1 each, unless a pack was
+    published twice."""
+    lines = (run_dir / "journal.jsonl").read_text().splitlines()
+    return Counter((r["trial_id"], r["rung"]) for r in map(json.loads, lines)
+                   if r["event"] == "result")

@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from packexp.testing.processes import describe, free_port, ray_processes, wait_until
-from packexp.testing.searches import search
+from packexp.testing.searches import outcome as scores
+from packexp.testing.searches import results_per_trial_and_rung, search
 
 pytest.importorskip("ray")
 
@@ -43,24 +43,6 @@ def finish(proc: subprocess.Popen, timeout_s: float = 240) -> tuple[int, str]:
         proc.communicate()
         raise
     return proc.returncode, err
-
-
-def scores(run_dir: Path) -> dict:
-    """What ``results.json`` says apart from timings (and which packs reused a worker's models)."""
-    results = json.loads((run_dir / "results.json").read_text())
-    return {"trials": {t["trial_id"]: (t["hparams"], t["status"], t["packs"],
-                                       [(r["rung"], r["epochs"], r["steps"], r["val_accuracy"],
-                                         r["val_loss"], r["train_loss"]) for r in t["rungs"]])
-                       for t in results["trials"]},
-            "packs": [(p["pack_id"], p["members"], p["steps"], p["fused"], p["splits"])
-                      for p in results["packs"]],
-            "best": results["best"]}
-
-
-def results_per_trial_and_rung(run_dir: Path) -> Counter:
-    lines = (run_dir / "journal.jsonl").read_text().splitlines()
-    return Counter((r["trial_id"], r["rung"]) for r in map(json.loads, lines)
-                   if r["event"] == "result")
 
 
 # ``python -m packexp`` whose first pack, on whichever worker trains it, kills its worker
@@ -109,8 +91,8 @@ def local_scores(tmp_path_factory) -> dict:
     return scores(run_dir)
 
 
-def test_a_worker_killed_mid_pack_is_restarted_and_its_pack_retried(tmp_path, ray_env,
-                                                                     local_scores):
+def test_a_worker_killed_mid_pack_is_replaced_and_its_pack_trained_again(tmp_path, ray_env,
+                                                                        local_scores):
     """Two CPU workers on a cluster of the run's own give the results of local, though one
     is killed mid-pack. (Without a kill, on a cluster it joins, the results of local:
     test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does, one worker; two
