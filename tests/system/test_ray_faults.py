@@ -120,12 +120,13 @@ def test_sigterm_under_ray_is_one_line_and_the_resume_equals_local(tmp_path, ray
     cluster (``ray_cluster`` checks), and the resume gives the local run's results."""
     run_dir = tmp_path / "run"
     journal = run_dir / "journal.jsonl"
+    # Each pack builds and traces its own program (the same numbers, bit for bit): long
+    # enough for the signal to land inside the search.
+    slow = ("pack.loop=off", "pack.reuse=0")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "packexp", *PLAN, "executor=ray", "executor.num_workers=1",
-         f"executor.address={ray_cluster.address}", f"hydra.run.dir={run_dir}",
-         # Each pack builds and traces its own program: long enough for the signal to land
-         # inside the search.
-         "pack.loop=off", "pack.reuse=0"],
+        [sys.executable, "-m", "packexp", *PLAN, *slow, "executor=ray",
+         "executor.num_workers=1", f"executor.address={ray_cluster.address}",
+         f"hydra.run.dir={run_dir}"],
         cwd=tmp_path, env=ray_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     try:
@@ -142,6 +143,6 @@ def test_sigterm_under_ray_is_one_line_and_the_resume_equals_local(tmp_path, ray
     assert "resume=true" in line and "executor=ray" in line, line
     assert "finished" not in {json.loads(r)["event"] for r in journal.read_text().splitlines()}
     # Resumed here, locally (executor keys may differ on a resume).
-    search(run_dir, *PLAN, "executor=local", "resume=true", strategy=None)
+    search(run_dir, *PLAN, *slow, "executor=local", "resume=true", strategy=None)
     assert set(results_per_trial_and_rung(run_dir).values()) == {1}
     assert outcome(run_dir) == local
