@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import re
 import sys
 import textwrap
@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra._internal.utils import _locate, get_args_parser  # instantiate's and Hydra's own
+from hydra._internal.utils import get_args_parser  # Hydra's own
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from packexp.config import constructor_default, register_resolvers
+from packexp.config.sources import UNKNOWN, docstring_of, source_default
 from packexp.errors import refuse
 
 WIDTH = 100  # columns of a line of help
@@ -79,7 +81,7 @@ def options_help(*groups: str, _root_: DictConfig) -> str:
             path = find_file(sources, f"{group}/{option}.yaml")
             note = file_note(path.read_text()) if path else ""
             lead = f"  {option:<{width - 1}}{'*' if option == chosen else ' '} "
-            lines.append((lead + shorten(note, WIDTH - len(lead))).rstrip())
+            lines.append(wrapped(note, lead, " " * len(lead)) if note else lead.rstrip())
         blocks.append("\n".join(lines))
     return template_text("\n\n".join(blocks) + "\n")
 
@@ -90,7 +92,30 @@ def config_help(*, _root_: DictConfig) -> str:
     without one, of its argument's entry in the target's docstring (Google style)."""
     notes = config_notes(_root_)
     cfg = OmegaConf.masked_copy(_root_, [k for k in _root_ if k != "hydra"])
-    return template_text("\n".join(config_lines(cfg, notes)))
+    with defaults_from_source():
+        return template_text("\n".join(config_lines(cfg, notes)))
+
+
+@contextlib.contextmanager
+def defaults_from_source() -> Iterator[None]:
+    """``${default:}`` resolved from the targets' source files (``config.sources``), so the
+    help imports no profile, dataset or model module, nor TensorFlow with them; a default
+    the source does not state in literals is read as a run reads it, by importing."""
+    OmegaConf.register_new_resolver("default", source_or_imported_default, replace=True)
+    try:
+        yield
+    finally:
+        register_resolvers()
+
+
+def source_or_imported_default(source: str = "", *, _parent_: DictConfig, _node_: Any) -> Any:
+    """``config.constructor_default``'s value, read from the source where it can be."""
+    target = source or _parent_.get("_target_")
+    if target is not None:
+        value = source_default(str(target), str(_node_._key()))
+        if value is not UNKNOWN:
+            return OmegaConf.create(list(value)) if isinstance(value, tuple) else value
+    return constructor_default(source, _parent_=_parent_, _node_=_node_)
 
 
 def config_lines(node: DictConfig, notes: Mapping[str, str], path: str = "",
@@ -209,13 +234,9 @@ def first_sentence(comment: list[str]) -> str:
 
 def docstring_note(target: Any, argument: str) -> str:
     """The first sentence of ``argument``'s entry in the Args section of ``target``'s
-    docstring (or of its class's ``__init__``); "" without one."""
-    try:
-        found = _locate(str(target))
-    except Exception:
-        return ""
-    for doc in (inspect.getdoc(found), inspect.getdoc(getattr(found, "__init__", None))):
-        entry = args_section(doc or "").get(argument)
+    docstring (or of its class's ``__init__``), read from its source; "" without one."""
+    for doc in docstring_of(target):
+        entry = args_section(doc).get(argument)
         if entry:
             return first_sentence([entry])
     return ""
@@ -247,19 +268,20 @@ def args_section(doc: str) -> dict[str, str]:
 
 
 def noted(line: str, note: str) -> str:
-    """``line`` and ``# note`` in the notes' column (or two spaces on), the note shortened so
-    the line fits ``WIDTH`` where it can."""
+    """``line`` and ``# note`` in the notes' column (or two spaces on), the note whole,
+    wrapped to ``WIDTH`` on comment lines of its own in that column."""
     if not note:
         return line
     lead = line.ljust(NOTE_COLUMN - 1) + " # " if len(line) < NOTE_COLUMN - 1 else line + "  # "
-    return lead + shorten(note, max(WIDTH - len(lead), 24))
+    return wrapped(note, lead, " " * NOTE_COLUMN + "# ")
 
 
-def shorten(text: str, width: int) -> str:
-    """``text`` cut at a word to ``width`` columns, ``...`` where cut."""
-    if len(text) <= width:
-        return text
-    return textwrap.shorten(text, width, placeholder=" ...", break_on_hyphens=False)
+def wrapped(text: str, lead: str, indent: str) -> str:
+    """``lead`` and ``text`` wrapped at words to ``WIDTH`` columns, each further line
+    starting with ``indent``: a sentence is never cut (at least 24 columns of it a line)."""
+    return "\n".join(textwrap.wrap(text, max(WIDTH, len(lead) + 24), initial_indent=lead,
+                                    subsequent_indent=indent, break_long_words=False,
+                                    break_on_hyphens=False))
 
 
 def flow(value: Any) -> str:

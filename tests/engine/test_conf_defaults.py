@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from packexp.config import config_errors, instantiate
+from packexp.config.sources import source_default
 from packexp.errors import ConfigError
 from packexp.testing.config import CONF_DIR, compose_config
 
@@ -61,6 +62,25 @@ def test_every_default_key_resolves_to_its_constructors_default(path):
             got = cfg[key]  # only this key: others may name the root's (${seed})
             got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
             assert got == (list(default) if isinstance(default, tuple) else default)
+
+
+def _default_keys(node: dict, target: str | None, where: str = ""):
+    """(key, the target it defaults from, its node's dotted place) of each ${default:}."""
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _default_keys(value, value.get("_target_"), f"{where}{key}.")
+        elif isinstance(value, str) and value.startswith("${default:"):
+            yield key, value[len("${default:"):-1] or target, where
+
+
+@pytest.mark.parametrize("path", [*FILES, Path(CONF_DIR) / "config.yaml"])
+def test_every_default_key_reads_the_same_from_its_source(path):
+    """--help resolves ${default:} from the target's source, not by importing it
+    (``config.sources``): the value must be the signature's, key for key."""
+    node = OmegaConf.to_container(OmegaConf.load(path))
+    for key, target, where in _default_keys(node, node.get("_target_")):
+        parameter = inspect.signature(hydra.utils.get_object(target)).parameters[key]
+        assert source_default(target, key) == parameter.default, f"{where}{key} ({target})"
 
 
 @pytest.mark.tf  # the profile's module, whose default it reads, imports TensorFlow

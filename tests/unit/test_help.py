@@ -1,13 +1,15 @@
 """python -m packexp --help, and --help GROUP, as a user runs them (in this process:
-``packexp.testing.command``)."""
+``packexp.testing.command``): no TensorFlow imported (``markers_tell_the_truth``), every
+note whole."""
 
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
-from packexp.app.help import WIDTH, help_argv
+from packexp.app.help import NOTE_COLUMN, WIDTH, help_argv, key_notes
 from packexp.testing.command import Result, run_command
 from packexp.testing.config import ROOT
 
@@ -28,9 +30,6 @@ def line_of(text: str, key: str) -> str:
     return found.group(0)
 
 
-# The config's help imports the target of each ${default:} key for its docstring, and
-# TensorFlow with them.
-@pytest.mark.tf
 def test_help_shows_resolved_values_each_with_its_comment(default_help):
     out = default_help
     assert out.returncode == 0, out.stderr[-2000:]
@@ -46,7 +45,6 @@ def test_help_shows_resolved_values_each_with_its_comment(default_help):
     assert max(map(len, out.stdout.splitlines())) <= WIDTH
 
 
-@pytest.mark.tf
 def test_help_lists_the_groups(default_help):
     assert default_help.returncode == 0, default_help.stderr
     for group in ("model", "dataset", "search_space", "strategy", "scheduler", "tracking",
@@ -54,13 +52,58 @@ def test_help_lists_the_groups(default_help):
         assert f"{group}:" in default_help.stdout
 
 
-@pytest.mark.tf
 def test_help_after_overrides_shows_the_chosen_options_keys(tmp_path):
     out = run_command("strategy=knn", "scheduler.R=27", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "# knn: The paper's kNN packing" in line_of(out.stdout, "strategy")
     assert re.match(r" +threshold: null +# Largest L1 distance", line_of(out.stdout, "threshold"))
     assert line_of(out.stdout, "R").startswith("  R: 27 ")
+
+
+def test_help_imports_no_tensorflow_nor_the_targets_of_its_defaults(default_help):
+    # The targets of ${default:} (a profile, with TensorFlow) are read from their source
+    # (``packexp.config.sources``), not imported.
+    assert default_help.returncode == 0
+    assert re.match(r" +num_models: \[1, 2, 4, 8\] +# Values of N", line_of(default_help.stdout,
+                                                                       "num_models"))
+    for module in ("tensorflow", "packexp.profile.num_models"):
+        assert module not in sys.modules, module
+
+
+def notes_of(text: str) -> dict[str, str]:
+    """Each key line's note with its continuation lines (``# ...`` in the notes' column)."""
+    notes: dict[str, str] = {}
+    key = None
+    for line in text.partition("== Config ==")[2].splitlines():
+        if line.startswith(" " * NOTE_COLUMN + "# ") and key is not None:
+            notes[key] += " " + line.strip().removeprefix("# ")
+        elif (found := re.match(r"( *[\w.]+):.*?  # (.*)$", line)) is not None:
+            key = found.group(1)
+            notes[key] = found.group(2)
+        else:
+            key = None
+    return notes
+
+
+def test_help_notes_are_whole_sentences_never_cut(default_help):
+    notes = notes_of(default_help.stdout)
+    conf = key_notes((ROOT / "conf" / "config.yaml").read_text())
+    for line_key, key in [("seed", "seed"), ("budget", "budget"), ("  time_s", "budget.time_s"),
+                          ("  fusion", "pack.fusion"), ("keep_models", "keep_models")]:
+        assert " ".join(notes[line_key].split()) == " ".join(conf[key].split()), key
+    assert notes["seed"] == ("Root seed: derives the data split, the sampling, each trial's "
+                             "initial weights and data order, and the strategy's random choices.")
+    assert not any(note.endswith(" ...") for note in notes.values())
+    assert max(map(len, default_help.stdout.splitlines())) <= WIDTH
+
+
+def test_help_of_a_group_wraps_a_long_note_whole(tmp_path):
+    out = run_command("--help", "scheduler", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    asha = out.stdout.partition("  asha")[2].partition("\n  hyperband")[0]
+    assert " ..." not in asha
+    assert " ".join(asha.split()).endswith('(README, "Asynchronous halving").')
+    assert max(map(len, out.stdout.splitlines())) <= WIDTH
 
 
 def test_help_of_a_group_describes_each_option(tmp_path):
