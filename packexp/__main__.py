@@ -31,11 +31,13 @@ def run() -> None:
             mark("python")
             from packexp.app.cli import main
             from packexp.app.help import help_argv
+            from packexp.app.typos import typos_refused
 
             mark("imports")
 
             sys.argv[1:] = help_argv(sys.argv[1:])  # --help GROUP, which Hydra cannot parse
-            main()
+            with typos_refused():  # one line for a key or option misspelt, as for a bad value
+                main()
         except SystemExit as exit_:
             code = exit_.code
         raise_if_interrupted()  # one a finalizer swallowed after the job's last dispatch

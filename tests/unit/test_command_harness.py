@@ -38,9 +38,9 @@ def test_a_refusal_is_exit_2_and_one_line_naming_the_key(tmp_path):
 
 
 def test_hydra_s_error_is_its_report_not_a_traceback(tmp_path):
-    out = run_command("strategy=best_fit", cwd=tmp_path)
+    out = run_command("+seed=1", cwd=tmp_path)  # a typo's is packexp's line (test_typos.py)
     assert out.returncode == 1
-    assert out.stderr.startswith("In 'config': Could not find 'strategy/best_fit'")
+    assert out.stderr.startswith("Could not append to config. An item is already at 'seed'.")
     assert "Traceback" not in out.stderr
 
 
@@ -54,7 +54,8 @@ def process_state() -> dict:
             "warnings": (list(warnings.filters), warnings.showwarning)}
 
 
-@pytest.mark.parametrize("args", [REFUSED, ("--help", "strategy"), ("strategy=best_fit",)])
+@pytest.mark.parametrize("args", [REFUSED, ("--help", "strategy"), ("strategy=best_fit",),
+                                  ("+seed=1",)])
 def test_the_process_is_left_as_it_was(tmp_path, args):
     before = process_state()
     run_command(*args, cwd=tmp_path)
