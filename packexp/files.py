@@ -23,6 +23,25 @@ def naming(path: str | Path) -> Iterator[None]:
         raise
 
 
+def packexp_home() -> Path | None:
+    """Where packexp keeps what serves every run of a user: ``$PACKEXP_HOME``, else
+    ``~/packexp``; None where the user has no home directory (a container's arbitrary user)."""
+    if os.environ.get("PACKEXP_HOME"):
+        return Path(os.environ["PACKEXP_HOME"]).expanduser()
+    try:
+        return Path.home() / "packexp"
+    except RuntimeError:
+        return None
+
+
+def home_path(name: str) -> str:
+    """``${packexp_home:name}``: ``name`` in packexp's home, so a run in any directory finds
+    what an earlier run kept there (calibrations, memory probes); ``outputs/<name>``, in the
+    directory the command runs in, for a user without a home."""
+    home = packexp_home()
+    return str(home / name) if home is not None else f"outputs/{name}"
+
+
 def write_json(path: Path, payload: Any) -> None:
     """Writes atomically: a reader sees the old file or the new one, never half of one.
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import random
 import shutil
 import sys
@@ -24,7 +23,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp.errors import ConfigError
-from packexp.files import conf_dir
+from packexp.files import conf_dir, packexp_home
 from packexp.records.search_result import SearchResult
 from packexp.runner.study import load
 
@@ -182,13 +181,11 @@ def refit(run_dir: str | Path, epochs: float | None = None) -> Path:
 
 def home() -> Path:
     """Where ``tune`` keeps what no argument places: ``$PACKEXP_HOME``, else ``~/packexp``."""
-    if os.environ.get("PACKEXP_HOME"):
-        return Path(os.environ["PACKEXP_HOME"]).expanduser()
-    try:
-        return Path.home() / "packexp"
-    except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary user)
+    where = packexp_home()
+    if where is None:  # no HOME and no passwd entry (a container's arbitrary user)
         raise ConfigError("PACKEXP_HOME: not set, and this user has no home directory; set "
-                          "PACKEXP_HOME=<a directory>, or give run_dir=") from None
+                          "PACKEXP_HOME=<a directory>, or give run_dir=")
+    return where
 
 
 # Keys whose default is a path under the working directory's outputs/, as the command line

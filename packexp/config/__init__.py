@@ -78,9 +78,12 @@ def config_error_in(error: BaseException) -> ConfigError | None:
 
 
 def register_resolvers() -> None:
-    """Lets configs use ``${default:}``; before Hydra resolves anything (``--cfg job
-    --resolve``), and on importing this module."""
+    """Lets configs use ``${default:}`` and ``${packexp_home:name}`` (``files.home_path``);
+    before Hydra resolves anything (``--cfg job --resolve``), and on importing this module."""
+    from packexp.files import home_path
+
     OmegaConf.register_new_resolver("default", constructor_default, replace=True)
+    OmegaConf.register_new_resolver("packexp_home", home_path, replace=True)
 
 
 register_resolvers()

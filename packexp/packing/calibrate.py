@@ -10,9 +10,9 @@ first packs of their keys to train in (``PackCache.clear``); a looped program, k
 process, still serves the search.
 
 It is kept per device and structure: in the run directory (a resumed run reads it back, so
-it plans as the first session did) and under ``strategy.calibration_dir`` (the command's
-``outputs/calibration/``, ``packexp.tune``'s ``$PACKEXP_HOME/calibration``), where later
-runs on the same device, model, data shape and pack settings find it.
+it plans as the first session did) and under ``strategy.calibration_dir`` (packexp's home,
+``$PACKEXP_HOME/calibration``, by default), where later runs on the same device, model, data
+shape and pack settings find it, from whatever directory they run in.
 """
 
 from __future__ import annotations
@@ -33,20 +33,33 @@ from packexp.packing.program import MemberFacts
 from packexp.packing.trainer import train_group
 from packexp.space import Trial
 from packexp.space.options import FUSED, PackSettings, choose_program, member_bucket
-from packexp.strategies.calibration import CycleTiming, Measurement, PackTiming
+from packexp.strategies.calibration import (
+    FALLBACK,
+    LIMIT_S,
+    CycleTiming,
+    Measurement,
+    PackTiming,
+)
 
 log = logging.getLogger(__name__)
 
-VERSION = 5  # bumped whenever a record's fields change
+VERSION = 6  # bumped whenever a record's fields change
 TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
 CYCLES = 5  # whole single packs timed as the search runs them (``pack_s``)
+CNN_CYCLES, CNN_CYCLE_STEPS = 2, 12  # a CNN's cycles: fewer and shorter (its steps are slow)
 
 
 def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
               max_members: int, fits: Callable[[list[Trial]], bool],
-              longest_steps: int) -> dict:
-    """Measures the packs a cost model is fitted to.
+              longest_steps: int, limit_s: float = LIMIT_S) -> dict:
+    """Measures the packs a cost model is fitted to, for at most about ``limit_s`` seconds.
+
+    Nothing new is measured once ``limit_s`` have passed (a pack under way finishes). A CNN
+    measures its single, a pair and its other singles first, then larger packs, and fewer,
+    shorter cycles. Where even a single and a pair did not fit in the time, the record is
+    a fallback (``{"fallback": FALLBACK, "why": ...}``): the strategy plans as ``knn`` does,
+    and the programs traced meanwhile serve its packs.
 
     Args:
         cache: The run's pack cache (its pack settings are the ones measured).
@@ -55,8 +68,13 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
         max_members: Most members per pack.
         fits: Whether a group of trials fits the device's capacity.
         longest_steps: Most steps a pack trains in one rung (whether XLA can come in).
+        limit_s: Seconds after which nothing new is measured.
     """
     started = time.perf_counter()
+
+    def spent() -> float:
+        return time.perf_counter() - started
+
     low, high = min(batch_sizes), max(batch_sizes)
     middle = sorted(batch_sizes)[len(batch_sizes) // 2]
     count = iter(range(10**6))
@@ -94,14 +112,30 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
         specs += [("off", n, b) for n in counts for b in (middle, high)]
         if fuse:
             specs += [("on", n, b) for n in counts for b in (middle, high)]
-    packs = []
+        if cnn:  # what a fit needs first: a single and a pair; its steps are slow
+            specs.sort(key=lambda spec: (spec[1] > 2, spec[1] == 1 and spec[2] != middle))
+    packs, cut = [], False
+    member_s = 0.0  # a member's share of a measurement, per example of its batch, once known
     for fusion, n, batch in specs:
         group = trials(n, batch)
         if n > 1 and not fits(group):
             continue
+        if spent() + member_s * n * batch > limit_s:  # it would end past the limit
+            cut = True
+            continue
+        t0 = time.perf_counter()
         packs.append(_measure(cache, group, fusion))
-    cycles = _cycles(cache, trials(CYCLES, high))
-    build_s, load_s = _member_times(cache, trials(3, middle))
+        if not member_s:  # the first: a single, less its set-up (tracing, compiling)
+            member_s = (time.perf_counter() - t0 - (packs[-1].setup_s or 0.0)) / batch
+    if cut and not any(len(p.batches) > 1 for p in packs):
+        return {"fallback": FALLBACK, "seconds": round(spent(), 3),
+                "why": f"measuring {len(packs)} single{'' if len(packs) == 1 else 's'} took "
+                       f"{spent():.1f} s, and a pack of two would take it past the "
+                       f"{limit_s:g} s a calibration may take"}
+    cycles = ([] if spent() > limit_s else
+              _cycles(cache, trials(CNN_CYCLES, high), CNN_CYCLE_STEPS) if cnn
+              else _cycles(cache, trials(CYCLES, high)))
+    build_s, load_s = _member_times(cache, trials(1 if cnn else 3, middle))
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         for i in range(3):
@@ -151,13 +185,16 @@ def _measure(cache: PackCache, group: list[Trial], fusion: str) -> PackTiming:
                       bool(first.looped))
 
 
-def _cycles(cache: PackCache, group: list[Trial]) -> list[CycleTiming]:
-    """Fresh trials trained one epoch each as singles, the way the search trains a pack
-    (``train_group``: a kept pack checked out, trained, evaluated, its states taken and
-    checked in), each timed whole: what a pack costs beyond its steps and evaluation."""
+def _cycles(cache: PackCache, group: list[Trial], steps: int | None = None) -> list[CycleTiming]:
+    """Fresh trials trained one epoch each (``steps``: about that many steps, where fewer)
+    as singles, the way the search trains a pack (``train_group``: a kept pack checked out,
+    trained, evaluated, its states taken and checked in), each timed whole: what a pack
+    costs beyond its steps and evaluation."""
     out = []
     for trial in group:
-        [run] = train_group([trial], cache, epochs=1.0, states={}, fusion="off")
+        per_epoch = max(1, cache.data.train_size // trial.batch_size)
+        epochs = 1.0 if steps is None else min(1.0, steps / per_epoch)
+        [run] = train_group([trial], cache, epochs=epochs, states={}, fusion="off")
         out.append(CycleTiming((trial.batch_size,), (run.stats.steps,),
                                run.stats.trace_s > 0, time.perf_counter() - run.started))
     return out
@@ -201,7 +238,6 @@ def calibration_args(hparams: Mapping[str, Any], batch_sizes: Sequence[int],
 def calibrate_here(cache: Any, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
                    max_members: int, fits: Fits, longest_steps: int) -> dict:
     """A calibration measured on this process's device (``Executor.on_device``)."""
-    log.info("cost model: calibrating on this device")
     record = calibrate(cache, hparams, batch_sizes, max_members, fits, longest_steps)
     # The search starts from an empty cache, as it does on a calibration read back: what a
     # plan reuses must not depend on whether the calibration was measured in this process.

@@ -18,6 +18,8 @@ from packexp.files import write_json
 log = logging.getLogger(__name__)
 
 RUN_FILE = "calibration.json"  # the run directory's copy
+LIMIT_S = 15.0  # a calibration measures nothing new once it has run this long
+FALLBACK = "knn"  # what a strategy plans as where no calibration fits in LIMIT_S
 
 
 def calibration_key(facts: Mapping[str, Any]) -> str:
@@ -197,11 +199,21 @@ def load_or_calibrate(run_file: Path, kept_dir: Path | None, facts: Mapping[str,
             return Calibration(record, source, path, checked)
         if path == run_file:
             log.warning("calibration %s is for other settings; measuring again", path)
+    log.info(calibrating_line(kept_dir / f"{key}.json" if kept_dir is not None else None))
     record = {"key": key, "facts": dict(facts), **measure()}
     write_json(run_file, record)
     if kept_dir is not None:
         write_json(kept_dir / f"{key}.json", record)
     return Calibration(record, "measured", run_file)
+
+
+def calibrating_line(kept: Path | None) -> str:
+    """What a run that measures a calibration says first: how long, and where it is kept."""
+    where = (f"kept in {kept} for every later search of this model and data shape on this "
+             "device, from any directory" if kept is not None
+             else "kept in the run directory only (strategy.calibration_dir=null)")
+    return (f"cost model: calibrating on this device, once: at most about {LIMIT_S:g} s "
+            f"(else it plans as strategy={FALLBACK}); {where}")
 
 
 def load_pinned(path: Path, run_file: Path, facts: Mapping[str, Any],

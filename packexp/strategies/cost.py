@@ -48,7 +48,14 @@ from packexp.space.options import (
     why_not_fusable,
 )
 from packexp.strategies.base import Capacity, Device, Planned, RungContext, Strategy
-from packexp.strategies.calibration import Measurement, PackTiming, calibration_for
+from packexp.strategies.calibration import (
+    FALLBACK,
+    LIMIT_S,
+    Measurement,
+    PackTiming,
+    calibration_for,
+)
+from packexp.strategies.knn import KnnStrategy
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +259,25 @@ class CostModel:
                 + (n * self.checkpoint_s if checkpoint else 0.0))
 
 
+def fitted(record: Mapping[str, Any]) -> CostModel | None:
+    """A calibration record's cost model; None for a fallback record (no calibration fitted
+    in ``LIMIT_S``), whose ``why`` must say why. Raises where it is neither."""
+    if "fallback" not in record:
+        return CostModel.fit(record)
+    if record["fallback"] != FALLBACK or not isinstance(record.get("why"), str):
+        raise ValueError(f"fallback={record['fallback']!r}: not {FALLBACK!r} with a why")
+    return None
+
+
+def fallback_line(why: str, path: Any, measured: bool) -> str:
+    """What a cost strategy that plans as ``FALLBACK`` says, once per run."""
+    return (f"strategy=cost plans as strategy={FALLBACK} here (by distance, not measured "
+            f"costs): its calibration does not fit in {LIMIT_S:g} s on this device ({why}); "
+            + ("kept with the calibrations" if measured else f"read from {path}")
+            + ", so later runs of this model and data shape plan so at once; "
+            "strategy.recalibrate=true tries again")
+
+
 class CostStrategy(Strategy):
     """Packs a rung as the cost model predicts fastest; singletons where packing loses. It
     weighs costs (``WeighsCosts``): ``prepare`` fits its model to the device's calibration.
@@ -260,20 +286,22 @@ class CostStrategy(Strategy):
         seed: Unused (the plan is deterministic in the trials and the calibration); kept
             for the strategy interface.
         calibration_dir: Where calibrations are kept across runs, one file per device and
-            structure; relative to the directory the command runs in (``packexp.tune``
-            keeps it in packexp's home, ``$PACKEXP_HOME/calibration``).
+            structure (a relative path: to the directory the command runs in); None keeps
+            none. The config's default is packexp's home, ``$PACKEXP_HOME/calibration``
+            (``conf/strategy/cost.yaml``), for every directory alike.
         recalibrate: Measure afresh even where a kept calibration matches.
         calibration: A calibration file to plan with, whatever device measured it (a copy
             of a run's ``calibration.json``, to pin a plan); null: the above.
     """
 
-    def __init__(self, seed: int = 0, calibration_dir: str = "outputs/calibration",
+    def __init__(self, seed: int = 0, calibration_dir: str | None = None,
                  recalibrate: bool = False, calibration: str | None = None) -> None:
         super().__init__(seed)
         self.calibration_dir = calibration_dir
         self.recalibrate = bool(recalibrate)
         self.calibration = calibration
         self.used: Any = None  # the Calibration planned with, once prepared
+        self.fallback: Strategy | None = None  # what plans where no calibration fitted
         self.costs: CostModel | None = None
         self.chosen: dict[str, int] = {}  # which candidate won, per plan (for the record)
         self._memo: dict[tuple, tuple] = {}
@@ -288,9 +316,14 @@ class CostStrategy(Strategy):
         ``calibration`` names, one kept under ``calibration_dir`` for the same facts, or one
         measured there now."""
         used = calibration_for(device, self.calibration, self.calibration_dir,
-                               self.recalibrate, check=CostModel.fit)
-        self.use_costs(used.checked or used.record)  # a record read back is fitted once
+                               self.recalibrate, check=fitted)
         self.used = used
+        if used.record.get("fallback"):
+            self.fallback, self.costs = KnnStrategy(seed=self.seed), None
+            log.warning(fallback_line(used.record["why"], used.path, used.measured))
+            return
+        self.fallback = None
+        self.use_costs(used.checked or used.record)  # a record read back is fitted once
         error = self.costs.error
         log.info("cost model: calibration %s (digest %s), %s; step times fitted within %.0f%% "
                  "(median), %.0f%% (max) over %d packs", used.record["key"],
@@ -307,6 +340,8 @@ class CostStrategy(Strategy):
         return [group for group, _ in self.plan(trials, capacity, rung)]
 
     def plan(self, trials: Sequence[Trial], capacity: Capacity, rung: RungContext) -> list[Planned]:
+        if self.fallback is not None:
+            return self.fallback.plan(trials, capacity, rung)
         if self.costs is None:
             raise RuntimeError("strategy=cost has no cost model: call use_costs first")
         if not trials:

@@ -83,3 +83,34 @@ def test_cnn_fused_packs_are_measured_only_where_the_run_would_fuse_them(fusion)
     assert record["settings"]["fusable"] is True
     assert {p["fusion"] for p in record["packs"]} == ({"off", "on"} if fused_here else {"off"})
     assert record["settings"]["looped"] is True
+
+
+def cnn_calibration(limit_s: float) -> tuple[dict, PackCache]:
+    data = DeviceData(synthetic.load(shape=[8, 8, 1], num_classes=3, train_size=256,
+                                     val_size=16))
+    ds = data.dataset
+
+    def make_member(t):
+        return Member.create(t, small_cnn, ds.input_shape, ds.num_classes, data.train_size)
+
+    options = {"fusion": "auto", "misaligned": "mask", "data_sharing": "gather",
+               "grouped_conv": "auto", "jit_compile": "auto", "chunk_steps": 50,
+               "eval_batch_size": 1024}
+    cache = PackCache(make_member, data, options, keep=8)
+    return calibrate(cache, {"batch_size": 8, "optimizer": "adam", "learning_rate": 0.01,
+                             "activation": "relu"}, [4, 6, 8], 4, lambda group: True, 100,
+                     limit_s=limit_s), cache
+
+
+def test_a_cnn_measures_a_single_and_a_pair_first_and_nothing_new_past_its_limit():
+    """A CNN's slow steps: its single and a pair come first, the larger packs only within
+    the limit; with no time for a pair, the record is a fallback that says why."""
+    whole, _ = cnn_calibration(limit_s=600)
+    assert [p["batches"] for p in whole["packs"]][:2] == [[6], [6, 6]]
+    # Two cycles of 12 steps, not five whole epochs (32 steps at batch 8).
+    assert [c["steps"] for c in whole["cycles"]] == [[12], [12]]
+    fallback, _ = cnn_calibration(limit_s=0)
+    assert fallback["fallback"] == "knn" and set(fallback) == {"fallback", "why", "seconds"}
+    assert fallback["why"].startswith("measuring 0 singles took ")
+    assert fallback["why"].endswith(", and a pack of two would take it past the 0 s a "
+                                    "calibration may take")

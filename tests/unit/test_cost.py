@@ -268,3 +268,69 @@ def test_a_single_amortises_its_set_up_over_the_structures_only_when_finite():
     assert endless == alone
     # Set-up 0.5 s shared by 1 + 12 / 4 singles.
     assert alone - shared == pytest.approx(0.5 * (1 - 1 / 4), abs=1e-9)
+
+
+def test_a_calibration_kept_by_a_search_in_one_directory_serves_one_in_another(
+        tmp_path, monkeypatch, caplog):
+    """The default calibration_dir is packexp's home, whatever directory the command runs
+    in; the first run says it calibrates, for how long at most and where it keeps it."""
+    from packexp.strategies import Device
+    from packexp.strategies.calibration import calibrating_line, calibration_key
+    from packexp.testing.config import compose_config
+
+    monkeypatch.setenv("PACKEXP_HOME", str(tmp_path / "home"))
+    cfg = compose_config(["strategy=cost"], strategy=None)
+    kept = []
+    for where in ("a", "b"):
+        (tmp_path / where / "run").mkdir(parents=True)
+        monkeypatch.chdir(tmp_path / where)
+        kept.append(cfg.strategy.calibration_dir)
+    assert kept == [str(tmp_path / "home" / "calibration")] * 2
+    measured = []
+    good = {**device(plain=(2e-3, 1e-3, 1e-5)), "seconds": 1.0}
+    for where in ("a", "b"):
+        monkeypatch.chdir(tmp_path / where)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, "packexp.strategies"):
+            CostStrategy(calibration_dir=kept[0]).prepare(
+                Device(tmp_path / where / "run", facts=lambda: {"cpu": "x"},
+                       measure=lambda: measured.append(1) or dict(good)))
+        said = [r.getMessage() for r in caplog.records if "calibrating" in r.getMessage()]
+        assert said == ([calibrating_line(tmp_path / "home" / "calibration" /
+                                          f"{calibration_key({'cpu': 'x'})}.json")]
+                        if where == "a" else [])
+    assert measured == [1]
+    assert said == [] and "at most about 15 s" in calibrating_line(None)
+
+
+def test_a_calibration_that_does_not_fit_its_time_plans_as_knn_and_says_so(tmp_path, caplog):
+    """A fallback record (the calibration ran out of time before a pack of two): one warning
+    naming what it plans as and why; kept, so the next run falls back without measuring."""
+    from packexp.strategies import Device
+    from packexp.strategies.knn import KnnStrategy
+
+    why = "measuring a single took 21.3 s of the 15 s a calibration may take"
+    measured = []
+
+    def prepared(run: str) -> CostStrategy:
+        (tmp_path / run).mkdir()
+        s = CostStrategy(calibration_dir=str(tmp_path / "kept"))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            s.prepare(Device(tmp_path / run, facts=lambda: {"cpu": "x"}, measure=lambda: (
+                measured.append(1) or {"fallback": "knn", "why": why, "seconds": 21.3})))
+        return s
+
+    for run, source in (("first", "measured"), ("second", "kept")):
+        s = prepared(run)
+        [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert line.startswith("strategy=cost plans as strategy=knn here (by distance, not "
+                               f"measured costs): its calibration does not fit in 15 s on "
+                               f"this device ({why}); ")
+        assert s.calibration_used()["source"] == source
+        ts = trials(12)
+        capacity = Capacity.members(4)
+        assert [g for g, _ in s.plan(ts, capacity, context(ts))] == KnnStrategy().pack(
+            ts, capacity)
+        assert s.predict(ts[:2], None, context(ts)) is None
+    assert measured == [1]
