@@ -1,0 +1,85 @@
+"""``executor=ray``'s pool without a cluster: its settings refused in one line, where its
+packs trained drawn as a lane per worker, and the place a calibration is kept for."""
+
+from __future__ import annotations
+
+import pytest
+
+from packexp.errors import ConfigError
+from packexp.executors.local import LocalExecutor
+from packexp.records import plots
+from packexp.testing.fake_trainer import FakeTrainer
+
+ray = pytest.importorskip("ray")
+
+
+def ray_executor(**settings):
+    from packexp.executors.ray import RayExecutor
+
+    return RayExecutor(None, "/tmp/unused", trainer=TensorFlowLike(), **settings)
+
+
+class TensorFlowLike(FakeTrainer):
+    """A trainer that measures its device, as TensorFlow's does (Ray takes no other)."""
+
+    measures_device = True
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("placement", "STRICT_PACK", "must be PACK or SPREAD"),
+    ("max_restarts", -1, "must be at least 0"),
+    ("max_task_retries", -2, "must be at least 0"),
+    ("num_workers", 0, "must be at least 1"),
+])
+def test_a_bad_pool_setting_is_one_line_naming_it(key, value, says):
+    with pytest.raises(ConfigError) as error:
+        ray_executor(**{key: value})
+    assert str(error.value).startswith(f"executor.{key}={value}: ")
+    assert says in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_calibration_on_ray_is_kept_for_its_workers_shape():
+    """A local run's calibrations keep their key; a Ray worker's CPUs and GPU share, and how
+    many workers share the machine, are part of a Ray run's."""
+    assert LocalExecutor(trainer=FakeTrainer()).place() == {"executor": "local"}
+    place = ray_executor(cpus_per_pack=2, gpus_per_pack=0.5).place()
+    assert place == {"executor": "ray", "cpus_per_pack": 2, "gpus_per_pack": 0.5,
+                     "workers": 0}  # none asked of a cluster yet
+
+
+def results(packs: list[dict]) -> dict:
+    trials = sorted({m for p in packs for m in p["members"]})
+    return {"strategy": "knn", "model": "mlp3", "dataset": "digits",
+            "objective": {"metric": "val_accuracy", "mode": "max"},
+            "trials": [{"trial_id": t, "bracket": 0, "status": "finished", "hparams": {},
+                        "rungs": [{"pack_id": p["pack_id"], "val_accuracy": 0.5}
+                                  for p in packs if t in p["members"]]} for t in trials],
+            "packs": packs}
+
+
+def pack(pack_id: str, members: list[str], start: float, end: float, **where) -> dict:
+    return {"pack_id": pack_id, "members": members, "epochs": 1, "bracket": 0, "rung": 0,
+            "started_s": start, "elapsed_s": end, "train_s": end - start, **where}
+
+
+def test_the_timeline_draws_a_lane_per_worker_above_the_trials():
+    node = "f" * 56
+    packs = [pack("p0", ["a", "b"], 0.0, 1.0, worker=0, node=node, host="127.0.0.1"),
+             pack("p1", ["c"], 0.2, 0.9, worker=2, node="e" * 56, host="10.0.0.2"),
+             pack("p2", ["a"], 1.0, 2.0, worker=0, node=node, host="127.0.0.1")]
+    assert plots.worker_lanes(packs) == {0: (0, "worker 0 · 127.0.0.1 ffffffff"),
+                                         2: (1, "worker 2 · 10.0.0.2 eeeeeeee")}
+    ax = plots.timeline_figure(results(packs)).axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[:2] == ["worker 0 · 127.0.0.1 ffffffff", "worker 2 · 10.0.0.2 eeeeeeee"]
+    assert [label.split()[0] for label in labels[2:]] == ["a", "b", "c"]
+    # Each lane names the packs its worker trained, where it trained them.
+    named = {(t.get_text(), t.get_position()[1]) for t in ax.texts}
+    assert {("p0", 0), ("p2", 0), ("p1", 1)} <= named
+
+
+def test_a_local_runs_timeline_has_no_lanes():
+    packs = [pack("p0", ["a", "b"], 0.0, 1.0), pack("p1", ["a"], 1.0, 2.0)]
+    assert plots.worker_lanes(packs) == {}
+    ax = plots.timeline_figure(results(packs)).axes[0]
+    assert [t.get_text().split()[0] for t in ax.get_yticklabels()] == ["a", "b"]
