@@ -93,9 +93,28 @@ def load(
                 if not magic_ok(f):
                     raise ConfigError(f"dataset.path: {f}: cannot decode image (not a JPEG or "
                                       "PNG image)")
+                if not ends_whole(f):
+                    # TensorFlow's decoder would log its own line of a cut JPEG before the
+                    # stream's error; PIL, which logs nothing, names the file now, at load.
+                    _decode(f, height, width)
             return streamed
     x = np.stack([_decode(f, height, width) for f in paths])
     return split("image_folder", x, y, val_fraction, seed, num_classes=len(classes))
+
+
+# How a whole file ends: JPEG's end-of-image marker, PNG's IEND chunk.
+END_MARKERS = (b"\xff\xd9", b"IEND\xaeB`\x82")
+
+
+def ends_whole(path: Path, tail: int = 1024) -> bool:
+    """Whether the image file's last ``tail`` bytes hold its format's end marker: a file cut
+    short (a copy or a download that stopped) does not. A whole file with data past the
+    marker (a camera's appended video) does not either, and decodes."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - tail))
+        end = f.read()
+    return any(marker in end for marker in END_MARKERS)
 
 
 def _streamed(paths: list[Path], y: np.ndarray, num_classes: int, size: tuple[int, int],

@@ -151,14 +151,14 @@ class TestBadInput:
         with pytest.raises(ConfigError, match=r"zz.png: cannot decode image"):
             image_folder.load(str(root), cache="none", val_fraction=0.5)
 
-    def test_a_truncated_image_names_its_file_when_read(self, tmp_path):
+    def test_a_truncated_image_names_its_file_at_load(self, tmp_path):
+        # Before TensorFlow's decoder sees it, which would log a line of its own first
+        # (tests/unit/test_data.py: the same without TensorFlow).
         root = photo_folder(tmp_path / "p", per_class=3)
         good = (root / "class0" / "000.jpg").read_bytes()
         (root / "class0" / "zz.jpg").write_bytes(good[: len(good) // 3])
-        data = image_folder.load(str(root), cache="none", val_fraction=0.5)
-        with pytest.raises(ConfigError, match=r"zz.jpg: cannot decode image"):
-            list(data.train_blocks(0, 0, data.train_size))
-            list(data.val_blocks(4))
+        with pytest.raises(ConfigError, match=r"zz.jpg: cannot decode image \(.*[Tt]runcated"):
+            image_folder.load(str(root), cache="none", val_fraction=0.5)
 
     def test_an_empty_folder_and_a_lone_image_are_refused_as_in_memory(self, tmp_path):
         (tmp_path / "empty").mkdir()

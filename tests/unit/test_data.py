@@ -206,6 +206,24 @@ class TestImageFolder:
             image_folder.load(str(folder))
         assert "\n" not in str(info.value)
 
+    @pytest.mark.parametrize("name", ["b.jpg", "a.png"])
+    def test_a_truncated_image_to_stream_is_named_at_load(self, images, tmp_path, name):
+        """Before TensorFlow's decoder reads it, which logs a line of its own (libjpeg's
+        "Premature end of JPEG data") ahead of packexp's."""
+        folder = Path(shutil.copytree(images, tmp_path / "images"))
+        cut = folder / "dog" / name
+        cut.write_bytes(cut.read_bytes()[:-40])
+        with pytest.raises(ConfigError, match=rf"^dataset\.path: {re.escape(str(cut))}: cannot "
+                                              r"decode image \(.+\)$"):
+            image_folder.load(str(folder), cache="none")
+
+    def test_data_past_a_whole_image_s_end_streams(self, images, tmp_path):
+        folder = Path(shutil.copytree(images, tmp_path / "images"))
+        whole = folder / "dog" / "b.jpg"
+        whole.write_bytes(whole.read_bytes() + bytes(4096))  # a camera's trailer
+        assert not image_folder.ends_whole(whole)
+        assert image_folder.load(str(folder), cache="none").train_size == 9
+
     @pytest.mark.parametrize("where", [None, "nowhere", "file.png"])
     def test_a_missing_folder_names_the_key(self, tmp_path, where):
         (tmp_path / "file.png").write_bytes(b"")
