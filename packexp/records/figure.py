@@ -1,5 +1,6 @@
 """Figures laid out once: ``records.plots``'s figures, made without pyplot, and
-``lay_out``, which the profiles' pyplot figures share; ``log_scaled``, their axes' rule."""
+``lay_out``, which the profiles' pyplot figures share; ``log_scaled`` and ``clipped_range``,
+their value axes' rules."""
 
 from __future__ import annotations
 
@@ -20,6 +21,29 @@ def log_scaled(values: list[float]) -> bool:
     """Whether a value axis is logarithmic: every value positive, spanning over 100 times
     (one near-diverged trial's loss would flatten the rest to a line at 0)."""
     return bool(values) and min(values) > 0 and max(values) > 100 * min(values)
+
+
+def clipped_range(values: list[float], kept: list[float]) -> tuple[float, float] | None:
+    """A value axis's range where a log axis cannot serve (a value at or below 0, as an
+    R\u00b2 of -1e18 is) and a few outliers would flatten the rest: the values within 50
+    median absolute deviations of the median, and every one of ``kept`` (the best so far),
+    padded 5%; None where the outliers stretch the axis less than 100 times that range."""
+    if len(values) < 3:
+        return None
+    ordered = sorted(values)
+    median = _median(ordered)
+    spread = _median(sorted(abs(v - median) for v in values)) or abs(median) or 1.0
+    inside = [v for v in values if abs(v - median) <= 50 * spread] + list(kept)
+    low, high = min(inside), max(inside)
+    span = (high - low) or spread
+    if ordered[-1] - ordered[0] <= 100 * span:
+        return None
+    return low - 0.05 * span, high + 0.05 * span
+
+
+def _median(ordered: list[float]) -> float:
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def new_figure(size: tuple[float, float]) -> tuple[Any, Any]:

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from packexp.objectives import NAMES as NAME
-from packexp.records.figure import lay_out, log_scaled, new_figure, png_figure_class
+from packexp.records.figure import (
+    clipped_range,
+    lay_out,
+    log_scaled,
+    new_figure,
+    png_figure_class,
+)
 from packexp.records.results import objective_of
 
 log = logging.getLogger(__name__)
@@ -366,9 +372,12 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
                        label=f"bracket {bracket} evaluation (size: epochs)")
         ax.annotate(f"{values[-1]:.4f}", (times[-1], values[-1]), textcoords="offset points",
                     xytext=(4, 6), fontsize=8)
-        ax.legend(loc="best", fontsize=8)
         if log_scaled([p[1] for p in points]):
             ax.set_yscale("log")
+        elif objective.metric != "val_accuracy" and (
+                clip := clipped_range([p[1] for p in points], values)) is not None:
+            _clip_axis(ax, points, *clip)
+        ax.legend(loc="best", fontsize=8)
     ax.set_xlim(0, end * 1.05)
     ax.set_xlabel("seconds since the search started")
     ax.set_ylabel(objective.name)
@@ -380,6 +389,21 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
                  fontsize=10)
     lay_out(fig)
     return fig
+
+
+def _clip_axis(ax: Any, points: list[tuple[float, float, int, float]], low: float,
+               high: float) -> None:
+    """The value axis from ``low`` to ``high``, each evaluation beyond it a triangle at the
+    edge it passed (``gid``: ``off axis``), their values in the legend."""
+    ax.set_ylim(low, high)
+    for edge, marker, beyond in ((high, "^", lambda v: v > high), (low, "v", lambda v: v < low)):
+        off = [p for p in points if beyond(p[1])]
+        if off:
+            shown = ", ".join(f"{p[1]:.3g}" for p in off[:3])
+            ax.scatter([p[0] for p in off], [edge] * len(off), marker=marker, s=40,
+                       color="firebrick", clip_on=False, zorder=3, gid="off axis",
+                       label=f"off the axis ({len(off)}): {shown}"
+                             + (f" and {len(off) - 3} more" if len(off) > 3 else ""))
 
 
 def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:

@@ -1,11 +1,15 @@
-"""A regression's pictures and summary: a log axis past a near-diverged trial, killed and
-failed trials told apart, every regression metric in the table."""
+"""A regression's pictures and summary: a log axis past a near-diverged trial (a clipped one
+where a log axis cannot take the values, as an R\u00b2's), killed and failed trials told apart,
+every regression metric in the table."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from packexp.records import plots
+from packexp.records.figure import clipped_range
 from packexp.records.report import print_summary
 from packexp.records.search_result import SearchResult
 
@@ -47,6 +51,31 @@ def test_a_near_diverged_trial_puts_the_best_so_far_on_a_log_axis():
         for r in t["rungs"]:
             r["val_accuracy"] = 0.5
     assert plots.best_so_far_figure(accuracy).axes[0].get_yscale() == "linear"
+
+
+def test_a_near_diverged_r2_clips_the_best_so_far_axis():
+    """R\u00b2 of a near-diverged trial is about -1.5e18: no log axis takes it, so the axis
+    holds the rest and the outlier is a triangle at its edge, its value in the legend."""
+    r2 = regression_results() | {"objective": {"metric": "val_r2", "mode": "max"}}
+    ax = plots.best_so_far_figure(r2).axes[0]
+    assert ax.get_yscale() == "linear"
+    low, high = ax.get_ylim()
+    assert -1 < low < 0.1 and 0.98 < high < 1.1  # 0.5, 0.1 and the best, 0.98, readable
+    off = [c for c in ax.collections if c.get_gid() == "off axis"]
+    assert len(off) == 1 and off[0].get_offsets()[0][1] == low
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "off the axis (1): -1.5e+18" in labels
+
+
+@pytest.mark.parametrize(("values", "kept", "expected"), [
+    ([0.5, 0.1, 0.98], [0.5, 0.98], None),  # no outlier
+    ([0.5, 0.1, 0.98, -1.5e18], [0.5, 0.98], (0.1 - 0.044, 0.98 + 0.044)),
+    ([-3.0, -2.0, -2.5, -1e9], [-2.0], (-3.05, -1.95)),  # all negative: a loss's log-likelihood
+    ([1.0, 1.0, 1.0], [1.0], None),
+])
+def test_clipped_range(values, kept, expected):
+    got = clipped_range(values, kept)
+    assert got == expected if expected is None else got == pytest.approx(expected)
 
 
 def test_the_timeline_marks_killed_and_failed_trials_apart():
