@@ -48,6 +48,9 @@ TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
 CYCLES = 5  # whole single packs timed as the search runs them (``pack_s``)
 CNN_CYCLES, CNN_CYCLE_STEPS = 2, 12  # a CNN's cycles: fewer and shorter (its steps are slow)
+# A first pack's set-up over a member's build: 13x for MobileNetV2 (20 s, 1.5 s), 18x mlp3
+# (XLA), 21x the small cnn, on this 2-core CPU.
+SETUP_PER_BUILD = 20
 
 
 def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequence[int],
@@ -86,6 +89,14 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
     probe = cache.make_member(trials(1, low)[0])
     cnn = convolutional(probe.model)
     pair = [probe, cache.make_member(trials(1, low)[0])]
+    # The first pack traces (and compiles) the architecture's programs, in time that grows
+    # with its graph as a build does: where that would take half the limit, leaving too
+    # little for the single's steps and a pair, measure nothing.
+    setup_s = SETUP_PER_BUILD * spent() / 2
+    if setup_s > limit_s / 2:
+        return fallback(f"a member took {spent() / 2:.1f} s to build, so its first pack's "
+                        f"set-up would take about {setup_s:.0f} s, over half the "
+                        f"{limit_s:g} s a calibration may take", spent())
     settings = PackSettings.from_config(cache.pack_options)
     facts = MemberFacts(pair, cache.data.head, cache.data.streams)
     fusable = choose_program(facts, settings, "on").kind == FUSED
@@ -128,10 +139,9 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
         if not member_s:  # the first: a single, less its set-up (tracing, compiling)
             member_s = (time.perf_counter() - t0 - (packs[-1].setup_s or 0.0)) / batch
     if cut and not any(len(p.batches) > 1 for p in packs):
-        return {"fallback": FALLBACK, "seconds": round(spent(), 3),
-                "why": f"measuring {len(packs)} single{'' if len(packs) == 1 else 's'} took "
-                       f"{spent():.1f} s, and a pack of two would take it past the "
-                       f"{limit_s:g} s a calibration may take"}
+        return fallback(f"measuring {len(packs)} single{'' if len(packs) == 1 else 's'} took "
+                        f"{spent():.1f} s, and a pack of two would take it past the "
+                        f"{limit_s:g} s a calibration may take", spent())
     cycles = ([] if spent() > limit_s else
               _cycles(cache, trials(CNN_CYCLES, high), CNN_CYCLE_STEPS) if cnn
               else _cycles(cache, trials(CYCLES, high)))
@@ -152,6 +162,12 @@ def calibrate(cache: PackCache, hparams: Mapping[str, Any], batch_sizes: Sequenc
                        cache.pack_options["chunk_steps"],
                        {**settings, "fusable": fusable, "bucketed": cache.bucketed},
                        round(time.perf_counter() - started, 3)).to_dict()
+
+
+def fallback(why: str, seconds: float) -> dict:
+    """The record of a calibration that does not fit in its time: the strategy plans as
+    ``FALLBACK`` (``CostStrategy.prepare``) and says ``why``."""
+    return {"fallback": FALLBACK, "seconds": round(seconds, 3), "why": why}
 
 
 def _measure(cache: PackCache, group: list[Trial], fusion: str) -> PackTiming:

@@ -102,15 +102,24 @@ def cnn_calibration(limit_s: float) -> tuple[dict, PackCache]:
                      limit_s=limit_s), cache
 
 
-def test_a_cnn_measures_a_single_and_a_pair_first_and_nothing_new_past_its_limit():
+def test_a_cnn_measures_a_single_and_a_pair_first_and_nothing_new_past_its_limit(monkeypatch):
     """A CNN's slow steps: its single and a pair come first, the larger packs only within
-    the limit; with no time for a pair, the record is a fallback that says why."""
+    the limit; with no time for a pair, the record is a fallback that says why: before
+    measuring, where a build says the first pack's set-up alone would pass the limit."""
+    import re
+
+    from packexp.packing import calibrate as module
+
     whole, _ = cnn_calibration(limit_s=600)
     assert [p["batches"] for p in whole["packs"]][:2] == [[6], [6, 6]]
     # Two cycles of 12 steps, not five whole epochs (32 steps at batch 8).
     assert [c["steps"] for c in whole["cycles"]] == [[12], [12]]
-    fallback, _ = cnn_calibration(limit_s=0)
-    assert fallback["fallback"] == "knn" and set(fallback) == {"fallback", "why", "seconds"}
-    assert fallback["why"].startswith("measuring 0 singles took ")
-    assert fallback["why"].endswith(", and a pack of two would take it past the 0 s a "
-                                    "calibration may take")
+    before, _ = cnn_calibration(limit_s=1e-9)
+    assert before["fallback"] == "knn" and set(before) == {"fallback", "why", "seconds"}
+    assert re.fullmatch(r"a member took \d+\.\d s to build, so its first pack's set-up would "
+                        r"take about \d+ s, over half the 1e-09 s a calibration may take",
+                        before["why"]), before["why"]
+    monkeypatch.setattr(module, "SETUP_PER_BUILD", 0)  # the build says nothing: measure
+    cut, _ = cnn_calibration(limit_s=1e-9)
+    assert re.fullmatch(r"measuring 0 singles took \d+\.\d s, and a pack of two would take "
+                        r"it past the 1e-09 s a calibration may take", cut["why"])
