@@ -349,6 +349,7 @@ class RayExecutor(Executor):
 
         idle_since: float | None = None
         while True:
+            self._grow()  # at most every POLL_S: a node may have joined
             self._send_queued()
             waiting = [*self._refs, *self._starting]
             if not waiting:
@@ -360,7 +361,6 @@ class RayExecutor(Executor):
                 idle_since = time.monotonic()
             ready, _ = ray.wait(waiting, num_returns=1, timeout=POLL_S)
             if not ready:
-                self._grow()
                 if idle_since is not None and \
                         time.monotonic() - idle_since > self.ready_timeout_s:
                     raise ExecutorError(self._not_ready())
