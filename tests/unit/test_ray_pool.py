@@ -83,3 +83,23 @@ def test_a_local_runs_timeline_has_no_lanes():
     assert plots.worker_lanes(packs) == {}
     ax = plots.timeline_figure(results(packs)).axes[0]
     assert [t.get_text().split()[0] for t in ax.get_yticklabels()] == ["a", "b"]
+
+
+def test_each_trial_run_is_tagged_with_the_node_that_trained_its_rung(tmp_path, monkeypatch):
+    from packexp.events import MemberScored, PackRecord, RungResult
+    from packexp.space import Trial
+    from packexp.tracking.mlflow_tracker import MlflowTracker, _strings
+
+    tracker = MlflowTracker(store_dir=str(tmp_path))  # no run started: no writer process
+    tagged = {}
+    monkeypatch.setattr(tracker, "log_trial_rung",
+                        lambda trial_id, hparams, tags, epochs, metrics:
+                        tagged.update({trial_id: _strings(tags)}))
+    result = RungResult("a", 0, 0, 1.0, 10, 0.5, 0.5, 0.5, "p0", None)
+    on_ray = PackRecord("p0", 0, 0, 1.0, ["a"], worker=2, node="f" * 56, host="10.0.0.2")
+    tracker.on_member_scored(MemberScored(result, Trial("a", {"batch_size": 32}, ()), on_ray))
+    assert {k: tagged["a"][k] for k in ("worker", "node", "host")} == {
+        "worker": "2", "node": "f" * 56, "host": "10.0.0.2"}
+    local = PackRecord("p0", 0, 0, 1.0, ["a"])
+    tracker.on_member_scored(MemberScored(result, Trial("a", {"batch_size": 32}, ()), local))
+    assert not {"worker", "node", "host"} & set(tagged["a"])  # a local run has no places
