@@ -120,10 +120,12 @@ class PackRecord:
                  predicted_s: float | None, checkpoint_s: float, probe_s: float,
                  epochs_spent: float, planned_cost_bytes: float, search_started: float,
                  session: int) -> PackRecord:
-        """The record of a pack as it ran (``packing.trainer.PackRun``), timed now; its
-        start and end on the search's clock (``search_started``, ``time.perf_counter()``)."""
+        """The record of a pack as it ran (``packing.trainer.PackRun``); its start and end on
+        the search's clock (``search_started``, ``time.perf_counter()``). It ends now, or when
+        its worker handed it back (``PackRun.ended``): a Ray worker's pack that finished
+        before an earlier one in the plan waits to be published, and that wait is not its."""
         stats, members = pack_run.stats, pack_run.members
-        now = time.perf_counter()
+        now = getattr(pack_run, "ended", None) or time.perf_counter()
         return cls(
             pack_id=pack_id, bracket=bracket, rung=rung, epochs=epochs,
             members=[m.trial_id for m in members], fused=stats.fused, looped=stats.looped,

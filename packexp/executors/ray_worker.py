@@ -141,7 +141,7 @@ def unpack(run: dict, job: PackJob, received: float, where: dict | None = None) 
                    {i: Evaluation(**e) for i, e in run["evaluation"].items()},
                    run["peak_memory_bytes"], run["splits"], run["reused"],
                    reused_members=run["reused_members"], build_s=run["build_s"],
-                   eval_s=run["eval_s"], started=received - run["started_ago_s"],
+                   eval_s=run["eval_s"], started=received - run["started_ago_s"], ended=received,
                    peak_rss_bytes=run["peak_rss_bytes"], gpu_peak_bytes=run["gpu_peak_bytes"],
                    worker=(where or {}).get("worker"), node=(where or {}).get("node"),
                    host=(where or {}).get("host"))

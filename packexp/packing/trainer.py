@@ -62,6 +62,7 @@ class PackRun:
     started: float = 0.0  # time.perf_counter() when the pack began
     peak_rss_bytes: int = 0
     gpu_peak_bytes: int | None = None
+    ended: float | None = None  # time.perf_counter() when it ended, if before it is published
     worker: int | None = None  # under executor=ray: the worker that trained it,
     node: str | None = None  # its Ray node's id
     host: str | None = None  # and that node's address
