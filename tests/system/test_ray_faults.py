@@ -113,11 +113,13 @@ def test_a_node_that_joins_mid_search_takes_work(tmp_path, ray_env, local):
     assert "executor: worker 1 joined on node" in output
 
 
-def test_sigterm_under_ray_is_one_line_and_the_resume_equals_local(tmp_path, ray_cluster,
-                                                                   local):
-    """On a cluster someone started (``ray start``): SIGTERM once a pack is journaled exits
-    143 with packexp's one line (no Ray crash dump, no traceback), leaves no actor on the
-    cluster (``ray_cluster`` checks), and the resume gives the local run's results."""
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_under_ray_is_one_line_and_the_resume_equals_local(tmp_path, ray_cluster,
+                                                                    local, signum, code):
+    """On a cluster someone started (``ray start``): SIGTERM (SIGINT) once a pack is
+    journaled exits 143 (130) with packexp's one line (no Ray crash dump, no traceback),
+    leaves no actor on the cluster (``ray_cluster`` checks), and the resume gives the local
+    run's results."""
     run_dir = tmp_path / "run"
     journal = run_dir / "journal.jsonl"
     # Each pack builds and traces its own program (the same numbers, bit for bit): long
@@ -132,12 +134,12 @@ def test_sigterm_under_ray_is_one_line_and_the_resume_equals_local(tmp_path, ray
     try:
         assert wait_until(lambda: proc.poll() is not None or (
             journal.exists() and '"event": "pack"' in journal.read_text()), 240, 0.02)
-        proc.send_signal(signal.SIGTERM)
-        code, output = finish(proc, 120)
+        proc.send_signal(signum)
+        exit_code, output = finish(proc, 120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code == 143, output[-3000:]
+    assert exit_code == code, output[-3000:]
     assert "SIGTERM received" not in output and "Traceback" not in output, output[-3000:]
     [line] = [x for x in output.splitlines() if x.startswith("packexp: interrupted")]
     assert "resume=true" in line and "executor=ray" in line, line
