@@ -453,3 +453,18 @@ def test_progress_shows_in_a_terminal_and_a_notebook_and_nowhere_else():
     assert SearchProgress(scheduler, Console(force_terminal=True)).enabled
     assert SearchProgress(scheduler, Console(force_jupyter=True)).enabled
     assert not SearchProgress(scheduler, Console(file=io.StringIO())).enabled
+
+
+@pytest.mark.tf  # composing mlp3's config imports Keras
+def test_a_budget_that_ends_before_any_score_warns_a_call(tmp_path, capfd):
+    """Not a silent best=None: the call's warning names the budget and the resume command."""
+    from packexp.testing.fake_trainer import FakeTrainer
+
+    result = packexp.tune(experiment="quick", strategy="knn", tracking="none",
+                          budget={"trials": 1}, trainer=FakeTrainer(failing=""),
+                          run_dir=tmp_path / "run")
+    assert result.best is None and result.stopped.startswith("budget.trials=1: ")
+    [line] = [ln for ln in capfd.readouterr().err.splitlines() if "budget" in ln]
+    assert line.startswith("packexp: WARNING: the budget ended the search before any trial "
+                           "was scored (budget.trials=1: ")
+    assert f"resume=true hydra.run.dir={tmp_path / 'run'}" in line
