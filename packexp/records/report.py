@@ -57,7 +57,10 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
     if results.get("stopped"):
         console.print(f"stopped early ({results['stopped']}); resume=true with a larger budget "
                       "goes on where it stopped")
-    console.print(f"wall time {results['wall_time_s']:.1f} s, {len(results['trials'])} trials, "
+    # The search's clock starts at its first pack: the start-up before it (calibration
+    # included) is the other figure, so the two add up to the command's time.
+    console.print(f"searched {results['wall_time_s']:.1f} s from the first pack, "
+                  f"{len(results['trials'])} trials, "
                   f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
                   f"models and steps; {results.get('reused_members', 0)} members of other packs "
                   "on reused models); "
@@ -69,7 +72,8 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
     if phases:
         console.print(f"training {results['train_share']:.0%} of the search; "
                       + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
-                      + (f"; {results['startup_s']:.1f} s from the command to the first pack"
+                      + (f"; start-up {results['startup_s']:.1f} s, from the command to the "
+                         "first pack"
                          if results.get("startup_s") is not None else "")
                       + (f" ({split})" if (split := describe(results.get("startup") or {}))
                          else ""))
