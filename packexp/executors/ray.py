@@ -37,6 +37,8 @@ INSTALL = "pip install -e '.[ray]'"
 PLACEMENTS = {"PACK": "DEFAULT", "SPREAD": "SPREAD"}
 # How often, while packs train, the driver looks for room a joining node brought (seconds).
 POLL_S = 2.0
+# How long an idle worker on the node of a lost one has to answer before it leaves the pool.
+PEER_TIMEOUT_S = 10.0
 
 
 class RayExecutor(Executor):
@@ -223,10 +225,12 @@ class RayExecutor(Executor):
         try:
             with _signals_kept():
                 ray.init(address=self.address, **kwargs)
-        except Exception as e:  # ConnectionError, RuntimeError, ValueError, auth errors
-            if reaper is not None:
+        except BaseException as e:  # ConnectionError, RuntimeError, ValueError, auth errors;
+            if reaper is not None:  # an interrupt too: the cluster started so far goes
                 reaper.watch(cluster_pids())
                 reaper.close()
+            if not isinstance(e, Exception):
+                raise
             reason = " ".join(str(e).split())[:200]
             raise ConfigError(f"executor.address={self.address}: cannot join a Ray cluster "
                               f"there ({type(e).__name__}: {reason})") from None
@@ -246,7 +250,7 @@ class RayExecutor(Executor):
 
     def place(self) -> dict[str, Any]:
         return {"executor": "ray", "cpus_per_pack": self.cpus_per_pack,
-                "gpus_per_pack": self.gpus_per_pack, "workers": len(self._actors)}
+                "gpus_per_pack": self.gpus_per_pack, "workers": self._initial}
 
     def on_device(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(cache, *args)`` on the first ready actor (waiting for one to start); if it
@@ -263,6 +267,9 @@ class RayExecutor(Executor):
                 raise _cause(e) from None
             except _lost_errors() as e:
                 self._lose(worker, e, doing="measuring the device")
+            except ray.exceptions.RayError as e:
+                raise ExecutorError(f"executor: measuring the device: Ray failed: "
+                                    f"{_reason(e)}") from None
 
     def _first_ready(self) -> int:
         import ray
@@ -276,7 +283,9 @@ class RayExecutor(Executor):
             if not done:
                 raise ExecutorError(self._not_ready())
             self._started(done[0])
-        return min(self._ready)
+        busy = {worker for _, worker in self._refs.values()}
+        return min(self._ready - busy or self._ready)  # a free one, if any: a probe while
+        # packs train must not wait behind one
 
     def view(self) -> CacheView:
         return CacheView.merged(self._views.values())
@@ -332,6 +341,9 @@ class RayExecutor(Executor):
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             reason = (lines[-1] if lines else type(e).__name__)[:200]
             if not self._ready and not self._starting:
+                if self._lost:  # the last replacement of lost workers
+                    self._lost.append(f"worker {worker} (died as it started: {reason})")
+                    raise ExecutorError(self._none_left()) from None
                 raise ExecutorError(f"executor: every worker died as it started (importing "
                                     f"TensorFlow, loading the data); worker {worker}: "
                                     f"{reason}") from None
@@ -371,12 +383,17 @@ class RayExecutor(Executor):
                 continue
             job, worker = self._refs.pop(ref)
             try:
-                (runs, worked), self._views[worker] = ray.get(ref)
+                (runs, worked), view = ray.get(ref)
             except ray.exceptions.RayTaskError as e:
                 raise _cause(e) from None
             except _lost_errors() as e:
                 self._lose(worker, e, job)
                 continue
+            except ray.exceptions.RayError as e:
+                raise ExecutorError(f"executor: pack {job.key}: Ray failed: "
+                                    f"{_reason(e)}") from None
+            if worker in self._actors:  # not a worker lost while this came back
+                self._views[worker] = view
             received = time.perf_counter()
             self._drop_other_attempts(job.key, runs)
             # The actor just freed takes the oldest queued pack. (A worker that died as it
@@ -386,37 +403,68 @@ class RayExecutor(Executor):
             return job, [unpack(r, job, received, where) for r in runs], worked
 
     def _lose(self, worker: int, error: BaseException, job: PackJob | None = None,
-              doing: str = "") -> None:
+              doing: str = "", peers: bool = True) -> None:
         """``worker`` died (its process killed, its node lost): it leaves the pool, its pack
-        goes back to the front of the queue, and an actor is asked in its place. Stops the
-        run in one line when the pack's retries are spent."""
+        (``job``, or the one it still had in flight) goes back to the front of the queue, and
+        an actor is asked in its place. Idle workers of the same node are asked whether they
+        answer, and leave the pool too if not (``peers``): a lost node's idle workers would
+        otherwise each take the pack and fail it, spending its retries. Stops the run in one
+        line when the pack's retries are spent."""
         import ray
 
-        actor = self._actors.pop(worker, None)
+        if worker not in self._actors:
+            return  # already gone (its death seen through another call)
+        actor = self._actors.pop(worker)
         self._views.pop(worker, None)
         self._ready.discard(worker)
         where = self._where.pop(worker, {})
-        if actor is not None:
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+        jobs = [job] if job is not None else []
+        for ref, (other, w) in list(self._refs.items()):
+            if w == worker:  # its pack, while the device was measured on it
+                del self._refs[ref]
+                jobs.append(other)
         cause = _death(where, error)
         self._lost.append(f"worker {worker} ({cause})")
-        if job is not None:
-            self._retried[job.key] += 1
-            if self._retried[job.key] > self.max_task_retries:
+        for lost in jobs:
+            self._retried[lost.key] += 1
+            if self._retried[lost.key] > self.max_task_retries:
                 raise ExecutorError(
-                    f"executor: pack {job.key}'s worker died and its retries are spent "
+                    f"executor: pack {lost.key}'s worker died and its retries are spent "
                     f"(executor.max_task_retries={self.max_task_retries}): {cause}; finished "
                     "packs are journaled: add resume=true to finish the run") from None
-            self._queued.insert(0, job)
+        self._queued[:0] = jobs
         replaced = self._replace()
         log.warning(
             "executor: worker %d lost: %s%s; %s; %d worker%s train%s on%s", worker, cause,
             f" while {doing}" if doing else "",
-            f"pack {job.key} is trained again by the others" if job is not None
+            f"pack {', '.join(j.key for j in jobs)} is trained again by the others" if jobs
             else "the others take its work", len(self._ready), "" if len(self._ready) == 1
             else "s", "s" if len(self._ready) == 1 else "",
             ", one more is asked of the cluster" if replaced else "")
+        if peers and where.get("node"):
+            self._check_node(where["node"])
+
+    def _check_node(self, node: str) -> None:
+        """The idle ready workers on ``node``, asked for their pid: those that fail or stay
+        silent for ``PEER_TIMEOUT_S`` leave the pool (busy ones report through their pack)."""
+        import ray
+
+        busy = {w for _, w in self._refs.values()}
+        asked = {self._actors[w].pid.remote(): w for w in sorted(self._ready - busy)
+                 if self._where.get(w, {}).get("node") == node}
+        if not asked:
+            return
+        done, silent = ray.wait(list(asked), num_returns=len(asked), timeout=PEER_TIMEOUT_S)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as e:
+                self._lose(asked[ref], e, peers=False)
+        for ref in silent:
+            self._lose(asked[ref], TimeoutError(f"no answer in {PEER_TIMEOUT_S:g} s"),
+                       peers=False)
 
     def _replace(self) -> bool:
         """Asks for an actor in place of a dead one, while restarts remain and the pool is
@@ -451,8 +499,8 @@ class RayExecutor(Executor):
 
     def _not_ready(self) -> str:
         return (f"executor.ready_timeout_s={self.ready_timeout_s:g}: no worker was ready to "
-                f"train in time ({len(self._starting)} still importing TensorFlow or loading "
-                "the data); raise it for a slow cluster")
+                f"train in time ({len(self._starting)} still waiting for the cluster to place "
+                "them, importing TensorFlow or loading the data); raise it for a slow cluster")
 
     def cancel(self) -> None:
         import ray
@@ -478,11 +526,12 @@ class RayExecutor(Executor):
         for other in (self.shared_dir / ATTEMPTS).glob(f"{key}.*"):
             if other.name in kept:
                 continue
-            for path in other.glob("*"):
-                if str(path) not in self._journaled:
-                    path.unlink(missing_ok=True)
-            if not any(other.iterdir()):
-                other.rmdir()
+            with contextlib.suppress(OSError):  # a killed attempt's worker may still write
+                for path in other.glob("*"):
+                    if str(path) not in self._journaled:
+                        path.unlink(missing_ok=True)
+                if not any(other.iterdir()):
+                    other.rmdir()
 
     def discard(self, keep: set[str]) -> None:
         self._journaled = set(keep)
@@ -501,7 +550,8 @@ class RayExecutor(Executor):
         self._starting = {}
         self._ready = set()
         self._queued = []
-        prune_attempts(self.shared_dir / ATTEMPTS)
+        with contextlib.suppress(OSError):  # a killed actor may still be writing its files
+            prune_attempts(self.shared_dir / ATTEMPTS)
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False
@@ -523,7 +573,14 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
     (or its result died with the node's object store)."""
     import ray
 
-    return ray.exceptions.RayActorError, ray.exceptions.ObjectLostError
+    errors = ray.exceptions
+    return tuple(getattr(errors, name) for name in (
+        "RayActorError", "ObjectLostError", "OutOfMemoryError", "NodeDiedError",
+        "ActorUnschedulableError") if hasattr(errors, name))
+
+
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
 
 
 def _death(where: dict, error: BaseException) -> str:
@@ -540,7 +597,9 @@ def _death(where: dict, error: BaseException) -> str:
     on = f"on node {node[:8]} ({host})" if node else "on its node"
     if node and alive and not alive.get(node, False):
         return f"its node {node[:8]} ({host}) was lost"
-    if isinstance(error, ray.exceptions.ActorUnavailableError):
+    if isinstance(error, getattr(ray.exceptions, "OutOfMemoryError", ())):
+        return f"Ray's memory monitor killed it {on} (the node ran out of memory)"
+    if isinstance(error, ray.exceptions.ActorUnavailableError | TimeoutError):
         return f"it stopped answering {on}: its process or its node is gone"
     if isinstance(error, ray.exceptions.ObjectLostError):
         return f"its result was lost {on}"

@@ -196,7 +196,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     for k, (pack, (start, end)) in enumerate(zip(packs, spans, strict=True)):
         rows = [row[m] for m in pack["members"]]
         if pack.get("worker") is not None:
-            rows.append(lanes[pack["worker"]][0])
+            rows.append(lanes[lane_of(pack)][0])
         segments = phase_segments(pack, start, end, free_from)
         free_from = end
         for phase, left, width in segments:
@@ -220,7 +220,7 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
                 ax.text(end, row[m], f"  {value:.3g}", va="center", fontsize=6,
                         color="dimgray")
         if lanes and pack.get("worker") is not None:
-            ax.text((start + end) / 2, lanes[pack["worker"]][0], pack["pack_id"],
+            ax.text((start + end) / 2, lanes[lane_of(pack)][0], pack["pack_id"],
                     ha="center", va="center", fontsize=5.5, clip_on=True)
         if len(pack["members"]) > 1:  # a singleton's row already names it
             ax.text((start + end) / 2, min(row[m] for m in pack["members"]) - 0.5,
@@ -268,13 +268,23 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     return fig
 
 
-def worker_lanes(packs: list[Mapping[str, Any]]) -> dict[int, tuple[int, str]]:
+def worker_lanes(packs: list[Mapping[str, Any]]) -> dict[tuple, tuple[int, str]]:
     """Each worker that trained a pack (``executor=ray``'s packs name theirs) to its lane's
-    row and label (``worker 1 · <host> <node>``), by worker number; none for a local run."""
-    where = {p["worker"]: (p.get("host"), p.get("node")) for p in packs
+    row and label (``worker 1 · <host> <node>``), by ``lane_of`` the pack; none for a local
+    run. A resumed run's sessions number their workers afresh: a lane per session's worker,
+    its label naming the session."""
+    where = {lane_of(p): (p.get("host"), p.get("node")) for p in packs
              if p.get("worker") is not None}
-    return {worker: (i, f"worker {worker} · {host or '?'} {(node or '?')[:8]}")
-            for i, (worker, (host, node)) in enumerate(sorted(where.items()))}
+    sessions = len({session for session, _ in where}) > 1
+    return {lane: (i, f"worker {lane[1]}{f' (session {lane[0]})' if sessions else ''} · "
+                      f"{host or '?'} {(node or '?')[:8]}")
+            for i, (lane, (host, node)) in enumerate(
+                sorted(where.items(), key=lambda item: (item[0][0] or 0, item[0][1])))}
+
+
+def lane_of(pack: Mapping[str, Any]) -> tuple:
+    """The lane a pack trained on: its session and its worker's number."""
+    return pack.get("session"), pack.get("worker")
 
 
 def _bars(ax: Any, rows: list[int], left: float, width: float, **style: Any) -> None:

@@ -82,6 +82,9 @@ def anytime(trials: Sequence[Any], packs: Sequence[PackRecord],
             if (score := objective.score(r)) is not None:
                 by_pack[r.pack_id] = max(by_pack.get(r.pack_id, -math.inf), score)
     points, spent, best = [], 0.0, None
+    if all(p.elapsed_s is not None for p in packs):  # in the order they ended: under Ray a
+        # pack published after another (plan order) may have ended before it
+        packs = sorted(packs, key=lambda p: p.elapsed_s + offsets.get(p.session, 0.0))
     for p in packs:
         spent += p.epochs_spent
         if p.pack_id in by_pack:

@@ -12,7 +12,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class LoopbackCluster:
         return sorted(self.cluster.worker_nodes, key=lambda n: n.unique_id)
 
     def add_node(self, cpus: int = 1) -> Any:
+        """One more node of ``cpus`` CPUs, once it is alive."""
         with _environ(self.env):
             return self.cluster.add_node(num_cpus=cpus, node_ip_address="127.0.0.1",
                                          include_dashboard=False)
@@ -58,19 +59,21 @@ class LoopbackCluster:
 
 @contextlib.contextmanager
 def loopback_cluster(env: Mapping[str, str], nodes: int = 2,
-                     cpus: int = 1) -> Iterator[LoopbackCluster]:
-    """``nodes`` nodes (the head among them) of ``cpus`` CPUs each, their files where
-    ``env``'s ``RAY_TMPDIR`` says; all of them stopped on leaving."""
+                     cpus: int | Sequence[int] = 1) -> Iterator[LoopbackCluster]:
+    """``nodes`` nodes (the head first) of ``cpus`` CPUs each (or as many as ``cpus`` lists,
+    node by node), their files where ``env``'s ``RAY_TMPDIR`` says; all of them stopped on
+    leaving."""
     from ray.cluster_utils import Cluster
 
+    each = [cpus] * nodes if isinstance(cpus, int) else list(cpus)
     env = {**env, **CLUSTER_ENV}
     with _environ(env):
         cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
-            "num_cpus": cpus, "node_ip_address": "127.0.0.1", "include_dashboard": False})
+            "num_cpus": each[0], "node_ip_address": "127.0.0.1", "include_dashboard": False})
     made = LoopbackCluster(cluster, env)
     try:
-        for _ in range(nodes - 1):
-            made.add_node(cpus)
+        for n in each[1:]:
+            made.add_node(n)
         yield made
     finally:
         with _environ(env):
@@ -89,26 +92,48 @@ def _environ(env: Mapping[str, str]) -> Iterator[None]:
         os.environ.update(before)
 
 
-# ``python -m packexp`` whose workers take ``delay`` seconds more over each pack, after
-# training it and before handing it back, and mark that they are in a pack
-# (``<marks>/<node id>.busy``): a node removed while the mark is there is lost mid-pack,
-# however fast the machine trains. A worker on ``only`` (a node id; empty: every node) alone
-# waits.
+# ``python -m packexp`` whose workers take their time where a fault must land, however fast
+# the machine trains:
+# - a worker on ``slow`` (a node id) holds each pack ``delay`` seconds after training it,
+#   before handing it back, and marks that it is in a pack (``<marks>/<node id>.busy``): a
+#   node removed while the mark is there is lost mid-pack. With ``once``, only the first pack
+#   trained on that node is held.
+# - a worker on ``gated`` (a node id), from its ``gate_from``-th pack on, holds each until a
+#   worker on another node is ready (``<marks>/<node id>.<pid>.ready``, written as each
+#   worker's ``__init__`` ends), at most 180 s: packs are left for that worker to take.
 TAKES_ITS_TIME = """
 import os, runpy, sys, time
 from pathlib import Path
 import ray
 from packexp.executors import ray as ray_executor
 
-marks, delay, only = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+marks, delay, slow, once, gated, gate_from = (Path(sys.argv[1]), float(sys.argv[2]),
+                                              sys.argv[3], sys.argv[4] == "1", sys.argv[5],
+                                              int(sys.argv[6]))
 
 
 class TakesItsTime(ray_executor.PackWorker):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.packs = 0
+        (marks / f"{self.node}.{os.getpid()}.ready").touch()
+
     def run_pack(self, job):
         done = super().run_pack(job)
-        node = ray.get_runtime_context().get_node_id()
-        if not only or node == only:
-            busy = marks / f"{node}.busy"
+        self.packs += 1
+        if self.node == gated and gate_from and self.packs >= gate_from:
+            end = time.monotonic() + 180
+            while time.monotonic() < end and not any(
+                    not p.name.startswith(self.node) for p in marks.glob("*.ready")):
+                time.sleep(0.1)
+        if self.node == slow:
+            try:
+                os.close(os.open(marks / f"{self.node}.held", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                if once:
+                    return done
+            busy = marks / f"{self.node}.busy"
             busy.touch()
             time.sleep(delay)
             busy.unlink()
@@ -116,19 +141,21 @@ class TakesItsTime(ray_executor.PackWorker):
 
 
 ray_executor.PackWorker = TakesItsTime
-sys.argv = [sys.argv[0], *sys.argv[4:]]
+sys.argv = [sys.argv[0], *sys.argv[7:]]
 runpy.run_module("packexp", run_name="__main__", alter_sys=True)
 """
 
 
 def driver(run_dir: Path, cluster: LoopbackCluster, overrides: list[str], marks: Path,
-           delay: float = 0.0, only: str = "") -> subprocess.Popen:
+           delay: float = 0.0, slow: str = "", once: bool = False, gated: str = "",
+           gate_from: int = 0) -> subprocess.Popen:
     """``python -m packexp executor=ray`` joining ``cluster``, its workers as
-    ``TAKES_ITS_TIME`` says; its stderr piped."""
+    ``TAKES_ITS_TIME`` says; its output piped."""
     marks.mkdir(parents=True, exist_ok=True)
     env = {**cluster.env, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-c", TAKES_ITS_TIME, str(marks), str(delay), only, *overrides,
-         "executor=ray", f"executor.address={cluster.address}", f"hydra.run.dir={run_dir}"],
+        [sys.executable, "-c", TAKES_ITS_TIME, str(marks), str(delay), slow,
+         "1" if once else "0", gated, str(gate_from), *overrides, "executor=ray",
+         f"executor.address={cluster.address}", f"hydra.run.dir={run_dir}"],
         cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)

@@ -54,9 +54,10 @@ def test_a_node_lost_mid_rung_leaves_its_pack_to_the_others(tmp_path, ray_env, l
         head = cluster.head.node_id
         run_dir = tmp_path / "run"
         # The second node's worker holds each pack 60 s after training it: the loss lands
-        # inside a pack however fast the machine trains.
+        # inside a pack however fast the machine trains. The first node's worker holds its
+        # first pack until the second's is ready, so that one takes a pack at all.
         proc = driver(run_dir, cluster, PLAN, tmp_path / "marks", delay=60,
-                      only=second.node_id)
+                      slow=second.node_id, gated=head, gate_from=1)
         busy = tmp_path / "marks" / f"{second.node_id}.busy"
         try:
             assert wait_until(lambda: busy.exists() or proc.poll() is not None, 240,
@@ -91,10 +92,10 @@ def test_a_node_that_joins_mid_search_takes_work(tmp_path, ray_env, local):
         head = cluster.head.node_id
         run_dir = tmp_path / "run"
         journal = run_dir / "journal.jsonl"
-        # Each pack on the first node's worker holds it 4 s, so the search lasts long enough
-        # for the joining node's worker to import TensorFlow and load the data.
-        proc = driver(run_dir, cluster, PLAN, tmp_path / "marks", delay=4,
-                      only=head)
+        # From its second pack on, the first node's worker holds each pack until the joining
+        # node's worker is ready (TensorFlow imported, the data loaded): packs are left for
+        # it to take, however slowly it starts.
+        proc = driver(run_dir, cluster, PLAN, tmp_path / "marks", gated=head, gate_from=2)
         try:
             assert wait_until(lambda: proc.poll() is not None or (
                 journal.exists() and '"event": "pack"' in journal.read_text()), 240, 0.05)
@@ -111,6 +112,36 @@ def test_a_node_that_joins_mid_search_takes_work(tmp_path, ray_env, local):
     assert on.get(1) == joined.node_id, (on, output[-2000:])
     assert on[0] == head
     assert "executor: worker 1 joined on node" in output
+
+
+def test_a_lost_nodes_idle_workers_take_no_pack(tmp_path, ray_env, local):
+    """A node of two workers is lost while one is inside a pack and the other idle. The idle
+    one is dead too, though nothing has told the driver yet: it is asked, and leaves the
+    pool, before the lost pack is sent again; sent to it, the pack would fail a second time
+    and, at executor.max_task_retries=1, stop the run."""
+    with loopback_cluster(ray_env, nodes=2, cpus=[1, 2]) as cluster:
+        [second] = cluster.nodes()
+        head = cluster.head.node_id
+        run_dir = tmp_path / "run"
+        proc = driver(run_dir, cluster, [*PLAN, "executor.max_task_retries=1"],
+                      tmp_path / "marks", delay=60, slow=second.node_id, once=True,
+                      gated=head, gate_from=1)
+        busy = tmp_path / "marks" / f"{second.node_id}.busy"
+        try:
+            assert wait_until(lambda: busy.exists() or proc.poll() is not None, 240,
+                              every_s=0.05), "the second node's workers never took a pack"
+            assert proc.poll() is None, proc.communicate()
+        except BaseException:
+            proc.kill()
+            raise
+        cluster.remove_node(second)
+        code, output = finish(proc, 240)
+    assert code == 0, output[-3000:]
+    lost = [x for x in output.splitlines() if re.search(r"executor: worker \d lost", x)]
+    assert len(lost) == 2, output[-3000:]  # the busy one, then its idle neighbour
+    assert outcome(run_dir) == local
+    packs = json.loads((run_dir / "results.json").read_text())["packs"]
+    assert head in {p["node"] for p in packs}
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

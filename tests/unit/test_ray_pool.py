@@ -67,8 +67,8 @@ def test_the_timeline_draws_a_lane_per_worker_above_the_trials():
     packs = [pack("p0", ["a", "b"], 0.0, 1.0, worker=0, node=node, host="127.0.0.1"),
              pack("p1", ["c"], 0.2, 0.9, worker=2, node="e" * 56, host="10.0.0.2"),
              pack("p2", ["a"], 1.0, 2.0, worker=0, node=node, host="127.0.0.1")]
-    assert plots.worker_lanes(packs) == {0: (0, "worker 0 · 127.0.0.1 ffffffff"),
-                                         2: (1, "worker 2 · 10.0.0.2 eeeeeeee")}
+    assert plots.worker_lanes(packs) == {(None, 0): (0, "worker 0 · 127.0.0.1 ffffffff"),
+                                         (None, 2): (1, "worker 2 · 10.0.0.2 eeeeeeee")}
     ax = plots.timeline_figure(results(packs)).axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[:2] == ["worker 0 · 127.0.0.1 ffffffff", "worker 2 · 10.0.0.2 eeeeeeee"]
@@ -103,3 +103,32 @@ def test_each_trial_run_is_tagged_with_the_node_that_trained_its_rung(tmp_path, 
     local = PackRecord("p0", 0, 0, 1.0, ["a"])
     tracker.on_member_scored(MemberScored(result, Trial("a", {"batch_size": 32}, ()), local))
     assert not {"worker", "node", "host"} & set(tagged["a"])  # a local run has no places
+
+
+def test_a_resumed_runs_sessions_have_lanes_of_their_own():
+    """Each session numbers its workers afresh: worker 0 of the first session and worker 0
+    of the resumed one are two lanes, each naming its session."""
+    packs = [pack("p0", ["a"], 0.0, 1.0, worker=0, node="a" * 56, host="h", session=0),
+             pack("p1", ["b"], 0.0, 1.0, worker=0, node="b" * 56, host="h", session=1)]
+    assert plots.worker_lanes(packs) == {(0, 0): (0, "worker 0 (session 0) · h aaaaaaaa"),
+                                         (1, 0): (1, "worker 0 (session 1) · h bbbbbbbb")}
+
+
+def test_the_anytime_curve_follows_when_packs_ended_not_when_they_were_published():
+    """Under Ray, Hyperband publishes packs in plan order, and a pack can end before an
+    earlier one of the plan: the best-so-far curve goes forward in time all the same, each
+    point counting only packs that had ended by then."""
+    from types import SimpleNamespace
+
+    from packexp.events import PackRecord, RungResult
+    from packexp.records.results import anytime
+
+    ends = {"p0": 3.0, "p1": 1.0, "p2": 2.0}  # published p0, p1, p2; ended p1, p2, p0
+    packs = [PackRecord(k, 0, 0, 1.0, ["t"], elapsed_s=end, epochs_spent=1.0)
+             for k, end in ends.items()]
+    rungs = [RungResult("t", 0, 0, 1.0, 1, score, 0.1, 0.1, k, None)
+             for k, score in zip(ends, (0.9, 0.5, 0.7), strict=True)]
+    points = anytime([SimpleNamespace(rungs=rungs)], packs)
+    assert [(p["pack_id"], p["elapsed_s"], p["best"]) for p in points] == [
+        ("p1", 1.0, 0.5), ("p2", 2.0, 0.7), ("p0", 3.0, 0.9)]
+    assert [p["epochs"] for p in points] == [1.0, 2.0, 3.0]
