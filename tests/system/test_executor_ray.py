@@ -338,8 +338,9 @@ def test_no_pack_waits_for_a_worker_slow_to_start(tmp_path, request, slow):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if slow == "all":
         assert out == {"error": "ExecutorError: executor.ready_timeout_s=8: no worker was "
-                                "ready to train in time (2 still importing TensorFlow or "
-                                "loading the data); raise it for a slow cluster"}
+                                "ready to train in time (2 still waiting for the cluster "
+                                "to place them, importing TensorFlow or loading the data); "
+                                "raise it for a slow cluster"}
         return
     assert out["packs"] == 2 and out["straggler_ready"] is False, out
     if slow == "broken":
