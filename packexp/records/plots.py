@@ -17,6 +17,19 @@ from packexp.records.figure import (
     png_figure_class,
 )
 from packexp.records.results import objective_of
+from packexp.records.timeline import (  # noqa: F401 (plots' names for them, as before)
+    IDLE_COLOR,
+    OTHER,
+    PHASE_COLORS,
+    PHASE_LABELS,
+    pack_spans,
+    phase_segments,
+    phase_totals,
+    timeline,
+    timeline_figure,
+    train_share,
+    worker_lanes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,20 +38,6 @@ PREDICTED = "predicted.png"
 BEST_SO_FAR = "best_so_far.png"
 POPULATION = "population.png"
 PARETO = "pareto.png"
-
-# A pack's phases in drawing order, with their colours (Okabe-Ito, told apart with colour
-# blindness); the keys are packexp.records.results.PHASES, and a test keeps the two in step.
-PHASE_COLORS = {"build_s": "#56B4E9", "trace_s": "#E69F00", "train_s": "#009E73",
-                "eval_s": "#0072B2", "checkpoint_s": "#CC79A7", "probe_s": "#D55E00"}
-OTHER = "other"  # time in a pack's span that no phase timer covers
-OTHER_COLOR = "0.72"
-IDLE_COLOR = "0.93"
-PHASE_LABELS = {
-    "build_s": "build (models, member states)", "trace_s": "trace (step, evaluation functions)",
-    "train_s": "train (steps)", "eval_s": "evaluation", "checkpoint_s": "checkpoints",
-    "probe_s": "memory probes (before the pack)", OTHER: "rest of the pack's span",
-}
-
 
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """Draws a search's (``results.json``'s; ``SearchResult.write_plots``) ``timeline.png``,
@@ -65,271 +64,6 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
         except Exception as e:
             log.warning("could not draw %s: %s", name, e)
     return written
-
-
-def pack_spans(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
-    """Each pack's (start, end) in seconds since the search began, on one clock.
-
-    A resumed run's packs restart their clock at each session; later sessions are moved
-    to begin where the earlier one's last pack ended. Records without ``started_s`` start
-    ``build_s + train_s`` before they ended; without ``elapsed_s`` they follow each other.
-    """
-    spans: list[tuple[float, float]] = []
-    if packs and all(p.get("session") is not None and p.get("elapsed_s") is not None
-                     for p in packs):
-        return _spans_by_session(packs)
-    offset = last_raw_end = last_end = 0.0
-    for pack in packs:
-        busy = float(pack.get("build_s", 0.0)) + float(pack.get("train_s", 0.0))
-        end = pack.get("elapsed_s")
-        if end is None:
-            start = last_end
-            spans.append((start, start + busy))
-            last_end = start + busy
-            continue
-        start = pack.get("started_s", end - busy)
-        if start < last_raw_end - 1e-6:  # a new session's clock
-            offset = last_end
-        last_raw_end = end
-        spans.append((offset + start, offset + end))
-        last_end = offset + end
-    return spans
-
-
-def _spans_by_session(packs: list[Mapping[str, Any]]) -> list[tuple[float, float]]:
-    """Spans of packs that name their session: each session's clock begins where the
-    sessions before it ended. Packs of one session may overlap (several workers)."""
-    from packexp.records.results import session_offsets
-
-    offsets = session_offsets([(p["session"], float(p["elapsed_s"])) for p in packs])
-    out = []
-    for p in packs:
-        end = float(p["elapsed_s"])
-        busy = float(p.get("build_s", 0.0)) + float(p.get("train_s", 0.0))
-        start = p.get("started_s", end - busy)
-        out.append((offsets[p["session"]] + start, offsets[p["session"]] + end))
-    return out
-
-
-def phase_totals(results: Mapping[str, Any]) -> dict[str, float]:
-    """Each phase's seconds summed over the packs: ``results["phases"]``, or summed here
-    for results written before it existed (a missing phase counts 0)."""
-    if results.get("phases"):
-        return {phase: float(results["phases"].get(phase) or 0.0) for phase in PHASE_COLORS}
-    return {phase: round(sum(float(p.get(phase) or 0.0) for p in results["packs"]), 4)
-            for phase in PHASE_COLORS}
-
-
-def train_share(results: Mapping[str, Any]) -> float | None:
-    """Training steps' share of the search's wall time; None without a wall time."""
-    if results.get("train_share") is not None:
-        return float(results["train_share"])
-    wall = float(results.get("wall_time_s") or 0.0)
-    return phase_totals(results)["train_s"] / wall if wall > 0 else None
-
-
-def phase_segments(pack: Mapping[str, Any], start: float, end: float,
-                   free_from: float = 0.0) -> list[tuple[str, float, float]]:
-    """A pack's phases as ``(phase, left, width)`` bars for its span ``start..end``.
-
-    Build, trace, train, evaluation and checkpoint follow each other from ``start`` (tracing
-    really happens between training chunks: the bars show amounts, not order), and the rest
-    of the span is ``other``. Memory probes run while the rung is planned, before the pack
-    starts, so the probe bar ends at ``start``, no earlier than ``free_from``. Records
-    older than the phase timings (no ``trace_s``) have no segments.
-    """
-    if "trace_s" not in pack:
-        return []
-    segments = []
-    left = start
-    for phase in PHASE_COLORS:
-        width = min(float(pack.get(phase) or 0.0), end - left)
-        if phase == "probe_s" or width <= 1e-9:
-            continue
-        segments.append((phase, left, width))
-        left += width
-    if end - left > 1e-9:
-        segments.append((OTHER, left, end - left))
-    probe = min(float(pack.get("probe_s") or 0.0), start - free_from)
-    if probe > 1e-9:
-        segments.append(("probe_s", start - probe, probe))
-    return segments
-
-
-def timeline(results: Mapping[str, Any], path: Path) -> Path:
-    """Saves ``timeline_figure(results)`` to ``path``."""
-    timeline_figure(results).savefig(path, dpi=110)
-    return path
-
-
-def timeline_figure(results: Mapping[str, Any]) -> Any:
-    """A Gantt chart: one row per trial, one bar per pack it trained in, split by phase.
-
-    Each bar's segments (their patches' ``gid`` is the phase) come from ``phase_segments``;
-    packs recorded before the phase timings draw their span and training steps only.
-    """
-    import matplotlib
-    from matplotlib.patches import Patch
-
-    trials = {t["trial_id"]: t for t in results["trials"]}
-    packs = results["packs"]
-    spans = pack_spans(packs)
-    order: list[str] = []
-    for pack in packs:
-        order += [m for m in pack["members"] if m not in order]
-    order += [t for t in trials if t not in order]
-    lanes = worker_lanes(packs)  # under executor=ray: a lane per worker, above the trials
-    row = {trial_id: len(lanes) + i for i, trial_id in enumerate(order)}
-    height = min(60.0, 1.9 + 0.24 * (len(lanes) + len(order)))
-    fig, ax = new_figure((12, height))
-    palette = matplotlib.colormaps["tab10"]
-    idle_from = 0.0
-    for start, end in sorted(spans):  # several workers' packs overlap
-        if start - idle_from > 0.01:
-            ax.axvspan(idle_from, start, color=IDLE_COLOR, zorder=0, gid="idle")
-        idle_from = max(idle_from, end)
-    drawn: dict[str, float] = {}
-    objective = objective_of(results)
-    last_end: dict[str, float] = {}  # each trial's last pack's end
-    old_records = False
-    free_from = 0.0
-    for k, (pack, (start, end)) in enumerate(zip(packs, spans, strict=True)):
-        rows = [row[m] for m in pack["members"]]
-        if pack.get("worker") is not None:
-            rows.append(lanes[lane_of(pack)][0])
-        segments = phase_segments(pack, start, end, free_from)
-        free_from = end
-        for phase, left, width in segments:
-            _bars(ax, rows, left, width, color=_phase_color(phase), linewidth=0, gid=phase)
-            drawn[phase] = drawn.get(phase, 0.0) + width
-        if segments:
-            _bars(ax, rows, start, end - start, fill=False, edgecolor="0.3", linewidth=0.4,
-                  gid="pack")
-        else:
-            old_records = True
-            color = palette(k % 10)
-            build = min(float(pack.get("build_s", 0.0)), end - start)
-            train = min(float(pack.get("train_s", 0.0)), end - start - build)
-            _bars(ax, rows, start, end - start, color=color, alpha=0.35, linewidth=0.6)
-            _bars(ax, rows, start + build, train, color=color, linewidth=0)
-        for m in pack["members"]:
-            value = next((objective.value(r) for r in trials[m]["rungs"]
-                          if r["pack_id"] == pack["pack_id"]), None)
-            last_end[m] = end
-            if value is not None:  # a diverged member's end is its status mark
-                ax.text(end, row[m], f"  {value:.3g}", va="center", fontsize=6,
-                        color="dimgray")
-        if lanes and pack.get("worker") is not None:
-            ax.text((start + end) / 2, lanes[lane_of(pack)][0], pack["pack_id"],
-                    ha="center", va="center", fontsize=5.5, clip_on=True)
-        if len(pack["members"]) > 1:  # a singleton's row already names it
-            ax.text((start + end) / 2, min(row[m] for m in pack["members"]) - 0.5,
-                    f"{pack['pack_id']} ({len(pack['members'])}, {pack['epochs']:g} ep"
-                    f"{', reused' if pack.get('reused') else ''})", ha="center",
-                    va="bottom", fontsize=6.5, fontweight="bold")
-    ends = _end_marks(ax, trials, last_end, row)
-    brackets = [trials[t]["bracket"] for t in order]
-    for i in range(1, len(order)):
-        if brackets[i] != brackets[i - 1]:
-            ax.axhline(len(lanes) + i - 0.5, color="gray", linewidth=0.6, linestyle="--")
-    if lanes:
-        ax.axhline(len(lanes) - 0.5, color="0.2", linewidth=0.9)
-    labels = [label for _, label in sorted(lanes.values())] + [
-        f"{t}  bs {trials[t]['hparams'].get('batch_size', '?')} "
-        f"{trials[t]['hparams'].get('optimizer', '')} [{trials[t]['status']}]" for t in order]
-    ax.set_yticks(range(len(labels)), labels, fontsize=7)
-    ax.set_ylim(len(labels) - 0.4, -1.2)
-    ax.set_xlabel("seconds since the search started")
-    ax.set_xlim(0, max((e for _, e in spans), default=1.0) * 1.08)
-    ax.grid(axis="x", linewidth=0.3)
-    ax.set_title(f"{results.get('strategy', '?')} packing of {results.get('model', '?')} on "
-                 f"{results.get('dataset', '?')}: {len(packs)} packs, {len(order)} trials; "
-                 + (f"a lane per worker ({len(lanes)}), then " if lanes else "")
-                 + "a row per trial, a bar per pack it trained in (labelled: packs of 2+)"
-                 + (f"\n{_phase_caption(results)}" if drawn else ""), fontsize=9.5)
-    totals = {**phase_totals(results), OTHER: drawn.get(OTHER, 0.0)}
-    handles = [Patch(color=_phase_color(phase),
-                     label=f"{PHASE_LABELS[phase]}: {totals[phase]:.1f} s")
-               for phase in (*PHASE_COLORS, OTHER) if phase in drawn]
-    if old_records:
-        handles += [
-            Patch(color=palette(0), alpha=0.35, label="pack's span: members built, step "
-                                                      "function built, evaluation"),
-            Patch(color=palette(0), label="training steps (train_s), after the build"),
-        ]
-    handles += ends
-    # Before the phase timings, checkpoints and probes fell between packs.
-    handles.append(Patch(color=IDLE_COLOR, label="between packs: planning, logging" if drawn
-                         else "between packs: planning, memory probes, checkpoints"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7.5,
-               frameon=False)
-    legend_rows = -(-len(handles) // 4)
-    lay_out(fig, rect=(0, (0.15 + 0.2 * legend_rows) / height, 1, 1))
-    return fig
-
-
-def worker_lanes(packs: list[Mapping[str, Any]]) -> dict[tuple, tuple[int, str]]:
-    """Each worker that trained a pack (``executor=ray``'s packs name theirs) to its lane's
-    row and label (``worker 1 · <host> <node>``), by ``lane_of`` the pack; none for a local
-    run. A resumed run's sessions number their workers afresh: a lane per session's worker,
-    its label naming the session."""
-    where = {lane_of(p): (p.get("host"), p.get("node")) for p in packs
-             if p.get("worker") is not None}
-    sessions = len({session for session, _ in where}) > 1
-    return {lane: (i, f"worker {lane[1]}{f' (session {lane[0]})' if sessions else ''} · "
-                      f"{host or '?'} {(node or '?')[:8]}")
-            for i, (lane, (host, node)) in enumerate(
-                sorted(where.items(), key=lambda item: (item[0][0] or 0, item[0][1])))}
-
-
-def lane_of(pack: Mapping[str, Any]) -> tuple:
-    """The lane a pack trained on: its session and its worker's number."""
-    return pack.get("session"), pack.get("worker")
-
-
-def _bars(ax: Any, rows: list[int], left: float, width: float, **style: Any) -> None:
-    """One bar of ``width`` from ``left`` on each of ``rows``, as ``barh`` with height 0.8
-    draws it, but added without ``barh``'s per-bar work: no data limits are updated (the
-    timeline sets its own) and no container is made. A Gantt chart of a long search has
-    thousands of bars; this keeps its drawing a fraction of a second."""
-    from matplotlib.patches import Rectangle
-
-    for r in rows:
-        ax.add_artist(Rectangle((left, r - 0.4), width, 0.8, **style))
-
-
-# How a trial's row ends: cut by the scheduler is a neutral stop, diverged a red cross.
-END_MARKS = {"killed": ("s", "0.45", "stopped by the scheduler (killed)"),
-             "failed": ("X", "firebrick", "failed (diverged)")}
-
-
-def _end_marks(ax: Any, trials: Mapping[str, Any], last_end: Mapping[str, float],
-               row: Mapping[str, int]) -> list[Any]:
-    """Marks each killed or failed trial's row at its last pack's end (``gid``: the status);
-    returns the marks drawn, for the legend."""
-    handles = []
-    for status, (marker, color, label) in END_MARKS.items():
-        if ended := [t for t in last_end if trials[t]["status"] == status]:
-            handles += ax.plot([last_end[t] for t in ended], [row[t] for t in ended],
-                               linestyle="none", marker=marker, markersize=4, color=color,
-                               gid=status, label=label)
-    return handles
-
-
-def _phase_color(phase: str) -> str:
-    return PHASE_COLORS.get(phase, OTHER_COLOR)
-
-
-def _phase_caption(results: Mapping[str, Any]) -> str:
-    share, wall = train_share(results), results.get("wall_time_s")
-    totals = ", ".join(f"{phase.removesuffix('_s')} {seconds:.1f}"
-                       for phase, seconds in phase_totals(results).items())
-    parts = [f"{totals} s"]
-    if share is not None and wall:
-        parts.insert(0, f"training {share:.0%} of the {wall:.1f} s search")
-    if results.get("startup_s") is not None:
-        parts.append(f"first pack {results['startup_s']:.1f} s after the command")
-    return "; ".join(parts)
 
 
 def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
