@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,6 +256,22 @@ def discard_attempts(root: Path, keep: set[str]) -> None:
         if str(path) not in keep:
             path.unlink(missing_ok=True)
     prune_attempts(root)
+
+
+def drop_other_attempts(root: Path, key: str, kept: set[str], journaled: set[str]) -> None:
+    """Deletes the files of pack ``key``'s attempts under ``root`` other than those ``kept``
+    (the one published), but for the checkpoints a resumed run's journal names
+    (``journaled``). An attempt's worker killed a moment ago may still write: a file that
+    will not go is left for ``discard_attempts`` on resume."""
+    for other in root.glob(f"{key}.*"):
+        if other.name in kept:
+            continue
+        with contextlib.suppress(OSError):
+            for path in other.glob("*"):
+                if str(path) not in journaled:
+                    path.unlink(missing_ok=True)
+            if not any(other.iterdir()):
+                other.rmdir()
 
 
 def prune_attempts(root: Path) -> None:

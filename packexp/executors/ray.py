@@ -6,11 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +22,27 @@ from packexp.executors.base import (
     ExecutorError,
     PackJob,
     discard_attempts,
+    drop_other_attempts,
     prune_attempts,
 )
+from packexp.executors.ray_cluster import (
+    PLACEMENTS,
+    cause,
+    check_settings,
+    connect,
+    death,
+    lost_errors,
+    prepare,
+    reason,
+    resources,
+    room,
+)
 from packexp.executors.ray_worker import WORKER_CACHE, PackWorker, unpack
-from packexp.executors.reaper import Reaper, cluster_pids
+from packexp.executors.reaper import Reaper
 from packexp.space.options import member_key
 
 log = logging.getLogger(__name__)
 
-INSTALL = "pip install -e '.[ray]'"
-# ``executor.placement`` as Ray schedules each worker: DEFAULT fills a node before the next.
-PLACEMENTS = {"PACK": "DEFAULT", "SPREAD": "SPREAD"}
 # How often, while packs train, the driver looks for room a joining node brought (seconds).
 POLL_S = 2.0
 # How long an idle worker on the node of a lost one has to answer before it leaves the pool.
@@ -92,32 +100,10 @@ class RayExecutor(Executor):
         if not self.trainer.measures_device:
             raise ConfigError(f"executor=ray: its actors train with TensorFlow's trainer; the "
                               f"{self.trainer.name} trainer runs under executor=local")
-        if address is None or address.rpartition(":")[0] in ("127.0.0.1", "localhost"):
-            # Loopback: Ray reads this flag at import; it makes the node's address 127.0.0.1
-            # rather than the machine's.
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        if address is None:
-            # A cluster of this run alone, on loopback: nothing else can reach it, so it
-            # needs no token, which Ray would otherwise write under ~/.ray.
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise ConfigError(f"executor=ray: Ray is not installed; {INSTALL}") from None
-        if gpus_per_pack not in (0, 0.25, 0.5) and not (
-                gpus_per_pack >= 1 and float(gpus_per_pack).is_integer()):
-            raise ConfigError(f"executor.gpus_per_pack={gpus_per_pack}: must be 0 (CPU), "
-                              "0.25, 0.5 or a whole number of GPUs")
-        if num_workers is not None and num_workers < 1:
-            raise ConfigError(f"executor.num_workers={num_workers}: must be at least 1")
-        if placement not in PLACEMENTS:
-            raise ConfigError(f"executor.placement={placement}: must be PACK or SPREAD (each "
-                              "worker is placed alone, so that a lost node's can be replaced "
-                              "wherever there is room)")
-        for key, value in (("max_restarts", max_restarts),
-                           ("max_task_retries", max_task_retries)):
-            if value < 0:
-                raise ConfigError(f"executor.{key}={value}: must be at least 0")
+        prepare(address)
+        check_settings(num_workers=num_workers, gpus_per_pack=gpus_per_pack,
+                       placement=placement, max_restarts=max_restarts,
+                       max_task_retries=max_task_retries)
         self.address = address
         self.num_workers = num_workers
         self.gpus_per_pack = gpus_per_pack
@@ -162,11 +148,12 @@ class RayExecutor(Executor):
         import ray
 
         self._connect()
-        self._fit_seen = fit = self._fitting(ray.cluster_resources())
+        self._fit_seen = fit = room(self.cpus_per_pack, self.gpus_per_pack)
         if fit < 1 and self.num_workers is None:
+            unit = "GPU" if self.gpus_per_pack else "CPU"
             raise ConfigError(
-                f"executor.num_workers=null: the cluster has no {self._unit()} for one worker "
-                f"({_resources()}); set executor.gpus_per_pack or executor.cpus_per_pack")
+                f"executor.num_workers=null: the cluster has no {unit} for one worker "
+                f"({resources()}); set executor.gpus_per_pack or executor.cpus_per_pack")
         n = self.num_workers or fit
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
@@ -190,7 +177,7 @@ class RayExecutor(Executor):
             self._add_worker()
         if n > fit:
             log.warning("executor.num_workers=%d: the cluster (%s) has room for %d now; the "
-                        "others start when room frees or a node joins", n, _resources(), fit)
+                        "others start when room frees or a node joins", n, resources(), fit)
         log.info("ray: %d workers (%s each, %s) at %s", n, self._bundle(), self.placement,
                  ray.get_runtime_context().gcs_address)
 
@@ -215,38 +202,8 @@ class RayExecutor(Executor):
 
         if ray.is_initialized():
             return  # a session the caller opened (tests share one)
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "configure_logging": False}
-        if self.address is None:
-            kwargs["_node_ip_address"] = "127.0.0.1"
-        _check_reachable(self.address)
-        # A cluster this process starts is ended with it, however it ends (reaper.py).
-        reaper = Reaper() if self.address is None else None
-        try:
-            with _signals_kept():
-                ray.init(address=self.address, **kwargs)
-        except BaseException as e:  # ConnectionError, RuntimeError, ValueError, auth errors;
-            if reaper is not None:  # an interrupt too: the cluster started so far goes
-                reaper.watch(cluster_pids())
-                reaper.close()
-            if not isinstance(e, Exception):
-                raise
-            reason = " ".join(str(e).split())[:200]
-            raise ConfigError(f"executor.address={self.address}: cannot join a Ray cluster "
-                              f"there ({type(e).__name__}: {reason})") from None
-        if reaper is not None:
-            reaper.watch(cluster_pids())
+        self._reaper = connect(self.address)
         self._owns_ray = True
-        self._reaper = reaper
-
-    def _unit(self) -> str:
-        return "GPU" if self.gpus_per_pack else "CPU"
-
-    def _fitting(self, resources: dict) -> int:
-        """Workers the cluster's ``resources`` have room for."""
-        if self.gpus_per_pack:
-            return int(resources.get("GPU", 0) // self.gpus_per_pack)
-        return int(resources.get("CPU", 0) // self.cpus_per_pack)
 
     def place(self) -> dict[str, Any]:
         return {"executor": "ray", "cpus_per_pack": self.cpus_per_pack,
@@ -264,12 +221,12 @@ class RayExecutor(Executor):
                     self._actors[worker].on_device.remote(fn, *args))
                 return result
             except ray.exceptions.RayTaskError as e:
-                raise _cause(e) from None
-            except _lost_errors() as e:
+                raise cause(e) from None
+            except lost_errors() as e:
                 self._lose(worker, e, doing="measuring the device")
             except ray.exceptions.RayError as e:
                 raise ExecutorError(f"executor: measuring the device: Ray failed: "
-                                    f"{_reason(e)}") from None
+                                    f"{reason(e)}") from None
 
     def _first_ready(self) -> int:
         import ray
@@ -296,13 +253,8 @@ class RayExecutor(Executor):
 
     def _dispatch(self, job: PackJob) -> None:
         """Queues ``job`` for the first ready actor that is free: at once if there is one.
-
-        An actor still starting (importing TensorFlow, loading the data) takes nothing: a
-        pack queued behind it would wait while the ready ones trained the rest of the rung
-        (a straggler holding the rung back, or, in a short search, the only pack that actor
-        ever trained). The first actor is ready once it has measured the device; the others
-        join as they become ready.
-        """
+        An actor still starting takes nothing: a pack queued behind it would wait while the
+        ready ones trained the rest of the rung (docs/scale-out.md)."""
         self._queued.append(job)
         self._send_queued()
 
@@ -385,17 +337,18 @@ class RayExecutor(Executor):
             try:
                 (runs, worked), view = ray.get(ref)
             except ray.exceptions.RayTaskError as e:
-                raise _cause(e) from None
-            except _lost_errors() as e:
+                raise cause(e) from None
+            except lost_errors() as e:
                 self._lose(worker, e, job)
                 continue
             except ray.exceptions.RayError as e:
                 raise ExecutorError(f"executor: pack {job.key}: Ray failed: "
-                                    f"{_reason(e)}") from None
+                                    f"{reason(e)}") from None
             if worker in self._actors:  # not a worker lost while this came back
                 self._views[worker] = view
             received = time.perf_counter()
-            self._drop_other_attempts(job.key, runs)
+            drop_other_attempts(self.shared_dir / ATTEMPTS, job.key,
+                                {r["attempt"] for r in runs}, self._journaled)
             # The actor just freed takes the oldest queued pack. (A worker that died as it
             # started cannot stop the run here: this one is ready, so it only warns.)
             self._send_queued()
@@ -425,19 +378,19 @@ class RayExecutor(Executor):
             if w == worker:  # its pack, while the device was measured on it
                 del self._refs[ref]
                 jobs.append(other)
-        cause = _death(where, error)
-        self._lost.append(f"worker {worker} ({cause})")
+        why = death(where, error)
+        self._lost.append(f"worker {worker} ({why})")
         for lost in jobs:
             self._retried[lost.key] += 1
             if self._retried[lost.key] > self.max_task_retries:
                 raise ExecutorError(
                     f"executor: pack {lost.key}'s worker died and its retries are spent "
-                    f"(executor.max_task_retries={self.max_task_retries}): {cause}; finished "
+                    f"(executor.max_task_retries={self.max_task_retries}): {why}; finished "
                     "packs are journaled: add resume=true to finish the run") from None
         self._queued[:0] = jobs
         replaced = self._replace()
         log.warning(
-            "executor: worker %d lost: %s%s; %s; %d worker%s train%s on%s", worker, cause,
+            "executor: worker %d lost: %s%s; %s; %d worker%s train%s on%s", worker, why,
             f" while {doing}" if doing else "",
             f"pack {', '.join(j.key for j in jobs)} is trained again by the others" if jobs
             else "the others take its work", len(self._ready), "" if len(self._ready) == 1
@@ -469,9 +422,8 @@ class RayExecutor(Executor):
     def _replace(self) -> bool:
         """Asks for an actor in place of a dead one, while restarts remain and the pool is
         below its size (``num_workers``, or what the cluster has room for now)."""
-        import ray
 
-        target = self.num_workers or self._fitting(ray.cluster_resources())
+        target = self.num_workers or room(self.cpus_per_pack, self.gpus_per_pack)
         if self._restarts >= self.max_restarts or len(self._actors) >= target:
             return False
         self._restarts += 1
@@ -481,12 +433,11 @@ class RayExecutor(Executor):
     def _grow(self) -> None:
         """With ``num_workers=null``, workers on nodes that joined: one more actor for each
         worker's room the cluster gained since it was last looked at."""
-        import ray
 
         if self.num_workers is not None or time.monotonic() - self._looked < POLL_S:
             return
         self._looked = time.monotonic()
-        fit = self._fitting(ray.cluster_resources())
+        fit = room(self.cpus_per_pack, self.gpus_per_pack)
         for _ in range(min(fit - self._fit_seen, fit - len(self._actors))):
             self._add_worker()
         self._fit_seen = fit
@@ -519,20 +470,6 @@ class RayExecutor(Executor):
         members = [member_key(t, sliced) for t in job.group]
         return max(sorted(free), key=lambda w: self._views[w].affinity(key, members))
 
-    def _drop_other_attempts(self, key: str, runs: list[dict]) -> None:
-        """Files of a killed attempt of the same pack: only the one published counts, and
-        the checkpoints a resumed run's journal names (``discard``'s ``keep``)."""
-        kept = {r["attempt"] for r in runs}
-        for other in (self.shared_dir / ATTEMPTS).glob(f"{key}.*"):
-            if other.name in kept:
-                continue
-            with contextlib.suppress(OSError):  # a killed attempt's worker may still write
-                for path in other.glob("*"):
-                    if str(path) not in self._journaled:
-                        path.unlink(missing_ok=True)
-                if not any(other.iterdir()):
-                    other.rmdir()
-
     def discard(self, keep: set[str]) -> None:
         self._journaled = set(keep)
         discard_attempts(self.shared_dir / ATTEMPTS, keep)
@@ -558,90 +495,3 @@ class RayExecutor(Executor):
         if self._reaper is not None:
             self._reaper.close()
             self._reaper = None
-
-
-def _cause(error: Any) -> BaseException:
-    """A worker's exception as the driver raises it: packexp's own errors as they are (one
-    line naming the key), others with the worker's traceback."""
-    if isinstance(error.cause, ConfigError | ExecutorError):
-        return error.cause
-    return error.as_instanceof_cause()
-
-
-def _lost_errors() -> tuple[type[BaseException], ...]:
-    """What a call to an actor raises when the actor is gone: its process or its node died
-    (or its result died with the node's object store)."""
-    import ray
-
-    errors = ray.exceptions
-    return tuple(getattr(errors, name) for name in (
-        "RayActorError", "ObjectLostError", "OutOfMemoryError", "NodeDiedError",
-        "ActorUnschedulableError") if hasattr(errors, name))
-
-
-def _reason(error: BaseException) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
-
-
-def _death(where: dict, error: BaseException) -> str:
-    """Why an actor is gone, as the warning says it: its node lost, its process dead, or (as
-    a node's loss first shows, seconds before the cluster declares the node dead) no answer
-    from either."""
-    import ray
-
-    node, host = where.get("node") or "", where.get("host")
-    try:
-        alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
-    except Exception:  # the cluster's state unreadable: say what Ray said
-        alive = {}
-    on = f"on node {node[:8]} ({host})" if node else "on its node"
-    if node and alive and not alive.get(node, False):
-        return f"its node {node[:8]} ({host}) was lost"
-    if isinstance(error, getattr(ray.exceptions, "OutOfMemoryError", ())):
-        return f"Ray's memory monitor killed it {on} (the node ran out of memory)"
-    if isinstance(error, ray.exceptions.ActorUnavailableError | TimeoutError):
-        return f"it stopped answering {on}: its process or its node is gone"
-    if isinstance(error, ray.exceptions.ObjectLostError):
-        return f"its result was lost {on}"
-    return f"its process (pid {where.get('pid')}) {on} died"
-
-
-@contextlib.contextmanager
-def _signals_kept() -> Iterator[None]:
-    """``ray.init`` sets a SIGTERM handler of its own (Python's, and its core worker's, which
-    prints a crash dump): the process's handlers are put back, so SIGTERM and Ctrl-C end a
-    run on Ray as they end a local one (one line, the resume command, 143 or 130)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in kept.items():
-            if handler is not None:
-                signal.signal(signum, handler)
-
-
-def _check_reachable(address: str | None, timeout_s: float = 10) -> None:
-    """A ``host:port`` that refuses connections fails here, at once; ``ray.init`` would retry
-    for minutes."""
-    import socket
-
-    host, _, port = (address or "").rpartition(":")
-    if not host or not port.isdigit():
-        return  # None or auto: Ray finds (or fails to find) the cluster itself
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise ConfigError(f"executor.address={address}: no Ray cluster answers there "
-                          f"({e.strerror or type(e).__name__}); start one with "
-                          "`ray start --head`, or set executor.address=null for a local "
-                          "cluster") from None
-
-
-def _resources() -> str:
-    import ray
-
-    return ", ".join(f"{k} {v:g}" for k, v in sorted(ray.cluster_resources().items())
-                     if k in ("CPU", "GPU"))

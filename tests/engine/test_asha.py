@@ -366,6 +366,7 @@ def test_a_workers_killed_attempt_keeps_the_checkpoints_the_journal_names(tmp_pa
     """A resumed pack that comes back deletes its earlier attempts' files, but not those of
     members whose results the journal holds (a later promotion continues from them)."""
     pytest.importorskip("ray")
+    from packexp.executors.base import drop_other_attempts
     from packexp.executors.ray import RayExecutor
 
     executor = RayExecutor(None, tmp_path)
@@ -375,7 +376,7 @@ def test_a_workers_killed_attempt_keeps_the_checkpoints_the_journal_names(tmp_pa
         for name in names:
             (folder / f"{name}.npz").write_bytes(b"state")
     executor.discard({str(old / "t0010.npz"), str(new / "t0009.npz")})
-    executor._drop_other_attempts("a003-r0-p00", [{"attempt": new.name}])
+    drop_other_attempts(tmp_path / "attempts", "a003-r0-p00", {new.name}, executor._journaled)
     assert sorted(p.name for p in (tmp_path / "attempts").rglob("*.npz")) == [
         "t0009.npz", "t0010.npz"]
     assert not (old / "t0009.npz").exists() and (old / "t0010.npz").exists()
