@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,15 @@ class Executor(abc.ABC):
 
     #: Packs that can train at once: workers.
     workers: ClassVar[int] = 1
+
+    #: Whether the clock is a simulation's (``executors.simulated``): the search's times,
+    #: each pack's start and duration are then predictions, not measurements.
+    simulated: ClassVar[bool] = False
+
+    def clock(self) -> float:
+        """The search's clock, in seconds: ``time.perf_counter()`` where packs really train;
+        a simulated executor's own clock, which its packs' ``started`` and ``ended`` are on."""
+        return time.perf_counter()
 
     def run(self, jobs: Sequence[PackJob],
             on_start: Callable[[int], None] = lambda k: None) -> Iterator[tuple[int, list]]:

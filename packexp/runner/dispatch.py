@@ -35,7 +35,7 @@ class Dispatch:
         self.emit(PackStarted(queued.index, queued.job.key, queued.job.group))
         if self.first_pack_at is None:  # the search's clock starts: start-up is over
             self.first_pack_at = time.time()
-            self.ledger.started = time.perf_counter()
+            self.ledger.started = self.executor.clock()
         self._sent[queued.job.key] = queued, self.packer.predict(queued.job, queued.context)
         if queued.ordered:
             self._order.setdefault(queued.plan, []).append(queued.job.key)

@@ -148,7 +148,7 @@ class PackedSearch:
         they are ``results.json``'s ``wall_time_s``, which ``startup_s`` adds up with."""
         if self.first_pack_at is None:
             return self.study.earlier_s
-        return self.study.earlier_s + max(0.0, time.perf_counter() - self.ledger.started)
+        return self.study.earlier_s + max(0.0, self.executor.clock() - self.ledger.started)
 
     @property
     def objective(self) -> Objective:
