@@ -51,7 +51,7 @@ class RungResult:
     def to_dict(self) -> dict[str, Any]:
         """Its fields; a regression's metrics and the parameter count only where recorded (a
         classification's records ranked by accuracy stay as they were)."""
-        return {k: v for k, v in dataclasses.asdict(self).items()
+        return {k: v for k, v in shallow(self).items()
                 if v is not None or k not in WHERE_RECORDED}
 
     @classmethod
@@ -61,6 +61,21 @@ class RungResult:
 
 
 WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params", "flops", "metrics")  # or absent
+
+
+def shallow(record: Any) -> dict[str, Any]:
+    """A record's fields as a dict, each list or dict copied one level down: what
+    ``dataclasses.asdict`` gives for records of plain values, without its deep recursion (a
+    journal line per result and pack)."""
+    return {f.name: _copied(getattr(record, f.name)) for f in dataclasses.fields(record)}
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)
@@ -121,11 +136,14 @@ class PackRecord:
                  epochs_spent: float, planned_cost_bytes: float, search_started: float,
                  session: int) -> PackRecord:
         """The record of a pack as it ran (``packing.trainer.PackRun``); its start and end on
-        the search's clock (``search_started``, ``time.perf_counter()``). It ends now, or when
-        its worker handed it back (``PackRun.ended``): a Ray worker's pack that finished
-        before an earlier one in the plan waits to be published, and that wait is not its."""
+        the search's clock (``search_started``: ``Executor.clock()``, ``time.perf_counter()``
+        unless the clock is a simulation's). It ends now, or when its worker handed it back
+        (``PackRun.ended``): a Ray worker's pack that finished before an earlier one in the
+        plan waits to be published, and that wait is not its."""
         stats, members = pack_run.stats, pack_run.members
-        now = getattr(pack_run, "ended", None) or time.perf_counter()
+        now = getattr(pack_run, "ended", None)
+        if now is None:  # not ``or``: a simulated clock's first pack may end at 0.0
+            now = time.perf_counter()
         return cls(
             pack_id=pack_id, bracket=bracket, rung=rung, epochs=epochs,
             members=[m.trial_id for m in members], fused=stats.fused, looped=stats.looped,
@@ -151,7 +169,7 @@ class PackRecord:
             node=getattr(pack_run, "node", None), host=getattr(pack_run, "host", None))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return shallow(self)
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> PackRecord:

@@ -59,8 +59,11 @@ class CheckpointStore:
         checkpoint ``now``: its state of the rung before, its copies of donors' states, and
         ``before`` (the checkpoint its last result named) when that is another file."""
         copies = self.exploit_copy(trial_id, rung - 1, "*")
-        stale = [*(self.root / trial_id).glob(f"r{rung - 1}.*"),
-                 *copies.parent.glob(f"{copies.name}.*")]
+        # The file's name is known: a glob per member would compile a pattern for each.
+        state = self.root / trial_id / f"r{rung - 1}{self.trainer.checkpoint_suffix}"
+        stale = [state] if state.exists() else []
+        if copies.parent.is_dir():  # a population's: copies of donors' states
+            stale += copies.parent.glob(f"{copies.name}.*")
         if before not in (None, now):
             stale.append(Path(before))
         return stale

@@ -13,6 +13,7 @@ from packexp.objectives import Objective
 from packexp.samplers import Observation, Sampler
 from packexp.schedulers.base import Bracket
 from packexp.space import SearchSpace, Trial
+from packexp.space.drawn import Drawn
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class Draws:
     study: Any  # runner.study.Study
     brackets: Sequence[Bracket] = ()
     drawn: dict[str, Trial] = field(default_factory=dict)  # by ``more``, or replayed
+    configs: Drawn = field(default_factory=Drawn)  # their values, in the order drawn
 
     def bracket(self, bracket: Bracket) -> list[Trial]:
         """``bracket``'s configurations, told the brackets sampled before it: what a
@@ -58,14 +60,14 @@ class Draws:
         trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
                   for i, t in enumerate(self.sampler.sample(
                       self.space, n, self.seed, salt,
-                      observed(self.study.trials.values(), self.study.objective),
-                      [t.hparams for t in self.drawn.values()]))]
+                      self.study.observed(), self.configs))]
         self.adopt(trials)
         return trials
 
     def adopt(self, trials: list[Trial]) -> None:
         """Known as drawn by ``more``: ``trials`` a resume read back from the journal."""
         self.study.add_trials(0, trials)
+        self.configs.add(t.hparams for t in trials if t.trial_id not in self.drawn)
         self.drawn.update((t.trial_id, t) for t in trials)
 
     def replayed(self, sampled: Sequence[dict]) -> list[Trial]:

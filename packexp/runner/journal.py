@@ -21,9 +21,13 @@ class JournalError(ValueError):
 
 
 class Journal:
-    """JSON records, one per line, each appended with one ``write`` and an ``fsync``.
+    """JSON records, one per line, each appended with one ``write``; those that make earlier
+    ones count (a pack's record after its members' results, the search's start and end) with
+    an ``fsync`` too, which makes every line before them durable with them.
 
-    A crash can therefore only tear the final line, which ``read`` ignores (and logs).
+    A killed process can therefore only tear the final line, which ``read`` ignores (and
+    logs); a machine that loses power loses at most the records after the last ``fsync``,
+    which a resume trains again (a pack's results without its record count for nothing).
 
     Args:
         run_dir: The run directory that holds ``journal.jsonl``.
@@ -36,14 +40,15 @@ class Journal:
     def exists(self) -> bool:
         return self.path.exists()
 
-    def append(self, event: str, **record: Any) -> None:
-        """Appends one record. A torn final line (a killed append) is cut off first, so the
-        new record starts a line of its own."""
+    def append(self, event: str, *, durable: bool = True, **record: Any) -> None:
+        """Appends one record; ``durable``: fsynced with every line before it (a record that
+        another makes count, a result before its pack's record, need not be). A torn final
+        line (a killed append) is cut off first, so the new record starts a line of its own."""
         data = (json.dumps({"event": event, **record}, sort_keys=True) + "\n").encode()
         with naming(self.path):
-            self._append(data)
+            self._append(data, durable)
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes, durable: bool = True) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -53,7 +58,8 @@ class Journal:
                 log.warning("%s: cut off a half-written final line", self.path)
             while data:  # a short write would otherwise tear the line
                 data = data[os.write(fd, data):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
 

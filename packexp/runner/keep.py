@@ -11,12 +11,15 @@ state is kept until the end.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packexp.events import RungResult, TrialRecord
+from packexp.events import RungResult
 from packexp.objectives import Objective, fronts, order
+
+if TYPE_CHECKING:
+    from packexp.runner.study import Study
 
 BEST = "best"
 NONE = "none"
@@ -51,39 +54,35 @@ class KeepModels:
     def keeps(self) -> bool:
         return self.which != NONE
 
-    def chosen(self, trials: Mapping[str, TrialRecord],
-               extra: Sequence[RungResult] = ()) -> dict[str, RungResult]:
-        """Each kept trial's result whose weights are kept, best first: among ``trials`` as
-        they stand with ``extra`` (a pack's results not yet recorded) added."""
+    @property
+    def top_k(self) -> int:
+        """How many trials it keeps under one objective (1 for the best, none: 0)."""
+        if not self.keeps:
+            return 0
+        return 1 if self.which == BEST else int(self.which)
+
+    def chosen(self, study: Study, extra: Sequence[RungResult] = ()) -> dict[str, RungResult]:
+        """Each kept trial's result whose weights are kept, best first: among ``study``'s
+        trials as they stand with ``extra`` (a pack's results not yet recorded) added. Under
+        one objective ``study.leaders`` (which must keep ``top_k``) answers it in a step per
+        leader; under several every trial's last scored rung is ranked."""
         if not self.keeps or self.objective is None:
             return {}
         objective = self.objective
-        rungs: dict[str, list[RungResult]] = {t: list(r.rungs) for t, r in trials.items()}
+        if not objective.several:  # each trial at its best rung, as ``Study.best`` ranks
+            return study.leaders.top(self.top_k, extra)
+        rungs: dict[str, list[RungResult]] = {t: list(r.rungs) for t, r in study.trials.items()}
         for result in extra:
             rungs.setdefault(result.trial_id, []).append(result)
-        if objective.several:  # each trial at its last scored rung
-            last = [(t, scored[-1]) for t, results in rungs.items()
-                    if (scored := [r for r in results if objective.scores(r) is not None])]
-            if self.which == BEST:
-                front = fronts([objective.scores(r) for _, r in last])[0] if last else []
-                return {last[i][0]: last[i][1] for i in front}
-            ranked = order([objective.scores(r) for _, r in last])
-            return {last[i][0]: last[i][1] for i in ranked[: int(self.which)]}
-        # Each trial's best rung, as ``Study.best`` ranks: of two as good, the later.
-        best: list[tuple[float, float, str, RungResult]] = []
-        for t, results in rungs.items():
-            scored = [(objective.score(r), r.epochs, r) for r in results
-                      if objective.score(r) is not None]
-            if scored:
-                score, epochs, result = max(scored, key=lambda s: (s[0], s[1]))
-                best.append((score, epochs, t, result))
-        # Stable: of two trials as good, the one drawn first (``max`` takes the first too).
-        best.sort(key=lambda b: (-b[0], -b[1]))
-        k = 1 if self.which == BEST else int(self.which)
-        return {t: r for _, _, t, r in best[:k]}
+        last = [(t, scored[-1]) for t, results in rungs.items()
+                if (scored := [r for r in results if objective.scores(r) is not None])]
+        if self.which == BEST:
+            front = fronts([objective.scores(r) for _, r in last])[0] if last else []
+            return {last[i][0]: last[i][1] for i in front}
+        ranked = order([objective.scores(r) for _, r in last])
+        return {last[i][0]: last[i][1] for i in ranked[: int(self.which)]}
 
-    def candidates(self, trials: Mapping[str, TrialRecord],
-                   results: Iterable[RungResult]) -> list[RungResult]:
+    def candidates(self, study: Study, results: Iterable[RungResult]) -> list[RungResult]:
         """Of a pack's ``results``, those whose states must be written now: under one
         objective those kept as things stand, under several every scored one."""
         results = list(results)
@@ -91,18 +90,18 @@ class KeepModels:
             return []
         if self.objective.several:
             return [r for r in results if self.objective.scores(r) is not None]
-        chosen = self.chosen(trials, results)
+        chosen = self.chosen(study, results)
         return [r for r in results if chosen.get(r.trial_id) is r]
 
-    def wanted(self, trials: Mapping[str, TrialRecord], pack: Sequence[str]
+    def wanted(self, study: Study, pack: Sequence[str]
                ) -> tuple[set[tuple[str, int]], set[str] | None]:
         """The kept states still needed once a pack's results are recorded, as (trial, rung),
         and the trials that answer covers (None: every trial): under one objective the
         chosen results; under several, the pack's trials' last scored rungs."""
         objective = self.objective
         if objective is None or not objective.several:
-            return {(t, r.rung) for t, r in self.chosen(trials).items()}, None
-        last = {t: [r for r in trials[t].rungs if objective.scores(r) is not None]
+            return {(t, r.rung) for t, r in self.chosen(study).items()}, None
+        last = {t: [r for r in study.trials[t].rungs if objective.scores(r) is not None]
                 for t in pack}
         return {(t, scored[-1].rung) for t, scored in last.items() if scored}, set(pack)
 

@@ -126,11 +126,11 @@ class Ledger:
                                            result.checkpoint)
         best, packs = self.study.best(), self.study.packs
         self.emit(PackFinished(pack, len(packs), best.value if best else None,
-                               round(sum(p.epochs_spent for p in packs) + pack.epochs_spent, 4),
+                               round(self.study.epochs_spent + pack.epochs_spent, 4),
                                self.study.objective.metric))
         self.store.delete(stale)
         if self.keep.keeps:  # journaled: the states that no longer count go
-            self.store.drop_kept(*self.keep.wanted(self.study.trials,
+            self.store.drop_kept(*self.keep.wanted(self.study,
                                                    [m.trial_id for m in members]))
         for m in members:
             if m.failed:
@@ -154,7 +154,7 @@ class Ledger:
         if not self.keep.keeps:
             return
         by_id = {m.trial_id: m for m in members}
-        for result in self.keep.candidates(self.study.trials, results):
+        for result in self.keep.candidates(self.study, results):
             m = by_id[result.trial_id]
             state = m.state if m.state is not None else (
                 self.store.read(m.checkpoint) if m.checkpoint else None)

@@ -105,6 +105,7 @@ class PackedSearch:
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self.study.leaders.widen(settings.keep.top_k)  # the kept models, ranked as they come
         self.cache = self.executor.cache
         self.brackets: Sequence[Bracket] = ()  # the whole search (``run`` sets them)
         self.stopped: str | None = None  # why the search stopped early; None: to its end

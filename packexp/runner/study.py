@@ -12,6 +12,7 @@ front back from it. Optuna's ``Study`` with its storage and frozen trials is the
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from packexp.objectives import ACCURACY, Objective, fronts
 from packexp.records.results import search_results
 from packexp.records.search_result import SearchResult
 from packexp.runner.journal import Journal, JournalError
+from packexp.runner.leaders import Leaders
+from packexp.samplers import Observation
 from packexp.schedulers.base import Exploits, schedule
 from packexp.space import Trial
 
@@ -56,8 +59,14 @@ class Study:
         self.records = list(records)
         self.trials: dict[str, TrialRecord] = {}
         self.packs: list[PackRecord] = []
+        self.leaders = Leaders(objective)  # the best and the top k, kept as results arrive
         self.replayed = Replayed.of(self.records) if self.records else Replayed()
         self.packs.extend(self.replayed.packs)
+        self.epochs_spent = sum(p.epochs_spent for p in self.packs)  # by every pack so far
+        self.earlier_s = earlier_s(self.records)
+        self._observed: list[Observation] = []  # every scored rung, in ``observed``'s order
+        self._observed_at: list[tuple[int, int]] = []  # each one's (draw order, arrival)
+        self._lineage = False  # whether any trial continued from another's state
 
     @classmethod
     def open(cls, run_dir: str | Path, objective: Objective = ACCURACY, *,
@@ -87,17 +96,6 @@ class Study:
         ``elapsed_s`` restart each session)."""
         return (1 + sum(r["event"] == "resume" for r in self.records)) if self.records else 0
 
-    @property
-    def earlier_s(self) -> float:
-        """Search time spent by the sessions a resume continues (to each one's last pack)."""
-        total, session = 0.0, 0.0
-        for r in self.records:
-            if r["event"] == "resume":
-                total, session = total + session, 0.0
-            elif r["event"] == "pack":
-                session = max(session, r.get("elapsed_s", 0.0))
-        return total + session
-
     def checkpoints(self) -> set[str]:
         """The checkpoints a resume may continue from (``journaled_checkpoints``)."""
         return journaled_checkpoints(self.records)
@@ -108,18 +106,20 @@ class Study:
         """Configurations drawn for ``bracket``: trials that run, not yet scored."""
         for t in trials:
             self.trials[t.trial_id] = TrialRecord(t.trial_id, dict(t.hparams), bracket)
+            self.leaders.drawn(t.trial_id)
 
     def write(self, event: Event) -> None:
         """Journals what a resume needs of ``event``, then keeps it."""
         if isinstance(event, RungPlanned):
             if not event.journaled:  # a plan read back from the journal is there already
-                self._journal("plan", **PlanRecord.of(event).to_dict())
-        elif isinstance(event, MemberScored):
-            self._journal("result", **event.result.to_dict())
+                self._journal("plan", durable=False, **PlanRecord.of(event).to_dict())
+        elif isinstance(event, MemberScored):  # durable with its pack's record
+            self._journal("result", durable=False, **event.result.to_dict())
             self.restore(event.result)
         elif isinstance(event, PackFinished):
             self._journal("pack", pack=event.pack.to_dict(), elapsed_s=event.pack.elapsed_s)
             self.packs.append(event.pack)
+            self.epochs_spent += event.pack.epochs_spent
         elif isinstance(event, MembersExploited):
             if not event.journaled:
                 self._journal("exploit", **event.to_dict())
@@ -127,15 +127,30 @@ class Study:
         elif isinstance(event, TrialEnded):
             self.trials[event.trial_id].status = event.status
 
-    def _journal(self, event: str, **record: Any) -> None:
+    def _journal(self, event: str, *, durable: bool = True, **record: Any) -> None:
         if self.journal is not None:
-            self.journal.append(event, **record)
+            self.journal.append(event, durable=durable, **record)
 
     def restore(self, result: RungResult) -> None:
         """A result, kept (one journaled before a resume: not journaled again)."""
         self.trials[result.trial_id].rungs.append(result)
+        self.leaders.add(result)
+        score = self.objective.score(result)
+        if score is not None:  # in the order ``observed`` gives: trials as drawn, then rungs
+            at = (self.leaders.order(result.trial_id), len(self._observed))
+            i = bisect.bisect(self._observed_at, at)
+            self._observed_at.insert(i, at)
+            self._observed.insert(i, Observation(dict(self.trials[result.trial_id].hparams),
+                                                 result.epochs, score))
+
+    def observed(self) -> Sequence[Observation]:
+        """Every scored rung so far, by the objective: what a sampler learns from, trials in
+        the order drawn, each one's rungs in order (``draws.observed``'s order). Kept as
+        results arrive, and not a copy: a sampler reads it and must not change it."""
+        return self._observed
 
     def _continued(self, event: MembersExploited) -> None:
+        self._lineage = self._lineage or bool(event.exploits)
         for e in event.exploits:
             trial = self.trials[e.member]
             trial.lineage.append({"epoch": event.epochs, **e.to_dict()})
@@ -158,13 +173,12 @@ class Study:
         the values it trained with; where trials continued from others' states, also the
         schedule of values that made its weights."""
         objective = self.objective
-        scored = [(objective.score(r), r.epochs, t, r) for t in self.trials.values()
-                  for r in t.rungs if objective.score(r) is not None]
-        if not scored:
+        result = self.leaders.best()
+        if result is None:
             return None
-        _, epochs, trial, result = max(scored, key=lambda s: (s[0], s[1]))
+        trial, epochs = self.trials[result.trial_id], result.epochs
         lineage = None
-        if any(t.lineage for t in self.trials.values()):
+        if self._lineage:
             lineage = schedule(trial.trial_id, epochs,
                                {t.trial_id: t.lineage for t in self.trials.values()},
                                {t.trial_id: t.hparams for t in self.trials.values()})
@@ -247,6 +261,17 @@ def tracking_run_id(run_dir: Path) -> str | None:
 # (``PackedSearch.run``): results and packs journaled whole are not trained again, and a plan
 # journaled before the kill is trained as it was planned, each pack under the number an
 # unbroken run gives it.
+
+
+def earlier_s(records: Sequence[dict]) -> float:
+    """Search time spent by the sessions a resume continues (to each one's last pack)."""
+    total, session = 0.0, 0.0
+    for r in records:
+        if r["event"] == "resume":
+            total, session = total + session, 0.0
+        elif r["event"] == "pack":
+            session = max(session, r.get("elapsed_s", 0.0))
+    return total + session
 
 
 def finished(records: list[dict]) -> list[dict]:

@@ -18,6 +18,7 @@ from packexp.errors import ConfigError, positive_int
 from packexp.samplers import Observation, Sampler
 from packexp.space import SearchSpace, Trial, derive_seed
 from packexp.space.dimensions import Choice, FloatRange, IntRange
+from packexp.space.drawn import drawn_keys
 
 # Separates the sampler's own seeds from the trials' (derive_seed(seed, bracket, i)).
 STREAM = 7919
@@ -57,8 +58,7 @@ class TpeSampler(Sampler):
         if not fitted:
             return trials
         coin = np.random.default_rng(derive_seed(seed, bracket, STREAM))
-        used = {space.identity(h) for h in drawn}
-        used.discard(None)
+        used = set(drawn_keys(drawn, (id(space), "identity"), space.identity))
 
         def fresh(hparams: Mapping[str, Any]) -> bool:
             """Not drawn yet, or the grid has nothing else (a float range never repeats)."""

@@ -7,6 +7,7 @@ packs go out as workers free up, so no worker waits at a rung's end.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
@@ -192,12 +193,8 @@ class Asha(HalvingScheduler):
         every rung whose promotion costs more than the epochs still free. A plan decided in
         the same round as another is within the budget with it, so no trial a pending plan
         promotes is among them."""
-        state, retired = self.state, []
-        for k in range(state.top):
-            if state.spent + self.cost(k + 1) > self.max_epochs + 1e-9:
-                retired += [Retire(trial_id, "killed") for trial_id, _ in state.results[k]
-                            if trial_id not in state.planned[k + 1]]
-        return retired
+        return [Retire(trial_id, "killed") for k in range(self.state.top)
+                for trial_id in self.state.closed(k)]
 
 
 def hyperband_epochs(hyperband: Hyperband) -> float:
@@ -235,6 +232,10 @@ class AshaState:
     """What ASHA knows mid-search: each rung's results in arrival order, the trials planned
     for each rung (planned for rung ``k+1``: promoted out of rung ``k``), the epochs planned
     and the configurations drawn. A resume rebuilds it from the journal's plans and results.
+
+    Under one objective each rung also keeps its results ranked (``Ranked``), so a decision
+    costs a step per promotion ready, not a ranking of every result so far; under several
+    (tuples of scores, ranked by front) ``promotable`` ranks them again at each decision.
     """
 
     def __init__(self, asha: Asha) -> None:
@@ -242,9 +243,12 @@ class AshaState:
         rungs = len(asha.rungs)
         self.results: list[list[tuple[str, float | None]]] = [[] for _ in range(rungs)]
         self.planned: list[set[str]] = [set() for _ in range(rungs)]
+        self.ranked = [Ranked(asha.eta) for _ in range(rungs)]
+        self.several = False  # a result scored by several goals: ranked by front
         self.spent = 0.0  # epochs planned, trained or not
         self.sampled = 0
         self.plans = 0
+        self.retired = [0] * rungs  # per rung closed to promotion: its results retired so far
 
     @property
     def top(self) -> int:
@@ -253,7 +257,13 @@ class AshaState:
     def promotions(self) -> list[tuple[str, int]]:
         """The promotions ready, in ``promotable``'s order, as far as the budget goes."""
         out, spent = [], self.spent
-        for trial_id, rung in promotable(self.results, self.planned[1:], self.asha.eta):
+        if self.several:
+            ready = promotable(self.results, self.planned[1:], self.asha.eta)
+        else:
+            ready = [(t, k + 1) for k in range(self.top - 1, -1, -1)
+                     if spent + self.asha.cost(k + 1) <= self.asha.max_epochs + 1e-9
+                     for t in self.ranked[k].ready()]
+        for trial_id, rung in ready:
             if spent + self.asha.cost(rung) <= self.asha.max_epochs + 1e-9:
                 out.append((trial_id, rung))
                 spent += self.asha.cost(rung)
@@ -270,9 +280,75 @@ class AshaState:
     def plan(self, rung: int, trial_ids: Sequence[str], drawn: int = 0) -> None:
         """Notes a plan: ``trial_ids`` to train to ``rung``, ``drawn`` of them new."""
         self.planned[rung].update(trial_ids)
+        if rung:
+            self.ranked[rung - 1].promoted(trial_ids)
         self.spent += self.asha.cost(rung) * len(trial_ids)
         self.sampled += drawn
         self.plans += 1
 
-    def record(self, trial_id: str, rung: int, score: float | None) -> None:
+    def record(self, trial_id: str, rung: int, score: float | tuple[float, ...] | None) -> None:
         self.results[rung].append((trial_id, score))
+        self.several = self.several or isinstance(score, tuple)
+        if not self.several and rung < self.top:
+            self.ranked[rung].add(trial_id, score, trial_id in self.planned[rung + 1])
+
+    def closed(self, rung: int) -> list[str]:
+        """The trials of ``rung`` (below the top) that no budget is left to promote and were
+        not yet said: once a promotion out of ``rung`` costs more than the epochs still free,
+        it always will (the epochs planned only grow), so each is said once."""
+        if self.spent + self.asha.cost(rung + 1) <= self.asha.max_epochs + 1e-9:
+            return []
+        results, start = self.results[rung], self.retired[rung]
+        self.retired[rung] = len(results)
+        return [t for t, _ in results[start:] if t not in self.planned[rung + 1]]
+
+
+class Ranked:
+    """One rung's results ranked as ``promotable`` ranks them (higher first, ties in arrival
+    order, failed results never promoted), and its top ``floor(results / eta)`` not yet
+    promoted, kept as results arrive: a result moves at most one other in or out of the top.
+    """
+
+    def __init__(self, eta: int) -> None:
+        self.eta = eta
+        self.count = 0  # results, failed ones included: the top is a share of them
+        self.order: list[tuple[float, int, str]] = []  # (-score, arrival, trial), best first
+        self._ready: list[tuple[float, int, str]] = []  # in the top, not promoted, in order
+        self._promoted: set[str] = set()
+
+    def add(self, trial_id: str, score: float | None, promoted: bool = False) -> None:
+        """A result; ``promoted``: its trial was planned for the next rung already."""
+        if promoted:
+            self._promoted.add(trial_id)
+        before = self.count // self.eta
+        self.count += 1
+        top = self.count // self.eta
+        entered: tuple[float, int, str] | None = None
+        left: tuple[float, int, str] | None = None
+        if score is not None and not math.isnan(score):
+            entry = (-score, self.count, trial_id)
+            place = bisect.bisect(self.order, entry)
+            self.order.insert(place, entry)
+            if place < top:
+                entered = entry
+                if top == before and top < len(self.order):
+                    left = self.order[top]
+            elif top > before:
+                entered = self.order[before]
+        elif top > before and before < len(self.order):
+            entered = self.order[before]
+        if left is not None:
+            i = bisect.bisect_left(self._ready, left)
+            if i < len(self._ready) and self._ready[i] == left:
+                del self._ready[i]
+        if entered is not None and entered[2] not in self._promoted:
+            bisect.insort(self._ready, entered)
+
+    def promoted(self, trial_ids: Sequence[str]) -> None:
+        """Trials planned for the next rung: no longer ready."""
+        self._promoted.update(trial_ids)
+        self._ready = [e for e in self._ready if e[2] not in self._promoted]
+
+    def ready(self) -> list[str]:
+        """The top's trials not yet promoted, best first."""
+        return [t for _, _, t in self._ready]

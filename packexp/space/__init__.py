@@ -12,6 +12,7 @@ import numpy as np
 
 from packexp.errors import ConfigError
 from packexp.space.dimensions import Choice, Dimension, dimension
+from packexp.space.drawn import drawn_keys
 from packexp.space.options import RUNTIME_HPARAMS, activation_of, lr_schedule_of, rule_for
 
 
@@ -229,7 +230,7 @@ class SearchSpace:
         if self.conditions:
             configs = self._sample_conditional(rng, n, drawn)
         elif self.size <= GRID_LIMIT:
-            used = sorted({i for i in map(self.grid_index, drawn) if i is not None})
+            used = sorted(drawn_keys(drawn, (id(self), "grid"), self.grid_index))
             picks = (rng.choice(self.size, size=min(n, self.size), replace=False) if not used
                      else _unused_first(rng, int(self.size), used, n))
             sizes = [dim.size for dim in dims]
@@ -259,7 +260,7 @@ class SearchSpace:
         parents first, those left inactive skipped."""
         listed = self._listed()
         if listed is None:
-            seen = {self.identity(h) for h in drawn}
+            seen = set(drawn_keys(drawn, (id(self), "identity"), self.identity))
             configs = []
             for _ in range(n):
                 for _attempt in range(REDRAWS):  # a repeat drawn again, while it may differ
@@ -273,7 +274,7 @@ class SearchSpace:
                 seen.add(self.identity(config))
                 configs.append(config)
             return configs
-        used = sorted({i for i in map(self.grid_index, drawn) if i is not None})
+        used = sorted(drawn_keys(drawn, (id(self), "grid"), self.grid_index))
         picks = (rng.choice(len(listed), size=min(n, len(listed)), replace=False) if not used
                  else _unused_first(rng, len(listed), used, n))
         return [dict(listed[int(i)]) for i in picks]

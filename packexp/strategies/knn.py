@@ -44,24 +44,32 @@ class KnnStrategy(Strategy):
     def pack(self, trials: Sequence[Trial], capacity: Capacity) -> list[list[Trial]]:
         if not trials:
             return []
-        features = np.array([t.features for t in trials])
-        distances = np.abs(features[:, None, :] - features[None, :, :]).sum(-1)
+        # Each centroid's distances alone, not every pair's: a rung of n trials needs n rows
+        # of n only one at a time, and the scan stops once nothing more can fit.
+        features = np.array([t.features for t in trials], dtype=float).reshape(len(trials), -1)
+        costs = [capacity.cost(t) for t in trials]
+        cheapest = min(costs)
+        most = capacity.max_members or len(trials)
         rng = self._rng(trials)
-        left = list(range(len(trials)))
+        left = np.arange(len(trials))
         packs: list[list[Trial]] = []
-        while left:
-            centroid = left[int(rng.integers(len(left)))]
-            # Stable sort: ties go to the earlier-sampled trial.
-            near = sorted(left, key=lambda j: distances[centroid, j])
-            group = [trials[centroid]]
-            for j in near:
+        while len(left):
+            centroid = int(left[int(rng.integers(len(left)))])
+            distance = np.abs(features[left] - features[centroid]).sum(-1)
+            near = np.argsort(distance, kind="stable")  # ties: the earlier-sampled trial
+            group, used, taken = [trials[centroid]], costs[centroid], {centroid}
+            for i in near.tolist():
+                j = int(left[i])
                 if j == centroid:
                     continue
-                if distances[centroid, j] > self.threshold:
+                if len(group) >= most or used + cheapest > capacity.limit:
+                    break  # full: what ``capacity.fits`` would refuse to every trial left
+                if distance[i] > self.threshold:
                     break
-                if capacity.fits([*group, trials[j]]):
+                if used + costs[j] <= capacity.limit:  # ``capacity.fits``, summed as it sums
                     group.append(trials[j])
-            taken = {t.trial_id for t in group}
-            left = [j for j in left if trials[j].trial_id not in taken]
+                    used += costs[j]
+                    taken.add(j)
+            left = left[[int(j) not in taken for j in left]]
             packs.append(group)
         return packs

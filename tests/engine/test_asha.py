@@ -392,3 +392,40 @@ def test_asha_draws_no_configuration_twice_while_the_grid_has_others(tmp_path, f
     assert len(drawn) > SPACE.size  # the grid ran out: from then on, used ones come again
     first = drawn[:int(SPACE.size)]
     assert len(set(first)) == len(first)
+
+
+@pytest.mark.parametrize("eta", [2, 3, 4])
+def test_the_ranked_rungs_promote_as_promotable_ranks_every_result_again(eta):
+    """``AshaState`` keeps each rung ranked as results arrive; on random histories (ties,
+    failed results, promotions between results) it promotes exactly what ``promotable``
+    finds ranking every result again, and each trial below a closed rung is retired once."""
+    promoted = 0
+    for seed in range(60):
+        draw = random.Random(seed)
+        asha = Asha(27, eta, max_epochs=draw.choice([40, 80, 10_000]))
+        state = AshaState(asha)
+        ids = iter(f"t{i}" for i in range(10_000))
+        retired: list[str] = []
+        for _ in range(draw.randint(5, 80)):
+            ready = state.promotions()
+            expected, spent = [], state.spent
+            for trial_id, rung in promotable(state.results, state.planned[1:], eta):
+                if spent + asha.cost(rung) <= asha.max_epochs + 1e-9:
+                    expected.append((trial_id, rung))
+                    spent += asha.cost(rung)
+            assert ready == expected, seed
+            if ready and draw.random() < 0.5:
+                rung = ready[0][1]
+                state.plan(rung, [t for t, k in ready if k == rung][:draw.randint(1, 3)])
+                promoted += 1
+            elif state.new_configs(3):
+                state.plan(0, [next(ids) for _ in range(state.new_configs(3))], drawn=3)
+            waiting = [(t, k) for k, planned in enumerate(state.planned) for t in planned
+                       if t not in {u for u, _ in state.results[k]}]
+            for trial_id, rung in draw.sample(waiting, min(len(waiting), 2)):
+                score = draw.choice([None, float("nan"), *(round(draw.random(), 1),) * 4])
+                state.record(trial_id, rung, score)
+            for k in range(state.top):
+                retired += state.closed(k)
+        assert len(retired) == len(set(retired)), seed
+    assert promoted > 100  # the histories promote: the comparison is not of empty lists

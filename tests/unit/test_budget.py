@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from packexp.runner.budget import Budget, unscored
+from packexp.runner.study import earlier_s
 from packexp.testing.fake_trainer import HYPERBAND, fake_search
 
 
@@ -21,7 +22,8 @@ def test_a_long_start_up_spends_none_of_the_budget(tmp_path, fake_trainer):
 def test_the_searched_seconds_count_earlier_sessions_and_this_one_s_from_its_first_pack(
         tmp_path, fake_trainer):
     search = fake_search(tmp_path, fake_trainer)
-    search.study.records.append({"event": "pack", "elapsed_s": 7.0})  # a session before
+    search.study.earlier_s = earlier_s([{"event": "start"}, {"event": "pack", "elapsed_s": 7.0},
+                                        {"event": "resume"}])  # a session before
     assert search.searched_s() == 7.0
     search.dispatch.first_pack_at = time.time() - 2.0
     search.ledger.started = time.perf_counter() - 2.0

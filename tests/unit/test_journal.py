@@ -1,4 +1,5 @@
-"""The journal: fsynced one-line appends, a torn final line forgiven, a torn middle refused."""
+"""The journal: one-line appends, fsynced at the records that make others count, a torn final
+line forgiven, a torn middle refused."""
 
 from __future__ import annotations
 
@@ -54,6 +55,28 @@ def test_each_record_is_one_line_written_once_then_fsynced(journal, monkeypatch)
         assert data.endswith(b"\n") and data.count(b"\n") == 1
         assert json.loads(data)["trial_id"] == trial_id
     assert journal.path.read_bytes().endswith(calls[-2][1])
+    # A result made durable by its pack's record: written now, fsynced with that record.
+    calls.clear()
+    journal.append("result", durable=False, trial_id="c", val_accuracy=0.1)
+    journal.append("pack", pack={"pack_id": "p"})
+    assert [kind for kind, _ in calls] == ["write", "write", "fsync"]
+    assert [r["event"] for r in journal.read()[-2:]] == ["result", "pack"]
+
+
+def test_a_search_fsyncs_at_its_packs_records_not_at_each_result(tmp_path, monkeypatch):
+    """Each pack's results are fsynced with its record: a search's fsyncs grow with its packs
+    and its start and end, not with every result and plan besides."""
+    from packexp.testing.fake_trainer import HYPERBAND, FakeTrainer, fake_search
+
+    synced: list[str] = []
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: synced.append(
+        os.pread(fd, 10_000_000, 0).rstrip(b"\n").rsplit(b"\n", 1)[-1]))
+    search = fake_search(tmp_path, FakeTrainer())
+    search.run(HYPERBAND)
+    records = Journal(tmp_path).read()
+    events = [json.loads(line)["event"] for line in synced]
+    assert set(events) == {"start", "pack"} and events.count("pack") == len(search.packs)
+    assert sum(r["event"] in ("result", "plan") for r in records) > len(search.packs)
 
 
 def test_a_record_that_cannot_be_serialised_leaves_the_journal_untouched(journal):

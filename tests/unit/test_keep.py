@@ -32,16 +32,17 @@ def book_of(objective: Objective, trials: int) -> Study:
 
 def test_the_best_is_the_book_s_best_of_two_as_good_the_later_epoch():
     book = book_of(ACCURACY, 3)
+    book.leaders.widen(3)
     for r in (result("t0", 0, 0.9), result("t1", 0, 0.5), result("t0", 1, 0.8),
               result("t1", 1, 0.9), result("t2", 0, None, None, failed=True)):
         book.restore(r)
-    chosen = KeepModels(BEST, ACCURACY).chosen(book.trials)
+    chosen = KeepModels(BEST, ACCURACY).chosen(book)
     best = book.best()
     assert list(chosen) == [best.trial_id] == ["t1"]
     assert chosen["t1"].epochs == best.epochs == 3
-    top = KeepModels(3, ACCURACY).chosen(book.trials)
+    top = KeepModels(3, ACCURACY).chosen(book)
     assert [(t, r.rung) for t, r in top.items()] == [("t1", 1), ("t0", 0)]  # t2 never scored
-    assert KeepModels("none", ACCURACY).chosen(book.trials) == {}
+    assert KeepModels("none", ACCURACY).chosen(book) == {}
 
 
 @pytest.mark.parametrize("objective", [ACCURACY, PARETO], ids=["one", "several"])
@@ -54,19 +55,20 @@ def test_every_result_kept_at_the_end_was_a_candidate_when_it_was_scored(objecti
     for seed in range(40):
         draw = random.Random(seed)
         book = book_of(objective, 6)
+        book.leaders.widen(keep.top_k)
         pending = [result(f"t{t}", rung, round(draw.random(), 1), round(draw.random(), 1),
                           failed=draw.random() < 0.1)
                    for rung in range(3) for t in range(6)]
         written: set[tuple[str, int]] = set()
         while pending:
             pack = [pending.pop(0) for _ in range(min(len(pending), draw.randint(1, 3)))]
-            written |= {(r.trial_id, r.rung) for r in keep.candidates(book.trials, pack)}
+            written |= {(r.trial_id, r.rung) for r in keep.candidates(book, pack)}
             for r in pack:
                 book.restore(r)
-            wanted, among = keep.wanted(book.trials, [r.trial_id for r in pack])
+            wanted, among = keep.wanted(book, [r.trial_id for r in pack])
             written = {w for w in written if (among is not None and w[0] not in among)
                        or w in wanted}
-        chosen = keep.chosen(book.trials)
+        chosen = keep.chosen(book)
         assert {(t, r.rung) for t, r in chosen.items()} <= written, seed
         if which == BEST and objective is ACCURACY and (best := book.best()):
             assert [(t, r.epochs) for t, r in chosen.items()] == [(best.trial_id, best.epochs)]

@@ -259,8 +259,9 @@ def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, fake_trainer):
     assert search.best() is None
 
     def record(trial_id: str, *rungs: tuple[float, float | None]) -> None:
-        search.trials[trial_id] = TrialRecord(trial_id, {"x": trial_id}, 1, rungs=[
-            rung_result(trial_id, e, a) for e, a in rungs])
+        search.study.add_trials(1, [Trial(trial_id, {"x": trial_id}, ())])
+        for e, a in rungs:
+            search.study.restore(rung_result(trial_id, e, a))
 
     record("a", (1, None))
     assert search.best() is None  # a failed rung scores nothing
