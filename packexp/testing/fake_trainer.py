@@ -26,6 +26,7 @@ from packexp.objectives import ACCURACY, Objective
 from packexp.runner import PackedSearch, SearchSettings, Study
 from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.journal import Journal
+from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband
 from packexp.schedulers.base import Bracket
@@ -216,7 +217,7 @@ class FakeCache:
 def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket] | None = None,
                 strategy: Strategy | None = None, continue_on_promotion: bool = True,
                 sampler: Sampler | None = None, objective: Objective = ACCURACY,
-                budget: Budget = NO_BUDGET) -> PackedSearch:
+                budget: Budget = NO_BUDGET, keep: KeepModels = NO_MODELS) -> PackedSearch:
     """A search of two-member packs over ``SPACE`` on ``trainer``, journaling to ``run_dir``:
     where that holds a journal already, the search there resumed (its study replays it).
     Hyperband's brackets at R=9 unless ``brackets``. Its listener is an ``Ended``. The
@@ -233,7 +234,7 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
         listeners=Listeners([Ended()]),
         settings=SearchSettings(seed=0, tags={"strategy": "fake"},
                                 continue_on_promotion=continue_on_promotion, budget=budget,
-                                train_size=TRAIN_SIZE),
+                                train_size=TRAIN_SIZE, keep=keep),
         sampler=sampler or Sampler())
     search.brackets = search.draws.brackets = search.packer.brackets = (
         HYPERBAND.brackets() if brackets is None else brackets)
