@@ -34,10 +34,15 @@ MAX_SEED = 2**32 - 1
 
 def job(cfg: DictConfig, trainer: Any = None) -> float:
     """A job of ``python -m packexp`` or ``packexp.tune``: the config checked before TensorFlow
-    loads (a bad value is reported at once), TensorFlow started (unless ``trainer`` measures
-    no device: ``run``), and the task run in Hydra's run directory."""
+    loads (a bad value is reported at once), TensorFlow started (unless ``trainer``, or the
+    one the executor's config names, measures no device: ``run``), and the task run in
+    Hydra's run directory."""
     with config_errors():
         check(cfg)
+        if trainer is None and cfg.get("task") in ("tune", "refit"):
+            from packexp.config.components import named_trainer
+
+            trainer = named_trainer(cfg)  # executor=simulated's fake: no TensorFlow to start
     mark("composition")
     if trainer is None or trainer.measures_device:
         start_tensorflow(use_gpu=trains_here(cfg))

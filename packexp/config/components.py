@@ -72,8 +72,9 @@ class Components:
         every value of its hyper-parameters so a bad one fails before any training. The
         thread counts are set here, before TensorFlow's runtime starts. ``trainer`` trains
         the packs (TensorFlow's when None); one that measures no device builds no model and
-        starts no TensorFlow."""
-        trainer = tensorflow_trainer() if trainer is None else trainer
+        starts no TensorFlow. Without one, the executor's config may name it
+        (``named_trainer``)."""
+        trainer = trainer if trainer is not None else named_trainer(cfg) or tensorflow_trainer()
         space, scheduler, strategy, objective = check_search(cfg)
         sampler = instantiate(cfg.sampler, "sampler")
         dataset = load_dataset(cfg, objective)
@@ -217,6 +218,13 @@ class Components:
             # A local run's calibrations, kept before places were told apart, still hold.
             **({"place": dict(place)} if place and place.get("executor") != "local" else {}),
         }
+
+
+def named_trainer(cfg: DictConfig) -> Trainer | None:
+    """The trainer the executor's config names (``executor.trainer``: ``executor=simulated``'s
+    fake trainer); None where it names none, for TensorFlow's."""
+    node = OmegaConf.select(cfg, "executor.trainer")
+    return None if node is None else instantiate(node, "executor.trainer")
 
 
 def worker_cache(cfg: DictConfig) -> Any:

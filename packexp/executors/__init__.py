@@ -1,4 +1,5 @@
-"""Where packs train: in this process (``local``) or on a Ray cluster (``ray``)."""
+"""Where packs train: in this process (``local``), on a Ray cluster (``ray``), or on a simulated
+cluster whose times are predictions (``simulated``)."""
 
 from packexp.executors.base import (
     ATTEMPTS,
@@ -10,9 +11,10 @@ from packexp.executors.base import (
     tensorflow_trainer,
 )
 from packexp.executors.local import LocalExecutor
+from packexp.executors.simulated import SimulatedExecutor
 
 __all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "LocalExecutor", "PackJob",
-           "RayExecutor", "Trainer", "tensorflow_trainer"]
+           "RayExecutor", "SimulatedExecutor", "Trainer", "tensorflow_trainer"]
 
 
 def __getattr__(name: str):

@@ -101,7 +101,8 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                 else startup.phases(job_started, search.first_pack_at),
                 capacity={"bytes": capacity.limit, "max_members": parts.max_members},
                 memory_probes=probes.summary(),
-                workers=executor.usage(), stopped=search.stopped)
+                workers=executor.usage(), stopped=search.stopped,
+                **simulation_facts(executor, search.first_pack_at))
             if where := log_best_model(tracker, result, run_dir, parts.dataset, cfg):
                 result = result.with_keys(mlflow_model=where)
             finish(result, study, listeners)
@@ -138,7 +139,7 @@ def hand_over(search: PackedSearch, cache: Any, run_dir: Path,
     has finished (then ``tune`` deletes them): a search stopped early, or killed before then,
     hands the same models over when it is resumed."""
     started = time.perf_counter()
-    chosen = search.keep.chosen(search.trials)
+    chosen = search.keep.chosen(search.study)
     kept: dict[str, dict[str, Any]] = {}
     missing: set[str] = set()
     for trial_id, result in chosen.items():
@@ -173,6 +174,11 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
     probes' files and clock, and the seconds the strategy took. A trainer that measures no
     device gives the capacity itself, and a strategy that weighs costs cannot plan on it."""
     if not parts.trainer.measures_device:
+        if isinstance(parts.strategy, WeighsCosts) and executor.simulated:
+            raise ConfigError(f"strategy={parts.names['strategy']}: weighs costs measured on "
+                              f"the device, which executor=simulated's {parts.trainer.name} "
+                              "trainer does not measure; add strategy=knn (or none, random, "
+                              "batch_size)")
         if isinstance(parts.strategy, WeighsCosts):
             raise ConfigError(f"strategy={parts.names['strategy']}: weighs measured costs, "
                               f"which the {parts.trainer.name} trainer does not measure")
@@ -191,6 +197,17 @@ def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
     seconds = time.perf_counter() - started  # within the phase the mark ends
     mark("calibration")
     return capacity, source, probes, seconds
+
+
+def simulation_facts(executor: Any, first_pack_at: float | None) -> dict[str, Any]:
+    """What ``results.json`` adds for a simulated executor (``executor=simulated``), whose clock
+    its times are on: ``simulated``, the simulation's settings, and the real seconds this
+    session searched (``real_wall_time_s``, from its first pack); nothing for real workers."""
+    if not executor.simulated:
+        return {}
+    return {"simulated": True, "simulation": executor.settings(),
+            "real_wall_time_s": None if first_pack_at is None
+            else round(time.time() - first_pack_at, 3)}
 
 
 def finish(result: SearchResult, study: Study, listeners: Listeners) -> None:
