@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from packexp.objectives import NAMES as NAME
+from packexp.records.crowd import crowd_figure, crowded
 from packexp.records.figure import (
     clipped_range,
     lay_out,
@@ -25,8 +28,7 @@ from packexp.records.timeline import (  # noqa: F401 (plots' names for them, as 
     pack_spans,
     phase_segments,
     phase_totals,
-    timeline,
-    timeline_figure,
+    rows_figure,
     train_share,
     worker_lanes,
 )
@@ -38,6 +40,20 @@ PREDICTED = "predicted.png"
 BEST_SO_FAR = "best_so_far.png"
 POPULATION = "population.png"
 PARETO = "pareto.png"
+
+def timeline(results: Mapping[str, Any], path: Path) -> Path:
+    """Saves ``timeline_figure(results)`` to ``path``."""
+    timeline_figure(results).savefig(path, dpi=110)
+    return path
+
+
+def timeline_figure(results: Mapping[str, Any]) -> Any:
+    """Which trial trained in which pack, phase by phase: a row per trial
+    (``timeline.rows_figure``), or past ``crowd.MAX_ROWS`` trials or ``crowd.MAX_PACKS`` packs
+    the packs' occupancy over time, the workers' lanes and the best trials
+    (``crowd.crowd_figure``)."""
+    return crowd_figure(results) if crowded(results) else rows_figure(results)
+
 
 def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """Draws a search's (``results.json``'s; ``SearchResult.write_plots``) ``timeline.png``,
@@ -72,47 +88,55 @@ def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def evaluations(results: Mapping[str, Any]) -> list[tuple[float, float, int, float]]:
+def evaluations(results: Mapping[str, Any], spans: list[tuple[float, float]] | None = None,
+                ) -> list[tuple[float, float, int, float]]:
     """Every scored rung as (seconds since the search started when its pack ended, its
-    objective value, bracket, epochs), in time order."""
+    objective value, bracket, epochs), in time order; ``spans``: ``pack_spans``, where
+    drawn already."""
     objective = objective_of(results)
-    spans = pack_spans(results["packs"])
+    spans = pack_spans(results["packs"]) if spans is None else spans
     ended = {p["pack_id"]: end for p, (_, end) in zip(results["packs"], spans, strict=True)}
-    return sorted((ended[r["pack_id"]], objective.value(r), t["bracket"],
-                   r["epochs"])
+    return sorted((ended[r["pack_id"]], value, t["bracket"], r["epochs"])
                   for t in results["trials"] for r in t["rungs"]
-                  if objective.value(r) is not None and r["pack_id"] in ended)
+                  if (value := objective.value(r)) is not None and r["pack_id"] in ended)
 
 
-def best_so_far_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """(seconds, best objective value so far) at each pack's end that improved it."""
+def best_so_far_points(results: Mapping[str, Any],
+                       points: list[tuple[float, float, int, float]] | None = None,
+                       ) -> list[tuple[float, float]]:
+    """(seconds, best objective value so far) at each pack's end that improved it;
+    ``points``: ``evaluations(results)``, where made already."""
     objective = objective_of(results)
-    points: list[tuple[float, float]] = []
-    for when, value, _, _ in evaluations(results):
-        if points and objective.signed(value) <= objective.signed(points[-1][1]):
+    best: list[tuple[float, float]] = []
+    for when, value, _, _ in evaluations(results) if points is None else points:
+        if best and objective.signed(value) <= objective.signed(best[-1][1]):
             continue
-        if points and points[-1][0] == when:  # the same pack's members: its best
-            points[-1] = (when, value)
+        if best and best[-1][0] == when:  # the same pack's members: its best
+            best[-1] = (when, value)
         else:
-            points.append((when, value))
-    return points
+            best.append((when, value))
+    return best
 
 
 def best_so_far_figure(results: Mapping[str, Any]) -> Any:
     """The best objective value found against wall time, over every evaluation as a dot."""
     objective = objective_of(results)
-    points = evaluations(results)
-    best = best_so_far_points(results)
+    spans = pack_spans(results["packs"])
+    points = evaluations(results, spans)
+    best = best_so_far_points(results, points)
     fig, ax = new_figure((9, 5))
-    end = max((e for _, e in pack_spans(results["packs"])), default=1.0)
+    end = max((e for _, e in spans), default=1.0)
     if best:
         times, values = [t for t, _ in best], [v for _, v in best]
         ax.step([*times, end], [*values, values[-1]], where="post", color="black",
                 linewidth=2, label="best so far")
-        for bracket in sorted({p[2] for p in points}, reverse=True):
-            mine = [p for p in points if p[2] == bracket]
-            ax.scatter([p[0] for p in mine], [p[1] for p in mine],
-                       s=[12 + 6 * p[3] for p in mine], alpha=0.6,
+        by_bracket: dict[int, list] = {}
+        for p in points:
+            by_bracket.setdefault(p[2], []).append(p)
+        for bracket in sorted(by_bracket, reverse=True):
+            # Arrays: scatter reads a list of numbers one number at a time.
+            when, value, _, epochs = np.array(by_bracket[bracket], dtype=float).T
+            ax.scatter(when, value, s=12 + 6 * epochs, alpha=0.6,
                        label=f"bracket {bracket} evaluation (size: epochs)")
         ax.annotate(f"{values[-1]:.4f}", (times[-1], values[-1]), textcoords="offset points",
                     xytext=(4, 6), fontsize=8)
@@ -157,8 +181,10 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     for fused, color, label in ((False, "#0072B2", "plain"), (True, "#D55E00", "fused")):
         mine = [p for p in packs if bool(p.get("fused")) == fused]
         if mine:
-            ax.scatter([p["predicted_s"] for p in mine], [p["duration_s"] for p in mine],
-                       s=[14 + 8 * len(p["members"]) for p in mine], alpha=0.6, color=color,
+            predicted, measured, size = np.array(
+                [(p["predicted_s"], p["duration_s"], len(p["members"])) for p in mine],
+                dtype=float).T
+            ax.scatter(predicted, measured, s=14 + 8 * size, alpha=0.6, color=color,
                        label=f"{label} pack (size: members)")
     values = [v for p in packs for v in (p["predicted_s"], p["duration_s"])]
     low, high = min(values) / 1.5, max(values) * 1.5

@@ -27,9 +27,9 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
     results, run_dir = result.results, result.run_dir
     from rich.table import Table
 
-    from packexp.records.results import objective_of, records
+    from packexp.records.results import objective_of
 
-    trials, _ = records(results)
+    trials, _ = result.records
     objective = objective_of(results)
     rows = sorted(((objective.score(t.last), t.last.epochs, t) for t in trials
                    if t.last and objective.score(t.last) is not None),
@@ -57,9 +57,12 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
     if results.get("stopped"):
         console.print(f"stopped early ({results['stopped']}); resume=true with a larger budget "
                       "goes on where it stopped")
+    if results.get("simulated"):  # executor=simulated: its clock is the cost model's
+        console.print(simulated_line(results))
     # The search's clock starts at its first pack: the start-up before it (calibration
     # included) is the other figure, so the two add up to the command's time.
-    console.print(f"searched {results['wall_time_s']:.1f} s from the first pack, "
+    clock = " of simulated time" if results.get("simulated") else ""
+    console.print(f"searched {results['wall_time_s']:.1f} s{clock} from the first pack, "
                   f"{len(results['trials'])} trials, "
                   f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
                   f"models and steps; {results.get('reused_members', 0)} members of other packs "
@@ -108,6 +111,17 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
                       "results.json has every result")
     elif store:
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
+
+
+def simulated_line(results: dict) -> str:
+    """What a simulated search's summary says first: its times are predictions."""
+    settings = results.get("simulation") or {}
+    model = (f"the calibration {settings['calibration']}" if settings.get("calibration")
+             else "executor.durations")
+    real = results.get("real_wall_time_s")
+    return (f"simulated on {settings.get('workers', '?')} workers: every time below (the "
+            f"search's, each pack's, the phases') is a prediction of {model}, not a "
+            "measurement" + (f"; the simulation took {real:.1f} s" if real is not None else ""))
 
 
 def print_plan(payload: dict, path: Path) -> None:

@@ -113,9 +113,12 @@ def session_offsets(ends: Sequence[tuple[int | None, float | None]]) -> dict[int
     return offsets
 
 
-def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
+def search_metrics(results: Mapping[str, Any],
+                   parsed: tuple[list[TrialRecord], list[PackRecord]] | None = None,
+                   ) -> dict[str, float | None]:
     """The parent run's summary metrics of a search's ``results.json``
-    (``SearchResult.metrics``)."""
+    (``SearchResult.metrics``); ``parsed``: its ``records``, where read already."""
+    parsed = parsed or records(results)
     best = results["best"] or {}
     value = best.get("value", best.get("val_accuracy"))  # an older run's best has no value
     return {"wall_time_s": results["wall_time_s"],
@@ -127,8 +130,7 @@ def search_metrics(results: Mapping[str, Any]) -> dict[str, float | None]:
             "calibration_s": results.get("calibration_s"),
             "prediction_error_median": results["prediction_error"],
             **{f"total_{k}": v for k, v in results["phases"].items()},
-            **pack_metrics([PackRecord.from_dict(p) for p in results["packs"]]),
-            **speedup_metrics(results)}
+            **pack_metrics(parsed[1]), **speedup_metrics(results, parsed)}
 
 
 def pack_metrics(packs: Sequence[PackRecord]) -> dict[str, float]:
@@ -169,7 +171,9 @@ def prediction_error(packs: Sequence[PackRecord]) -> float | None:
     return round(statistics.median(errors), 4) if errors else None
 
 
-def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
+def speedup_metrics(results: Mapping[str, Any],
+                    parsed: tuple[list[TrialRecord], list[PackRecord]] | None = None,
+                    ) -> dict[str, float]:
     """``speedup_vs_sequential_estimate``: sequential training time over packed, estimated.
 
     Ts(Seq) is estimated member by member: the steps it trained in its pack times the step
@@ -180,11 +184,12 @@ def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
 
     Args:
         results: ``results.json``'s content: ``packs``, ``trials``, ``continue_on_promotion``.
+        parsed: Its ``records``, where read already.
 
     Returns:
         The speedup and both times in seconds, or {} when the run has no singleton pack.
     """
-    trial_list, packs = records(results)
+    trial_list, packs = parsed or records(results)
     trials = {t.trial_id: t for t in trial_list}
     alone: dict[int, list[float]] = {}
     for pack in packs:
@@ -195,7 +200,8 @@ def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
         return {}
     sizes = sorted(alone)
     per_step = [float(np.median(alone[b])) for b in sizes]
-    sequential = packed = 0.0
+    packed = 0.0
+    steps, batches = [], []  # each member's steps in its pack, at its batch size
     for pack in packs:
         packed += pack.train_s
         for member in pack.members:
@@ -208,7 +214,12 @@ def speedup_metrics(results: Mapping[str, Any]) -> dict[str, float]:
                 before = rungs[i - 1].steps
                 if trial.hparams_at(rungs[i - 1].epochs)["batch_size"] != batch:
                     before = round(rungs[i].steps * rungs[i - 1].epochs / rungs[i].epochs)
-            sequential += (rungs[i].steps - before) * float(np.interp(batch, sizes, per_step))
+            steps.append(rungs[i].steps - before)
+            batches.append(batch)
+    # One interpolation for every member, summed in the members' order as before.
+    sequential = 0.0
+    for n, seconds in zip(steps, np.interp(batches, sizes, per_step).tolist(), strict=True):
+        sequential += n * seconds
     if packed <= 0:
         return {}
     return {"speedup_vs_sequential_estimate": sequential / packed,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from packexp.records.figure import lay_out, new_figure
@@ -114,14 +113,10 @@ def phase_segments(pack: Mapping[str, Any], start: float, end: float,
     return segments
 
 
-def timeline(results: Mapping[str, Any], path: Path) -> Path:
-    """Saves ``timeline_figure(results)`` to ``path``."""
-    timeline_figure(results).savefig(path, dpi=110)
-    return path
-
-
-def timeline_figure(results: Mapping[str, Any]) -> Any:
-    """A Gantt chart: one row per trial, one bar per pack it trained in, split by phase.
+def rows_figure(results: Mapping[str, Any]) -> Any:
+    """A Gantt chart: one row per trial, one bar per pack it trained in, split by phase (a
+    search too large for a row each is drawn by ``crowd.crowd_figure``; ``plots.timeline``
+    chooses).
 
     Each bar's segments (their patches' ``gid`` is the phase) come from ``phase_segments``;
     packs recorded before the phase timings draw their span and training steps only.
@@ -132,10 +127,8 @@ def timeline_figure(results: Mapping[str, Any]) -> Any:
     trials = {t["trial_id"]: t for t in results["trials"]}
     packs = results["packs"]
     spans = pack_spans(packs)
-    order: list[str] = []
-    for pack in packs:
-        order += [m for m in pack["members"] if m not in order]
-    order += [t for t in trials if t not in order]
+    # Each trial's row in the order it first trained, then those that never did.
+    order = list(dict.fromkeys([*(m for pack in packs for m in pack["members"]), *trials]))
     lanes = worker_lanes(packs)  # under executor=ray: a lane per worker, above the trials
     row = {trial_id: len(lanes) + i for i, trial_id in enumerate(order)}
     height = min(60.0, 1.9 + 0.24 * (len(lanes) + len(order)))
