@@ -216,7 +216,8 @@ def order(scores: Sequence[float | tuple[float, ...] | None]) -> list[int]:
     (the larger first: the front's ends, then its sparser parts), as MO-ASHA ranks. Missing
     scores (None or NaN) rank last; ties keep their order, so the ranking is deterministic."""
     valid = [i for i, s in enumerate(scores) if ranked(s)]
-    rest = [i for i in range(len(scores)) if i not in set(valid)]
+    valid_set = set(valid)
+    rest = [i for i in range(len(scores)) if i not in valid_set]
     if not valid or not isinstance(scores[valid[0]], tuple):
         return sorted(valid, key=lambda i: (-scores[i], i)) + rest  # type: ignore[operator]
     out: list[int] = []
