@@ -11,6 +11,7 @@ from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.runner.budget import Budget
 from packexp.runner.journal import Journal
+from packexp.runner.study import earlier_s
 from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import HYPERBAND, fake_search, outcome
 from packexp.testing.searches import search_on_fake
@@ -66,7 +67,8 @@ def test_a_time_budget_starts_nothing_new_and_a_resume_goes_on(tmp_path, fake_tr
     whole.finish()
     spent = fake_search(tmp_path / "cut", fake_trainer, budget=Budget(time_s=60))
     # an earlier session searched the whole budget (the study's journal says so)
-    spent.study.records.append({"event": "pack", "elapsed_s": 60.0})
+    spent.study.earlier_s = earlier_s([{"event": "start"}, {"event": "pack", "elapsed_s": 60.0},
+                                       {"event": "resume"}])
     spent.run(HYPERBAND)
     assert spent.stopped.startswith("budget.time_s=60: 60.") and not spent.trials
     again = resumed(tmp_path / "cut", fake_trainer, Budget(time_s=3600))
