@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from packexp.testing.scale import drawn
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,13 +50,8 @@ def main() -> None:
         root = Path(scratch)
         unbroken = finished(start(root / "unbroken", args.n))
         killed = start(root / "killed", args.n)
-        journal, marker = root / "killed" / "journal.jsonl", f'"t{args.kill_at:04d}"'.encode()
-        while killed.poll() is None:
-            if journal.exists():
-                with journal.open("rb") as f:
-                    f.seek(max(0, journal.stat().st_size - 200_000))
-                    if marker in f.read():
-                        break
+        journal = root / "killed" / "journal.jsonl"
+        while killed.poll() is None and not drawn(root / "killed", f"t{args.kill_at:04d}"):
             time.sleep(0.05)
         if killed.poll() is not None:
             raise SystemExit("the search ended before it could be killed")

@@ -47,6 +47,17 @@ class FirstPack(Listener):
             self.at = time.perf_counter()
 
 
+def drawn(run_dir: Path, trial_id: str) -> bool:
+    """Whether the journal in ``run_dir`` names ``trial_id`` in its last lines (a plan drew
+    it): read from its tail, so polling a journal of thousands of records stays cheap."""
+    journal = Journal(run_dir).path
+    if not journal.exists():
+        return False
+    with journal.open("rb") as f:
+        f.seek(max(0, journal.stat().st_size - 200_000))
+        return f'"{trial_id}"'.encode() in f.read()
+
+
 def asha_search(run_dir: Path, n: int, trainer: FakeTrainer | None = None,
                 listeners: tuple[Listener, ...] = ()) -> tuple[PackedSearch, Asha]:
     """ASHA over ``n`` configurations (``4 n`` epochs, R = 27) in ``run_dir``, on the fake

@@ -16,6 +16,7 @@ import pytest
 
 from packexp.testing.config import ROOT
 from packexp.testing.processes import wait_until
+from packexp.testing.scale import drawn
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +33,6 @@ def finished(process: subprocess.Popen) -> dict:
     out, err = process.communicate(timeout=900)
     assert process.returncode == 0, err[-2000:]
     return json.loads(out.strip().splitlines()[-1])
-
-
-def drawn(run_dir: Path, trial_id: str) -> bool:
-    """Whether the journal's last lines name ``trial_id`` (a plan that drew it)."""
-    journal = run_dir / "journal.jsonl"
-    if not journal.exists():
-        return False
-    with journal.open("rb") as f:
-        f.seek(max(0, journal.stat().st_size - 200_000))
-        return f'"{trial_id}"'.encode() in f.read()
 
 
 def test_a_search_of_ten_thousand_killed_at_seven_thousand_resumes_to_the_unbroken_one(
