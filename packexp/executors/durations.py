@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from omegaconf import DictConfig, OmegaConf
-
 from packexp.errors import ConfigError, is_number
 from packexp.space import Trial
 
@@ -142,6 +140,9 @@ def cost_of(durations: Mapping[str, Any] | None, calibration: str | None) -> Cos
     line naming its key."""
     if calibration:
         return calibrated(str(calibration))
+    from omegaconf import DictConfig, OmegaConf  # here: the command's interrupt handling
+    # imports the executors before Hydra (``packexp/__main__.py``)
+
     if isinstance(durations, DictConfig):
         durations = OmegaConf.to_container(durations, resolve=True)
     if durations is None:

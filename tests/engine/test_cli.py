@@ -47,6 +47,18 @@ print("tensorflow" in sys.modules)
 
 
 @pytest.mark.process
+def test_the_commands_interrupt_handling_imports_before_hydra_or_yaml():
+    # python -m packexp installs its Ctrl-C handling before Hydra imports (packexp/__main__.py):
+    # a module it imports that loads YAML or OmegaConf leaves an interrupt there a traceback.
+    out = subprocess.run([sys.executable, "-c", "import sys, packexp.app.interrupts; print("
+                          "sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', "
+                          "'omegaconf', 'hydra', 'antlr4', 'tensorflow', 'mlflow')))"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("override", ["scheduler.R=0", "pack.max_members=0",
                                       "search_space.params.optimizer=[sgdx]"])
 def test_bad_search_settings_are_found_before_tensorflow_loads(override):
