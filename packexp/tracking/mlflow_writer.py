@@ -15,7 +15,6 @@ import logging
 import os
 import queue
 import signal
-import sqlite3
 import sys
 import threading
 import time
@@ -26,6 +25,13 @@ from typing import Any, NamedTuple
 
 from packexp.tracking.datasets import source_tags, split_inputs
 from packexp.tracking.messages import Error, Failed, LogLine, Reply, Result
+from packexp.tracking.sqlite_store import (
+    MAX_ROWS,
+    TrialRuns,
+    checkpoint,
+    exclusive,
+    set_journal_mode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,8 @@ class MlflowWriter:
         self._runs: dict[str, str] = {}
         self._open: set[str] = set()
         self._inputs: list[Any] = []
+        self._trials: TrialRuns | None = None  # a sqlite store's trial runs, in batches
+        self._plans: dict[str, tuple[str, Mapping[str, Any]]] = {}  # file: what, its plan
 
     def warm_up(self) -> None:
         """Imports what a tracker's start needs (the default sqlite store's too) and finds
@@ -92,13 +100,16 @@ class MlflowWriter:
 
     def serve(self, inbox: queue.SimpleQueue) -> None:
         """Applies the queued calls until the tracker closes the queue or dies: in order for
-        each run, a run's batches held up to ``HOLD_S`` to be merged into one."""
+        each run, a run's batches held up to ``HOLD_S`` to be merged into one, and on a
+        sqlite store every trial run's calls of that time in one transaction."""
         held: dict[str, list[tuple[str, Batch]]] = {}
         since = 0.0
         while True:
+            waiting = bool(held or self._plans) or (self._trials is not None
+                                                     and self._trials.pending > 0)
             try:
                 message = inbox.get(timeout=max(0.0, since + HOLD_S - time.monotonic())
-                                    if held else None)
+                                    if waiting else None)
             except queue.Empty:
                 self._flush(held)
                 continue
@@ -110,9 +121,18 @@ class MlflowWriter:
             if operation == "close":
                 self._flush(held)
                 return
+            if operation == "log_rung_plan" and what is not None and self._parent is not None:
+                since = since if waiting else time.monotonic()
+                self._plans[args[1]] = (what, args[0])  # written together, as one folder
+                continue
+            if what is not None and self._held_by_trials(what, operation, args):
+                since = since if waiting else time.monotonic()
+                if self._trials.pending >= MAX_ROWS:
+                    self._flush_trials()
+                continue
             batch = self._as_batch(operation, args) if what is not None else None
             if batch is not None:
-                since = since if held else time.monotonic()
+                since = since if waiting else time.monotonic()
                 held.setdefault(batch.run_id, []).append((what, batch))
                 continue
             self._flush(held, self._touches(operation, args))
@@ -131,6 +151,67 @@ class MlflowWriter:
         else:
             if what is None:
                 self._post(Result(result))
+
+    def _held_by_trials(self, what: str, operation: str, args: tuple) -> bool:
+        """Whether the trial runs' batches (a sqlite store's) took the call: a new trial
+        run, or a rung or the end of one they hold."""
+        trials = self._trials
+        if trials is None or operation not in ("log_trial_rung", "end_trial"):
+            return False
+        trial_id = args[0]
+        run_id = self._runs.get(trial_id)
+        if operation == "end_trial":
+            if not trials.owns(run_id) or trial_id not in self._open:
+                return False
+            self._open.discard(trial_id)
+            trials.end(what, run_id, *args[1:])
+            return True
+        _, params, tags, metrics, timestamp = args
+        if run_id is None:
+            self._runs[trial_id] = trials.create(what, trial_id, params, tags, metrics,
+                                                 timestamp)
+            self._open.add(trial_id)
+        elif trials.owns(run_id):
+            trials.log(what, run_id, metrics, tags)
+        else:
+            return False
+        return True
+
+    def _flush_trials(self) -> None:
+        trials = self._trials
+        if trials is None or not trials.pending:
+            return
+        whats, created = trials.whats, trials.created
+        try:
+            trials.flush()
+        except Exception as e:  # reported; later calls take the store's path, one each, and
+            self._trials = None  # a run the batch would have made is made by its next call
+            for trial_id in created:
+                self._runs.pop(trial_id, None)
+                self._open.discard(trial_id)
+            for what in whats:
+                self._failed(what, e)
+
+    def _flush_plans(self) -> None:
+        """The held packing plans into the parent's artifacts with one copy of a folder (a
+        call each costs as much as a trial run's batch)."""
+        if not self._plans:
+            return
+        import json
+        import tempfile
+
+        plans, self._plans = self._plans, {}
+        try:
+            with tempfile.TemporaryDirectory(prefix="packexp-plans-") as folder:
+                for name, (_, payload) in plans.items():
+                    path = Path(folder, name)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    # As log_dict writes a .json file.
+                    path.write_text(json.dumps(payload, indent=2, default=str))
+                self._client.log_artifacts(self._parent, folder)
+        except Exception as e:
+            for what in dict.fromkeys(what for what, _ in plans.values()):
+                self._failed(what, e)
 
     def _as_batch(self, operation: str, args: tuple) -> Batch | None:
         """The call as a batch for a run that exists, or None: it must be applied alone."""
@@ -152,6 +233,10 @@ class MlflowWriter:
 
     def _flush(self, held: dict[str, list[tuple[str, Batch]]],
                runs: set[str] | None = None) -> None:
+        if runs is None or runs - {self._parent}:  # a trial run's call: theirs first
+            self._flush_trials()
+        if runs is None:
+            self._flush_plans()
         for run_id in [r for r in held if runs is None or r in runs]:
             batches = held.pop(run_id)
             tags: dict[str, str] = {}
@@ -199,9 +284,9 @@ class MlflowWriter:
         try:
             if database is not None:
                 database.parent.mkdir(parents=True, exist_ok=True)
-            with _fail_fast(), _exclusive(database):
+            with _fail_fast(), exclusive(database):
                 if database is not None and spec.get("journal_mode"):
-                    _set_journal_mode(database, spec["journal_mode"])
+                    set_journal_mode(database, spec["journal_mode"])
                 self._database = database
                 self._client = MlflowClient(tracking_uri=uri)
                 self._source = self._source or source_tags()
@@ -219,6 +304,8 @@ class MlflowWriter:
                     self._log_batch(self._parent, (), spec["params"], {})
                     if self._inputs:
                         self._client.log_inputs(self._parent, datasets=self._inputs)
+                self._trials = TrialRuns.of(self._client, uri, self._experiment_id,
+                                            self._parent, self._source, self._inputs)
                 if spec["config_yaml"] is not None:
                     # Also proves the artifact store works before any training.
                     self._client.log_text(self._parent, spec["config_yaml"], "config.yaml")
@@ -352,18 +439,22 @@ class MlflowWriter:
         for trial_id in sorted(self._open):
             self._open.discard(trial_id)
             # An open trial was cut short by the end of the search, not by halving.
+            run_id, ended = self._runs[trial_id], "KILLED" if status == "FINISHED" else status
+            if self._trials is not None and self._trials.owns(run_id):
+                self._trials.end("end a trial run", run_id, ended, INTERRUPTED, timestamp)
+                continue
             try:
-                self._end_run(self._runs[trial_id], "KILLED" if status == "FINISHED" else status,
-                              INTERRUPTED, timestamp)
+                self._end_run(run_id, ended, INTERRUPTED, timestamp)
             except Exception as e:
                 self._failed("end a trial run", e)
+        self._flush_trials()
         try:
             self._client.set_terminated(self._parent, status=status, end_time=timestamp)
         except Exception as e:
             self._failed("end the run", e)
         self._parent = None
         if self._database is not None:
-            _checkpoint(self._database)
+            checkpoint(self._database)
 
 
 class _Forward(logging.Handler):
@@ -441,40 +532,6 @@ def _fail_fast() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@contextlib.contextmanager
-def _exclusive(database: Path | None) -> Iterator[None]:
-    """Holds a lock beside a sqlite store, so parallel jobs do not create its tables twice."""
-    if database is None:
-        yield
-        return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, as before
-        yield
-        return
-    with open(database.with_name(database.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _set_journal_mode(database: Path, mode: str) -> None:
-    """Sets a sqlite store's journal mode, which the file keeps; a store that refuses it (one
-    read-only) is left as it is, for MLflow to judge."""
-    with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(database)) as db:
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != mode:
-            db.execute(f"PRAGMA journal_mode={mode}")
-
-
-def _checkpoint(database: Path) -> None:
-    """Copies a WAL store's log into the database file without waiting for other writers, so
-    the file alone holds every run that has ended (none for another journal mode)."""
-    with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(database)) as db:
-        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def one_line(error: BaseException) -> str:
