@@ -107,6 +107,9 @@ class MlflowWriter:
         while True:
             waiting = bool(held or self._plans) or (self._trials is not None
                                                      and self._trials.pending > 0)
+            if waiting and time.monotonic() >= since + HOLD_S:  # calls that never pause
+                self._flush(held)
+                continue
             try:
                 message = inbox.get(timeout=max(0.0, since + HOLD_S - time.monotonic())
                                     if waiting else None)
