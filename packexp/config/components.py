@@ -99,7 +99,7 @@ class Components:
         scheduler = self.scheduler
         return {**self.names, "sampler": component_name(self.cfg, "sampler"),
                 "scheduler": component_name(self.cfg, "scheduler"),
-                "seed": self.cfg.seed, "R": scheduler.R, "eta": getattr(scheduler, "eta", None),
+                "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
                 "continue_on_promotion": scheduler.continue_on_promotion,
                 "lr_horizon": scheduler.lr_horizon}
 
@@ -110,9 +110,7 @@ class Components:
         ``dataset.path``'s stem (a folder's name), the objective its metrics without ``val_``
         joined by ``+`` (``accuracy``, ``mse``, ``accuracy+params``), and the budget ``R<R>``
         or a population's ``P<population>E<epochs>``."""
-        n, scheduler = self.names, self.scheduler
-        population = getattr(scheduler, "population", None)
-        budget = f"P{population}E{scheduler.R}" if population else f"R{scheduler.R}"
+        n, budget = self.names, self.scheduler.budget_name
         data = data_file(self.cfg.dataset.get("path"))
         objective = "+".join(name.removeprefix("val_") for name, _ in self.objective.goals)
         return (f"{n['strategy']}-{n['model']}-{n['dataset']}{f'-{data}' if data else ''}-"

@@ -26,8 +26,10 @@ class SearchProgress(Listener):
     def __init__(self, scheduler: Any, console: Console | None = None) -> None:
         self.console = console or Console()
         self.brackets = len(scheduler.brackets())
-        # A scheduler that caps the epochs (ASHA) plans a rung many times: one bar of them.
+        # A scheduler that caps the epochs (ASHA, PBT) plans a rung many times: one bar of
+        # them, under its name.
         self.budget = scheduler.budget
+        self.title = scheduler.title
         self._progress: Progress | None = None
         self._task = None
         self._rung = ""
@@ -58,7 +60,8 @@ class SearchProgress(Listener):
             return
         if self.budget is not None:
             if self._task is None:
-                self._task = self._progress.add_task("ASHA", total=self.budget, unit="epochs")
+                self._task = self._progress.add_task(self.title, total=self.budget,
+                                                     unit="epochs")
             return
         self._rung = (f"bracket {self.brackets - event.bracket}/{self.brackets} "
                       f"(s={event.bracket}) rung {event.rung} to {event.epochs:g} epochs")
@@ -68,7 +71,7 @@ class SearchProgress(Listener):
 
     def on_pack_started(self, event: PackStarted) -> None:
         if self._progress is not None and self._task is not None and self.budget is not None:
-            self._progress.update(self._task, description=f"ASHA: pack {event.key}, "
+            self._progress.update(self._task, description=f"{self.title}: pack {event.key}, "
                                   f"{len(event.members)} members")
         elif self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=f"{self._rung}, pack "

@@ -124,26 +124,12 @@ def simulated_line(results: dict) -> str:
             "measurement" + (f"; the simulation took {real:.1f} s" if real is not None else ""))
 
 
-def print_plan(payload: dict, path: Path) -> None:
-    """``task=plan``'s bracket table and first-rung packs (``payload`` is ``plan.json``)."""
+def print_plan(payload: dict, path: Path, title: str) -> None:
+    """``task=plan``'s bracket table and first-rung packs (``payload`` is ``plan.json``),
+    under the title its scheduler gives (``Scheduler.plan_title``)."""
     from rich.table import Table
 
     console = _console(160)
-    title = (f"Hyperband R={payload['R']}, eta={payload['eta']}: "
-             f"{len(payload['brackets'])} brackets")
-    if payload.get("asynchronous"):
-        title = (f"ASHA R={payload['R']}, eta={payload['eta']}: rungs of "
-                 f"{', '.join(f'{r:g}' for r in payload['rungs_epochs'])} epochs, at most "
-                 f"{payload['max_epochs']:g} epochs in all; counts expected")
-    if payload.get("population"):
-        explore = payload["explore"]
-        title = (f"PBT: a population of {payload['population']}, {payload['epochs']:g} epochs "
-                 f"each; every {payload['interval']} epochs the worst "
-                 f"{payload['replaced_per_interval']} copy the best "
-                 f"{payload['replaced_per_interval']} and explore (factors "
-                 f"{explore['perturbation_factors']}, resample "
-                 f"{explore['resample_probability']:g}); {payload['budget_epochs']:g} epochs "
-                 "in all")
     table = Table(title=title)
     for column in ("bracket s", "rung", "n", "r (epochs)", "epochs, continued",
                    "epochs, from scratch"):

@@ -57,6 +57,7 @@ class Asha(HalvingScheduler):
     """
 
     budget: float  # max_epochs
+    title = "ASHA"
 
     def __init__(self, R: int, eta: int = 3, min_r: float = 1, num_configs: int | None = None,
                  max_epochs: float | None = None, sample_size: int | None = None,
@@ -138,6 +139,11 @@ class Asha(HalvingScheduler):
         n = AshaState(self).new_configs(self.sample_size or max_members)
         trials = space.sample(n or bracket.rungs[0].n, seed, bracket.s, drawn)
         return [dataclasses.replace(t, trial_id=f"t{i:04d}") for i, t in enumerate(trials)]
+
+    def plan_title(self, brackets: int) -> str:
+        return (f"{self.title} R={self.R}, eta={self.eta}: rungs of "
+                f"{', '.join(f'{r:g}' for r in self.rungs)} epochs, at most "
+                f"{self.max_epochs:g} epochs in all; counts expected")
 
     def plan_facts(self) -> dict[str, Any]:
         log.info("scheduler=asha promotes as results arrive: the counts are expected ones, "

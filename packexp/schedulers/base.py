@@ -130,6 +130,13 @@ class Scheduler(abc.ABC):
     #: Epochs the whole search may train, when the scheduler caps them (the progress bar's
     #: total); None: the brackets say.
     budget: float | None = None
+    #: The scheduler's name as the progress bar, the plan table and the log say it.
+    title: ClassVar[str] = "a schedule of rungs"
+    #: Whether it makes exploits (``on_exploits``): a model's weights then come from the
+    #: stretches of its lineage, which a refit trains again (``app/tasks/refit.py``).
+    explores: ClassVar[bool] = False
+    #: A halving scheduler's reduction factor; None for one that halves nothing by it.
+    eta: int | None = None
 
     def __init__(self, R: int, continue_on_promotion: bool = True,
                  lr_horizon: str = "rung") -> None:
@@ -190,6 +197,15 @@ class Scheduler(abc.ABC):
         """What ``task=plan``'s table adds for this scheduler."""
         return {}
 
+    def plan_title(self, brackets: int) -> str:
+        """``task=plan``'s table title for the schedule of ``brackets`` brackets."""
+        return f"{self.title} R={self.R}: {brackets} brackets"
+
+    @property
+    def budget_name(self) -> str:
+        """The budget in a run's name: ``R<R>`` (a population's: ``P<population>E<epochs>``)."""
+        return f"R{self.R}"
+
     def check_space(self, space: SearchSpace) -> None:  # noqa: B027 (most take any space)
         """Refuses a search space this scheduler cannot search (a ``ConfigError``)."""
 
@@ -210,6 +226,9 @@ class HalvingScheduler(Scheduler):
                  lr_horizon: str = "rung") -> None:
         super().__init__(R, continue_on_promotion, lr_horizon)
         self.eta = positive_int("eta", eta, 2)
+
+    def plan_title(self, brackets: int) -> str:
+        return f"{self.title} R={self.R}, eta={self.eta}: {brackets} brackets"
 
 
 def bracket_epochs(bracket: Bracket, continued: bool) -> float:

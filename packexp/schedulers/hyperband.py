@@ -31,6 +31,8 @@ class Hyperband(HalvingScheduler):
     from the most exploratory to plain training, each a successive halving that waits for
     its rung's every pack before it promotes."""
 
+    title = "Hyperband"
+
     @property
     def s_max(self) -> int:
         """⌊log_eta R⌋, by integer arithmetic so that R = eta**k is never off by one."""

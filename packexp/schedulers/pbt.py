@@ -48,6 +48,9 @@ class Pbt(Scheduler):
     Each value is drawn afresh from the space instead with ``resample_probability``.
     """
 
+    title = "PBT"
+    explores = True
+
     def __init__(self, population: int = 16, epochs: int = 27, interval: int = 3,
                  quantile: float = 0.25, perturbation_factors: Sequence[float] = (0.8, 1.2),
                  resample_probability: float = 0.25, R: int | None = None,
@@ -168,6 +171,16 @@ class Pbt(Scheduler):
                         dict(hparams[member]), value(scores.get(member)),
                         value(scores.get(donor)))
                 for member, donor in pairs(scores, self.replaced(), rng)]
+
+    @property
+    def budget_name(self) -> str:
+        return f"P{self.population}E{self.R}"
+
+    def plan_title(self, brackets: int) -> str:
+        return (f"{self.title}: a population of {self.population}, {self.R:g} epochs each; "
+                f"every {self.interval} epochs the worst {self.replaced()} copy the best "
+                f"{self.replaced()} and explore (factors {list(self.perturbation_factors)}, "
+                f"resample {self.resample_probability:g}); {self.budget:g} epochs in all")
 
     def plan_facts(self) -> dict[str, Any]:
         return {"population": self.population, "epochs": self.R,

@@ -92,3 +92,36 @@ def test_a_killed_search_resumes_to_the_unbroken_ones_results(name, tmp_path, fa
     assert outcome(resumed) == outcome(whole)
     assert [p.pack_id for p in resumed.packs] == [p.pack_id for p in whole.packs]
     assert resumed.best() == whole.best()
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_a_scheduler_describes_itself_to_the_plan_table_the_run_name_and_refit(name):
+    policy = scheduler(name)
+    assert policy.title != Scheduler.title
+    assert policy.title in policy.plan_title(len(policy.brackets()))
+    assert policy.budget_name.endswith(f"{policy.R}") and " " not in policy.budget_name
+    # A scheduler that makes exploits says so (refit follows its lineages).
+    assert policy.explores == (type(policy).on_exploits is not Scheduler.on_exploits)
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_the_progress_bar_names_the_scheduler_that_runs(name, tmp_path):
+    import io
+    import re
+
+    from rich.console import Console
+
+    from packexp.listeners import SearchProgress
+
+    policy, out = scheduler(name), io.StringIO()
+    search = fake_search(tmp_path, FakeTrainer(), policy.brackets())
+    with SearchProgress(policy, Console(file=out, force_terminal=True, width=120)) as bar:
+        search.listeners.listeners.append(bar)
+        search.run(policy)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # without the colours
+    if policy.budget is None:  # a bar per rung of each bracket
+        assert "bracket 1/" in text, text
+    else:  # one bar of the epochs: a PBT run's says PBT, not ASHA
+        assert f"{policy.title}: pack" in text, text
+    others = {scheduler(n).title for n in SCHEDULERS} - {policy.title}
+    assert not [t for t in others if f"{t}: pack" in text], text

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def plan_dict(scheduler: Scheduler) -> dict:
     brackets = scheduler.brackets()
-    return {"R": scheduler.R, "eta": getattr(scheduler, "eta", None), "brackets": [
+    return {"R": scheduler.R, "eta": scheduler.eta, "brackets": [
         {"s": b.s, "rungs": [{"n": r.n, "r": r.r} for r in b.rungs],
          "epochs_continued": scheduler.epochs(b, True),
          "epochs_from_scratch": scheduler.epochs(b, False)}
@@ -68,6 +68,6 @@ def plan(cfg: DictConfig, run_dir: Path) -> float:
                     "the brackets before it: the packs shown after the first bracket are "
                     "random draws, not the search's", component_name(cfg, "sampler"))
     write_json(run_dir / "plan.json", payload)
-    print_plan(payload, run_dir / "plan.json")
+    print_plan(payload, run_dir / "plan.json", scheduler.plan_title(len(payload["brackets"])))
     key = "epochs_continued" if scheduler.continue_on_promotion else "epochs_from_scratch"
     return float(sum(b[key] for b in payload["brackets"]))

@@ -74,7 +74,7 @@ def explores(cfg: DictConfig) -> bool:
         scheduler = get_class(str(cfg.scheduler._target_))
     except Exception:
         return False
-    return getattr(scheduler, "on_exploits", None) is not Scheduler.on_exploits
+    return issubclass(scheduler, Scheduler) and scheduler.explores
 
 
 def refit(cfg: DictConfig, run_dir: Path, trainer: Any = None) -> float:
