@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from packexp.runner.journal import Journal, JournalError
+from packexp.runner.replay import Recorded
 from packexp.runner.signals import (  # noqa: F401 (the command's names for them)
     Terminated,
     _interrupt,
@@ -51,11 +51,10 @@ def interrupted_line(task: str, run_dir: Path, overrides: Sequence[str], cwd: Pa
     if task != "tune":
         return (f"packexp: interrupted; task={task} does not resume: run it again (its partial "
                 f"outputs are in {shown})")
-    try:
-        events = {r["event"] for r in Journal(run_dir).read()}
-    except JournalError:
+    recorded = Recorded.read(run_dir)
+    if not recorded.started:
         return f"packexp: interrupted before the search began; {shown} holds nothing to resume"
-    if "finished" in events:
+    if recorded.finished:
         return f"packexp: interrupted after the search finished; its results are in {shown}"
     return (f"packexp: interrupted; the run in {shown} is kept: resume it with "
             f"{resume_command(overrides, shown)}")
@@ -70,7 +69,7 @@ def job_resume_command() -> str | None:
     except ValueError:
         return None
     run_dir, cwd = Path(hydra.runtime.output_dir), Path(hydra.runtime.cwd)
-    if not Journal(run_dir).exists:
+    if not Recorded.there(run_dir):
         return None
     return resume_command(list(hydra.overrides.task), _shown(run_dir, cwd))
 

@@ -127,7 +127,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, trainer: Any = None)
 class RunDirCheck(Callback):
     """Refuses a run before Hydra writes in its directory: a value ``check`` refuses, a
     ``resume=true`` that names no directory, a directory that cannot be made, a search
-    that cannot start in it (``checked_records``) and a run ``task=refit`` cannot refit
+    that cannot start in it (``session.check_run_dir``) and a run ``task=refit`` cannot refit
     (``tasks.refit.keep_run_config``, which also keeps the run's ``.hydra`` files), so that
     a refused run leaves no files and a refused resume leaves the run's ``.hydra`` files and
     log as they were. One line and exit code 2, as every configuration error."""

@@ -1,11 +1,12 @@
-"""What every task shares: the journal opened (or resumed), the tracker opened and closed in
-``finally``, and the clock ``startup_s`` counts from."""
+"""What every task shares: the tracker opened and closed in ``finally`` (a search's run
+journaled by its study), a run directory checked before Hydra writes in it, and the clock
+``startup_s`` counts from."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,20 +16,19 @@ from omegaconf import DictConfig, OmegaConf
 from packexp.config import config_errors, dataset_source, flatten, instantiate
 from packexp.errors import ConfigError, refuse
 from packexp.events import Summary
-from packexp.runner.journal import Journal, JournalError, first_difference
+from packexp.runner.replay import Recorded
 from packexp.tracking import hydra_tags, run_params
 
 
 @contextmanager
 def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str, str],
-            dataset: Any, journal: Journal | None = None,
-            records: Sequence[dict] = ()) -> Iterator[Any]:
+            dataset: Any, study: Any = None) -> Iterator[Any]:
     """Opens ``cfg.tracking``'s tracker for one task and ends it however the task ends.
 
-    The run's config, its Hydra files and its log go with it; a resumed run (``records``
-    holding a ``tracking`` event) reattaches to the run it started, and a new one is
-    journaled so that a resume can. A job of a multirun adds its number to ``run_name``
-    (``-job3``), so a sweep's runs have names of their own.
+    The run's config, its Hydra files and its log go with it; a search's ``study``
+    (``runner.Study``) resumed reattaches it to the run its first session started, and a
+    fresh one journals the run it opens, so that a resume can. A job of a multirun adds its
+    number to ``run_name`` (``-job3``), so a sweep's runs have names of their own.
 
     Yields:
         The started tracker. It ends ``FINISHED`` when the block completes, ``KILLED`` on
@@ -39,13 +39,13 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
     tracker.start(
         run_name=run_name + (f"-job{sweep['job_num']}" if "job_num" in sweep else ""),
         params=run_params(cfg), tags={**tags, **sweep},
-        resume_run_id=next((r["run_id"] for r in records if r["event"] == "tracking"), None),
+        resume_run_id=None if study is None else study.tracking_run_id,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         dataset=dataset, dataset_source=dataset_source(cfg),
     )
     tracker.on_summary(Summary(artifacts=[(run_dir / ".hydra", "hydra")]))
-    if journal is not None and not records and tracker.run_id:
-        journal.append("tracking", run_id=tracker.run_id)
+    if study is not None and tracker.run_id:
+        study.track(tracker.run_id)
     status = "FAILED"
     try:
         yield tracker
@@ -73,31 +73,12 @@ def comparable(cfg: DictConfig) -> dict[str, Any]:
             if not k.startswith(RESUME_FREE)}
 
 
-def checked_records(cfg: DictConfig, run_dir: Path, unsettled: Collection[str] = ()) -> list[dict]:
-    """The records a run of ``cfg`` in ``run_dir`` continues ([] for a fresh run), or a
-    ``ConfigError`` naming why it cannot start there: a fresh run where a journal is, a resume
-    where none is, of a finished run, or of one started with another value of a key (but
-    ``unsettled`` keys, whose value the job settles later)."""
-    journal = Journal(run_dir)
-    if not cfg.get("resume", False):
-        if journal.exists:
-            raise ConfigError(f"hydra.run.dir={run_dir}: holds a journal already; add "
-                              "resume=true to continue that run, or choose another directory")
-        return []
-    try:
-        records = journal.read()
-    except JournalError as e:
-        raise ConfigError(f"resume=true: {e}") from None
-    if any(r["event"] == "finished" for r in records):
-        raise ConfigError(f"resume=true: the run in {run_dir} has finished already")
-    differs = first_difference({k: v for k, v in records[0]["config"].items()
-                                if k not in unsettled},
-                               {k: v for k, v in comparable(cfg).items() if k not in unsettled})
-    if differs:
-        started = " ".join(records[0].get("overrides") or []) or "no overrides"
-        raise ConfigError(f"resume=true: {differs}; resume with the overrides the run started "
-                          f"with ({started})")
-    return records
+def check_run_dir(cfg: DictConfig, run_dir: Path, unsettled: Collection[str] = ()) -> None:
+    """A ``ConfigError`` naming why a search of ``cfg`` cannot start in ``run_dir``
+    (``Recorded.to_continue``: a fresh run where a journal is, a resume where none is, of a
+    finished run, or of one started with another value of a key but ``unsettled`` ones)."""
+    Recorded.read(run_dir).to_continue(comparable(cfg), bool(cfg.get("resume", False)),
+                                       unsettled)
 
 
 @contextmanager
@@ -142,15 +123,11 @@ def resume_needs_a_run_dir(runs: Path, shown: int = 3) -> str:
 
 def unfinished_run(run_dir: Path) -> bool:
     """A run directory whose journal has no ``finished`` record (a killed search)."""
-    try:
-        records = Journal(run_dir).read()
-    except (JournalError, OSError):
-        return False
-    return not any(r["event"] == "finished" for r in records)
+    return Recorded.read(run_dir).unfinished
 
 
 def refuse_run_dir(config: DictConfig) -> None:
-    """``checked_records`` on a composed config (its ``hydra`` node included), before Hydra
+    """``check_run_dir`` on a composed config (its ``hydra`` node included), before Hydra
     writes in ``hydra.run.dir``: a ``ConfigError`` if the search cannot start there."""
     if config.get("task") != "tune":
         return
@@ -164,7 +141,7 @@ def refuse_run_dir(config: DictConfig) -> None:
             OmegaConf.update(task, key, None, force_add=True)
             auto.append(key)
     with config_errors():
-        checked_records(task, Path(str(config.hydra.run.dir)), auto)
+        check_run_dir(task, Path(str(config.hydra.run.dir)), auto)
 
 
 _jobs_started = 0

@@ -30,7 +30,8 @@ from packexp.runner.draws import Draws
 from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
-from packexp.runner.study import Replayed, Study
+from packexp.runner.replay import Replayed
+from packexp.runner.study import Study
 from packexp.samplers import Sampler
 from packexp.schedulers.base import (
     Bracket,

@@ -13,15 +13,13 @@ front back from it. Optuna's ``Study`` with its storage and frozen trials is the
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from packexp.events import (
     Best,
     Event,
-    Exploit,
     MemberScored,
     MembersExploited,
     PackFinished,
@@ -35,10 +33,11 @@ from packexp.events import (
 from packexp.objectives import ACCURACY, Objective, fronts
 from packexp.records.results import search_results
 from packexp.records.search_result import SearchResult
-from packexp.runner.journal import Journal, JournalError
+from packexp.runner.journal import Journal
 from packexp.runner.leaders import Leaders
+from packexp.runner.replay import Recorded, Replayed, earlier_s, journaled_checkpoints
 from packexp.samplers import Observation
-from packexp.schedulers.base import Exploits, schedule
+from packexp.schedulers.base import schedule
 from packexp.space import Trial
 
 
@@ -67,20 +66,42 @@ class Study:
         self._observed: list[Observation] = []  # every scored rung, in ``observed``'s order
         self._observed_at: list[tuple[int, int]] = []  # each one's (draw order, arrival)
         self._lineage = False  # whether any trial continued from another's state
+        self._tracking_run_id: str | None = None
 
     @classmethod
     def open(cls, run_dir: str | Path, objective: Objective = ACCURACY, *,
              config: Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
-             records: Sequence[dict] = ()) -> Study:
-        """The study of a search in ``run_dir``: a fresh one journals its ``start`` (with the
-        flat ``config`` a resume must match and the command's ``overrides``); a resume of
-        ``records`` (the journal read back, checked) journals its ``resume``."""
+             resume: bool = False, unsettled: Collection[str] = ()) -> Study:
+        """The study of a search in ``run_dir``, checked against what is there first
+        (``Recorded.to_continue``: a fresh run refuses a journal, a resume needs one of an
+        unfinished run started with the same flat ``config``, but its ``unsettled`` keys; a
+        ``ConfigError`` says why not). A fresh one journals its ``start`` (with ``config``
+        and the command's ``overrides``); a resume replays the journal and journals its
+        ``resume``. ``config`` None: a test's or a simulation's search, whose journal is
+        continued as it is."""
+        recorded = Recorded.read(run_dir)
+        records = recorded.to_continue(
+            recorded.records[0]["config"] if config is None and recorded.records
+            else config or {}, resume, unsettled)
         journal = Journal(run_dir)
         if records:
             journal.append("resume", overrides=list(overrides))
         else:
             journal.append("start", config=dict(config or {}), overrides=list(overrides))
         return cls(journal, objective, records)
+
+    @property
+    def tracking_run_id(self) -> str | None:
+        """The MLflow run this search logs to: the one journaled (``track``), or on a resume
+        the one its first session started."""
+        return next((r["run_id"] for r in self.records if r["event"] == "tracking"),
+                    self._tracking_run_id)
+
+    def track(self, run_id: str) -> None:
+        """Journals the tracking run a fresh search opened, so a resume re-attaches to it."""
+        if self.journal is not None and not self.resumed:
+            self._journal("tracking", run_id=run_id)
+        self._tracking_run_id = run_id
 
     @property
     def run_dir(self) -> Path:
@@ -235,7 +256,7 @@ def load(run_dir: str | Path) -> SearchResult:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such directory")
     if not path.is_file():
-        if not Journal(run_dir).exists:
+        if not Recorded.there(run_dir):
             raise FileNotFoundError(f"{run_dir}: holds no search (no journal.jsonl, no "
                                     "results.json)")
         raise FileNotFoundError(f"{run_dir}: holds no results.json yet; its search is "
@@ -244,115 +265,4 @@ def load(run_dir: str | Path) -> SearchResult:
     results = json.loads(path.read_text())
     if "trials" not in results:
         raise ValueError(f"{path}: is not a search's results (a profile's or a plan's?)")
-    return SearchResult.of(run_dir.resolve(), results, tracking_run_id(run_dir))
-
-
-def tracking_run_id(run_dir: Path) -> str | None:
-    """The MLflow run the search in ``run_dir`` journaled; None when it was not tracked."""
-    try:
-        records = Journal(run_dir).read()
-    except JournalError:
-        return None
-    return next((r["run_id"] for r in records if r["event"] == "tracking"), None)
-
-
-# Resume: a killed run's finished work read back from its journal, typed, and what is left of
-# its plans. A resumed search tells these facts to its policy in the order they happened
-# (``PackedSearch.run``): results and packs journaled whole are not trained again, and a plan
-# journaled before the kill is trained as it was planned, each pack under the number an
-# unbroken run gives it.
-
-
-def earlier_s(records: Sequence[dict]) -> float:
-    """Search time spent by the sessions a resume continues (to each one's last pack)."""
-    total, session = 0.0, 0.0
-    for r in records:
-        if r["event"] == "resume":
-            total, session = total + session, 0.0
-        elif r["event"] == "pack":
-            session = max(session, r.get("elapsed_s", 0.0))
-    return total + session
-
-
-def finished(records: list[dict]) -> list[dict]:
-    """The journal's records less the results of packs whose ``pack`` record is missing."""
-    packs = {r["pack"]["pack_id"] for r in records if r["event"] == "pack"}
-    return [r for r in records if r["event"] != "result" or r["pack_id"] in packs]
-
-
-def journaled_checkpoints(records: list[dict]) -> set[str]:
-    """The checkpoints a resumed search may continue from: each trial's last one whose pack
-    was journaled whole."""
-    last = {r["trial_id"]: r["checkpoint"] for r in finished(records)
-            if r["event"] == "result"}
-    return {path for path in last.values() if path}
-
-
-@dataclass
-class Replayed:
-    """A killed run's journal as a resume reads it, typed: the facts a policy is told again
-    (``PackedSearch.run``), and what is left of its plans.
-
-    Attributes:
-        facts: The plans, results and exploits, in the order they happened. Results of a pack
-            without its ``pack`` record (the run was killed while the pack was committed) are
-            left out: the whole pack trains again, as an unbroken run trained it.
-        done: Per (bracket, rung), each trial's journaled result among ``facts``.
-        packs: The packs journaled whole.
-        plans: Each plan by its name (``<key>``, or ``b<s>-r<rung>`` for a synchronous rung),
-            the first journaled under it, in journal order.
-    """
-
-    facts: list[PlanRecord | RungResult | Exploits] = field(default_factory=list)
-    done: dict[tuple[int, int], dict[str, RungResult]] = field(default_factory=dict)
-    packs: list[PackRecord] = field(default_factory=list)
-    plans: dict[str, PlanRecord] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, records: list[dict]) -> Replayed:
-        replayed = cls()
-        for r in finished(records):
-            if r["event"] == "result":
-                result = RungResult.from_dict(r)
-                replayed.done.setdefault((result.bracket, result.rung), {})[
-                    result.trial_id] = result
-                replayed.facts.append(result)
-            elif r["event"] == "pack":
-                replayed.packs.append(PackRecord.from_dict(r["pack"]))
-            elif r["event"] == "exploit":
-                replayed.facts.append(Exploits(r["bracket"], r["rung"], tuple(
-                    Exploit.from_dict(e) for e in r["exploits"])))
-            elif r["event"] == "plan":
-                plan = PlanRecord.from_dict(r)
-                name = plan.key or f"b{plan.bracket}-r{plan.rung}"
-                if name not in replayed.plans:  # a rung planned again: the first plan counts
-                    replayed.plans[name] = plan
-                    replayed.facts.append(plan)
-        return replayed
-
-    @property
-    def members(self) -> int:
-        """The member results found."""
-        return sum(len(v) for v in self.done.values())
-
-    def unfinished(self) -> list[tuple[PlanRecord, list[tuple[int, list[str], str | None]],
-                                       list[str]]]:
-        """The journaled plans that still have packs to train, in journal order: each with
-        those packs, numbered as in its plan (so each ``pack_id`` is the one an unbroken run
-        gives it) and holding only the members still to train, and the plan's members done
-        before the kill, sorted.
-
-        A pack's results are journaled together, so its members are all done or all to do;
-        rebuilding the same packs gives a resumed run exactly the numbers of an unbroken one,
-        fused packs included.
-        """
-        out = []
-        for plan in self.plans.values():
-            done = self.done.get((plan.bracket, plan.rung), {})
-            left = [(j, [i for i in pack if i not in done], f)
-                    for j, (pack, f) in enumerate(zip(plan.packs, plan.fusion, strict=True))]
-            left = [(j, g, f) for j, g, f in left if g]
-            if left:
-                out.append((plan, left, sorted(i for pack in plan.packs for i in pack
-                                               if i in done)))
-        return out
+    return SearchResult.of(run_dir.resolve(), results, Recorded.read(run_dir).tracking_run_id)

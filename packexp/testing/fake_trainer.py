@@ -225,7 +225,7 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
     objective ranks trials the other way."""
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir)
-    study = Study.open(run_dir, objective, records=journal.read() if journal.exists else ())
+    study = Study.open(run_dir, objective, resume=journal.exists)
     trainer.journal = journal
     cache = FakeCache()
     search = PackedSearch(

@@ -64,7 +64,7 @@ def asha_search(run_dir: Path, n: int, trainer: FakeTrainer | None = None,
     trainer in packs of up to 8: resumed where ``run_dir`` holds a journal."""
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir)
-    study = Study.open(run_dir, ACCURACY, records=journal.read() if journal.exists else ())
+    study = Study.open(run_dir, ACCURACY, resume=journal.exists)
     trainer = trainer or FakeTrainer(failing="t0003")
     search = PackedSearch(
         space=TABLE3, strategy=KnnStrategy(), capacity=Capacity.members(8),

@@ -4,6 +4,7 @@ place, and searches on the fake trainer through the runner."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,25 @@ def test_ray_refuses_a_trainer_that_measures_no_device():
     with pytest.raises(ConfigError, match=r"executor=ray: .* the fake trainer runs under "
                                           "executor=local"):
         RayExecutor(None, None, trainer=FakeTrainer())
+
+
+def test_no_module_of_the_app_reads_or_writes_the_journal_but_through_the_study():
+    """The study (``runner/study.py``, ``runner/replay.py``) is the journal's only reader
+    and writer: no module under ``packexp/app/`` imports ``runner.journal`` or names
+    ``Journal``."""
+    import ast
+
+    import packexp
+
+    app = Path(packexp.__file__).parent / "app"
+    found = []
+    for path in sorted(app.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.id] if isinstance(node, ast.Name)
+                     else [node.attr] if isinstance(node, ast.Attribute) else [])
+            found += [f"{path.relative_to(app)}:{node.lineno} {n}" for n in names
+                      if n == "packexp.runner.journal" or n in ("Journal", "JournalError")]
+    assert not found, found

@@ -10,7 +10,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from packexp.errors import ConfigError, flag, is_number
 from packexp.files import write_json
-from packexp.runner.journal import Journal, JournalError
+from packexp.runner.replay import Recorded
 from packexp.space import Trial, derive_seed
 
 log = logging.getLogger(__name__)
@@ -133,13 +133,10 @@ def refittable(run_dir: Path, strict: bool = True) -> dict[str, Any] | None:
     results = run_dir / "results.json"
     if not results.is_file():
         held = "its search is running, was interrupted or failed; resume it with "\
-               "resume=true first" if Journal(run_dir).exists else "it holds no search"
+               "resume=true first" if Recorded.there(run_dir) else "it holds no search"
         raise ConfigError(f"{key}: has no results.json, so no finished search to refit "
                           f"({held})")
-    records = journal_records(run_dir)
-    resumed = [i for i, r in enumerate(records) if r["event"] == "resume"]
-    if resumed and not any(r["event"] in ("finished", "stopped")
-                           for r in records[resumed[-1]:]):
+    if Recorded.read(run_dir).resumed_since_its_end:
         raise ConfigError(f"{key}: its search was resumed and has not finished again (its "
                           "results.json is the earlier session's); refit it once it has")
     best = json.loads(results.read_text()).get("best")
@@ -176,7 +173,7 @@ def run_config(run_dir: Path) -> DictConfig:
     return cfg
 
 
-def trial_seed(records: list[dict[str, Any]], seed: int, trial_id: str) -> int:
+def trial_seed(records: Sequence[Mapping[str, Any]], seed: int, trial_id: str) -> int:
     """The seed ``trial_id`` trained with (its initial weights and data order): as a plan
     that drew it journaled it (an asynchronous scheduler's, ``PlanRecord.sampled``), else as
     ``SearchSpace.sample`` derives a bracket's draw's from the root ``seed``."""
@@ -230,7 +227,7 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
     from packexp.config.components import Components
 
     started = time.perf_counter()
-    seed = trial_seed(journal_records(run_dir), int(cfg.seed), best["trial_id"])
+    seed = trial_seed(Recorded.read(run_dir).records, int(cfg.seed), best["trial_id"])
     epochs = best["epochs"] if epochs is None else epochs
     trial = Trial(best["trial_id"], dict(best["hparams"]), (), seed=seed)
     parts = parts or Components.build(cfg, probe=False, trainer=trainer)
@@ -269,8 +266,7 @@ def log_refit(cfg: DictConfig, run_dir: Path, record: dict[str, Any],
     version where the run's config sets it; where it was logged, or None where the search
     was not tracked or the store refused (a warning: the model is kept in the run directory
     all the same)."""
-    run_id = next((r["run_id"] for r in journal_records(run_dir) if r["event"] == "tracking"),
-                  None)
+    run_id = Recorded.read(run_dir).tracking_run_id
     if run_id is None:
         return None
     from packexp.tracking.base import TrackingError
@@ -291,13 +287,6 @@ def log_refit(cfg: DictConfig, run_dir: Path, record: dict[str, Any],
         log.warning("refit: %s is kept, but not logged to MLflow run %s (%s)",
                     record["file"], run_id, e)
         return None
-
-
-def journal_records(run_dir: Path) -> list[dict[str, Any]]:
-    try:
-        return Journal(run_dir).read()
-    except JournalError:
-        return []
 
 
 def run_tracker(cfg: DictConfig, run_dir: Path) -> Any:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from packexp import startup
 from packexp.app.interrupts import job_resume_command
-from packexp.app.session import checked_records, command_started, comparable, tracked
+from packexp.app.session import command_started, comparable, tracked
 from packexp.app.tasks.plan import plan_dict
 from packexp.app.tasks.refit import refit_after_search
 from packexp.config import budget_of, task_overrides
@@ -58,8 +58,8 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                  else parts.trainer.facts())  # the device packs train on
         log.info("device: %s", facts)
         mark("executor")
-        with tracked(cfg, run_dir, dataset=parts.dataset, journal=study.journal,
-                     records=study.records, run_name=parts.run_name,
+        with tracked(cfg, run_dir, dataset=parts.dataset, study=study,
+                     run_name=parts.run_name,
                      tags={**parts.names, "task": "tune", **facts.tags()}) as tracker:
             mark("tracker")
             capacity, source, probes, calibration_s = prepare(
@@ -119,10 +119,10 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
 
 def open_study(cfg: DictConfig, run_dir: Path, objective: Any) -> Study:
     """The search's study in ``run_dir``: a fresh one, or on ``resume=true`` the run there
-    continued; either checked against ``run_dir`` first (``session.checked_records``: a
-    fresh run refuses a directory with a journal, a resume one whose config differs)."""
+    continued; either checked against ``run_dir`` first (``Study.open``: a fresh run refuses
+    a directory with a journal, a resume one whose config differs)."""
     return Study.open(run_dir, objective, config=comparable(cfg), overrides=task_overrides(),
-                      records=checked_records(cfg, run_dir))
+                      resume=bool(cfg.get("resume", False)))
 
 
 def keep_of(cfg: DictConfig, objective: Any) -> KeepModels:
