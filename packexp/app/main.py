@@ -1,4 +1,4 @@
-"""The runner: checks the task and the seed, settles the run directory and runs the task."""
+"""A job: checks the task and the seed, settles the run directory and runs the task."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ class Pack:
 
     @property
     def program(self) -> Program:
-        """The program the pack trains with (``pack_options.choose_program``), chosen when
+        """The program the pack trains with (``space.options.choose_program``), chosen when
         first asked; why it is not fused, or not looped, is logged then."""
         if self._program is None:
             self._program = program = choose_program(self._facts, self.settings)

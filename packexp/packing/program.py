@@ -1,5 +1,5 @@
 """A pack's program: the ``StepProgram`` protocol its three kinds share (plain, fused,
-looped), the facts of built members that choose one (``pack_options.choose_program``), each
+looped), the facts of built members that choose one (``space.options.choose_program``), each
 worked out when the choice first needs it, and ``step_program``, which builds the chosen one."""
 
 from __future__ import annotations

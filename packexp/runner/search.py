@@ -1,6 +1,6 @@
 """The runner: one loop for every scheduler. It asks the policy (``packexp/schedulers/``),
 draws (``draws.py``), packs (``packs.py``), trains and commits (``ledger.py``) what it plans,
-and tells the policy each result; a resume tells it the journal's facts first (``resume.py``).
+and tells the policy each result; a resume tells it the journal's facts first (``replay.py``).
 What it does reaches the journal, tracker, display and results as events (``events.py``).
 """
 

@@ -35,7 +35,7 @@ class Trial:
     bracket: int = 0
 
     # The values the trainer reads, typed in one place, with the defaults of those a space
-    # may leave out (``pack_options``); a model's own values stay in ``hparams``.
+    # may leave out (``space.options``); a model's own values stay in ``hparams``.
 
     @property
     def batch_size(self) -> int:

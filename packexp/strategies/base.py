@@ -42,8 +42,8 @@ class RungContext:
 
     Attributes:
         steps: trial_id to the steps it trains in this rung.
-        kept: Pack structures (``pack_options.pack_key``) already set up and kept for reuse.
-        members: Member structures (``pack_options.member_key``) to how many built members
+        kept: Pack structures (``space.options.pack_key``) already set up and kept for reuse.
+        members: Member structures (``space.options.member_key``) to how many built members
             of each are kept.
         checkpoint: Whether members write a checkpoint after the rung.
         future_trials: Trial trainings the search holds after this rung (all brackets).
@@ -53,7 +53,7 @@ class RungContext:
         model_runtime: The model's hyper-parameters that a built member takes at run time
             (its builder's ``RUNTIME_HPARAMS``), for ``member_key``.
         bucketed: Whether packs run compiled programs of bucketed batch sizes and member
-            counts (``pack_options.pack_key``).
+            counts (``space.options.pack_key``).
     """
 
     steps: Mapping[str, int]

@@ -1,7 +1,8 @@
 """Test doubles, small data and the helpers packexp's tests share (and a user's own), each
 defined once.
 
-- ``fake_trainer``: the runner's search on a pack trainer without TensorFlow;
+- ``fake_trainer``: the runner's search on a pack trainer without TensorFlow
+  (``FakeTrainer``, also ``packexp.testing.FakeTrainer``);
 - ``policies``: a scheduler's decisions without a search (``simulate``);
 - ``asha``: the ASHA paper's promotion rule, as a check on a journal;
 - ``data``: small datasets, in memory and as files in each format packexp reads;
@@ -21,3 +22,13 @@ defined once.
 Importing the package, or any module but ``fixtures``, imports neither TensorFlow nor pytest
 (the modules that build a model import Keras inside their functions).
 """
+
+
+def __getattr__(name: str):
+    # ``packexp.testing.FakeTrainer``, as the docs name it: imported when asked for, so that
+    # importing the package stays as light as the docstring says.
+    if name == "FakeTrainer":
+        from packexp.testing.fake_trainer import FakeTrainer
+
+        return FakeTrainer
+    raise AttributeError(name)

@@ -118,6 +118,7 @@ def test_an_exit_code_is_python_s(code):
 def test_importing_it_imports_neither_tensorflow_nor_pytest():
     done = subprocess.run(
         [sys.executable, "-c", "import sys, packexp.testing.command; "
+                               "from packexp.testing import FakeTrainer; "  # as docs name it
                                "print(sorted({'tensorflow', 'pytest'} & set(sys.modules)))"],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
