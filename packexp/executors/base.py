@@ -8,10 +8,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from packexp.errors import ExecutorError
 from packexp.space import Trial
+
+if TYPE_CHECKING:
+    from packexp.packing.runs import PackRun
 
 __all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "PackJob", "Trainer",
            "discard_attempts"]
@@ -96,9 +99,9 @@ class Trainer(Protocol):
 
     def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
                     states: Mapping[str, Any], fusion: str | None = None,
-                    lr_horizon: float | None = None) -> list[Any]:
+                    lr_horizon: float | None = None) -> list[PackRun]:
         """Trains ``group`` as one pack to ``epochs``; returns its pack runs (one, or more
-        when it was split), ``packing.trainer.PackRun``'s shape."""
+        when it was split), typed without TensorFlow (``packing.runs``)."""
 
     def read_state(self, path: str | Path) -> Any: ...
 

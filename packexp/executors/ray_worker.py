@@ -130,8 +130,7 @@ def _cap_gpu_memory(share: float) -> None:
 def unpack(run: dict, job: PackJob, received: float, where: dict | None = None) -> Any:
     """A worker's plain dict as the ``PackRun`` the tuner publishes; ``where``: the worker's
     number, node and host (``RayExecutor``)."""
-    from packexp.packing.pack import Evaluation, PackStats
-    from packexp.packing.trainer import MemberResult, PackRun
+    from packexp.packing.runs import Evaluation, MemberResult, PackRun, PackStats
 
     trials = {t.trial_id: t for t in job.group}
     members = [MemberResult(trials[m["trial_id"]], None, m["failed"], m["train_loss"],

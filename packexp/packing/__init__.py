@@ -14,8 +14,9 @@ from typing import Any
 logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
 _LAZY = {"DeviceData": "packexp.packing.data", "batch_indices": "packexp.packing.data",
-         "Member": "packexp.packing.member", "Evaluation": "packexp.packing.pack",
-         "Pack": "packexp.packing.pack", "PackStats": "packexp.packing.pack",
+         "Member": "packexp.packing.member", "Evaluation": "packexp.packing.runs",
+         "Pack": "packexp.packing.pack", "PackStats": "packexp.packing.runs",
+         "PackRun": "packexp.packing.runs", "MemberResult": "packexp.packing.runs",
          "TensorFlowTrainer": "packexp.packing.engine"}
 
 __all__ = sorted(_LAZY)

@@ -6,7 +6,6 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
@@ -15,57 +14,13 @@ from packexp.packing.cache import PackCache
 from packexp.packing.data import DeviceData
 from packexp.packing.looped import uncounted
 from packexp.packing.member import Member, MemberState
-from packexp.packing.pack import Evaluation, Pack, PackStats
+from packexp.packing.pack import Pack
+from packexp.packing.runs import MemberResult, PackRun
 from packexp.space import Trial
 from packexp.space.options import PackSettings
 from packexp.telemetry import PeakMemory
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MemberResult:
-    """A member as its pack left it: the pack's models may serve other trials next."""
-
-    trial: Trial
-    state: MemberState | None  # None when a worker wrote it to ``checkpoint`` instead
-    failed: bool
-    train_loss: float | None
-    checkpoint: str | None = None
-    saved_step: int = 0  # the step of a state left in ``checkpoint`` (or of a failed member)
-
-    @property
-    def trial_id(self) -> str:
-        return self.trial.trial_id
-
-    @property
-    def step(self) -> int:
-        return self.saved_step if self.state is None else self.state.step
-
-
-@dataclass
-class PackRun:
-    """One pack as it actually ran, with its time by phase (seconds) and memory (bytes):
-    ``peak_memory_bytes`` how far the peak rose over the pack (``PeakMemory.growth_bytes``),
-    ``peak_rss_bytes`` its process's peak resident set, ``gpu_peak_bytes`` the peak's rise
-    on a GPU (None on a CPU)."""
-
-    members: list[MemberResult]
-    stats: PackStats
-    evaluation: dict[str, Evaluation]
-    peak_memory_bytes: int
-    splits: int = 0
-    reused: bool = False
-    reused_members: int = 0  # of a new pack, members taken from kept packs, not built
-    build_s: float = 0.0  # members built or their states loaded
-    eval_s: float = 0.0  # evaluation, its tracing left out (counted in stats.trace_s)
-    started: float = 0.0  # time.perf_counter() when the pack began
-    peak_rss_bytes: int = 0
-    gpu_peak_bytes: int | None = None
-    ended: float | None = None  # time.perf_counter() when it ended, if before it is published
-    worker: int | None = None  # under executor=ray: the worker that trained it,
-    node: str | None = None  # its Ray node's id
-    host: str | None = None  # and that node's address
 
 
 def train_group(

@@ -23,6 +23,7 @@ from typing import Any
 from packexp.events import Listener, Listeners, TrialEnded
 from packexp.executors import LocalExecutor
 from packexp.objectives import ACCURACY, Objective
+from packexp.packing.runs import Evaluation, MemberResult, PackRun, PackStats
 from packexp.runner import PackedSearch, SearchSettings, Study
 from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.journal import Journal
@@ -60,23 +61,6 @@ class State:
     slots = None
 
 
-@dataclass(frozen=True)
-class MemberResult:
-    trial: Trial
-    state: State
-    failed: bool
-    train_loss: float | None
-    checkpoint: str | None = None
-
-    @property
-    def trial_id(self) -> str:
-        return self.trial.trial_id
-
-    @property
-    def step(self) -> int:
-        return self.state.step
-
-
 class FakeTrainer:
     """The trainer seam's fake (``executors.Trainer``): ``train_group``, the states, the
     exported models, and the device facts, capacity and cache of a trainer that measures no
@@ -104,7 +88,7 @@ class FakeTrainer:
 
     def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
                     states: Mapping[str, State | None], fusion: str | None = None,
-                    lr_horizon: float | None = None) -> list[SimpleNamespace]:
+                    lr_horizon: float | None = None) -> list[PackRun]:
         if len(self.calls) == self.die_at_call:
             raise KeyboardInterrupt
         started = time.perf_counter()  # the runner's clock: a pack's place on the timeline
@@ -115,21 +99,16 @@ class FakeTrainer:
             state = State(t.trial_id, steps_for(epochs, t.hparams["batch_size"], train_size))
             members.append(MemberResult(t, state, failed, None if failed else 1.0))
             accuracy = None if failed else score(t.hparams, epochs)
-            evaluation[t.trial_id] = SimpleNamespace(
+            evaluation[t.trial_id] = Evaluation(
                 val_accuracy=accuracy,
                 val_loss=None if failed else 2 * accuracy)  # ranks opposite to accuracy
         self.calls.append({"ids": [t.trial_id for t in group], "epochs": epochs,
                            "states": dict(states), "fusion": fusion, "lr_horizon": lr_horizon,
                            "returned": {m.trial_id: m.state for m in members if not m.failed},
                            "journal": self.journal.read() if self.journal else []})
-        stats = SimpleNamespace(fused=False, looped=False, xla=False, grouped_conv=None, steps=1,
-                                trace_s=0.0, programs=0, eval_programs=0,
-                                train_s=0.0, read_s=0.0, switches=0, switch_overhead_s=0.0,
-                                step_time_ms=1.0)
-        return [SimpleNamespace(members=members, stats=stats, evaluation=evaluation,
-                                peak_memory_bytes=0, peak_rss_bytes=0,
-                                gpu_peak_bytes=None, splits=0, reused=False,
-                                reused_members=0, build_s=0.0, eval_s=0.0, started=started)]
+        stats = PackStats(members=len(group), steps=1, chunk_step_ms=[1.0])
+        return [PackRun(members=members, stats=stats, evaluation=evaluation,
+                        peak_memory_bytes=0, started=started)]
 
     def write_state(self, state: State, path: str | Path) -> str:
         final = Path(path).with_suffix(self.checkpoint_suffix)
