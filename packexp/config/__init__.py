@@ -15,10 +15,10 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from packexp.errors import ConfigError, flag, positive_int
+from packexp.errors import ConfigError, positive_int
 from packexp.objectives import METRICS, Head, Objective
 from packexp.runner.budget import Budget
-from packexp.space import SearchSpace, Trial
+from packexp.space import SearchSpace
 from packexp.space.dimensions import Choice, IntRange
 from packexp.space.options import LR_SCHEDULES, OPTIMIZERS, PackSettings
 
@@ -35,6 +35,13 @@ def constructor_default(source: str = "", *, _parent_: DictConfig, _node_: Any) 
     source = source or _parent_.get("_target_")
     if source is None:
         raise ConfigError(f"{where}: ${{default:}} needs a _target_ beside it")
+    from packexp.config.sources import UNKNOWN, source_default
+
+    # Read from the target's source where its literals say it: resolving a config imports
+    # no profile, dataset or model module (nor TensorFlow with it) for a default.
+    default = source_default(str(source), str(key))
+    if default is not UNKNOWN:
+        return OmegaConf.create(list(default)) if isinstance(default, tuple) else default
     from hydra._internal.utils import _locate  # what instantiate imports with; logs nothing
 
     try:
@@ -89,7 +96,8 @@ def register_resolvers() -> None:
 register_resolvers()
 
 REQUIRED_HPARAMS = ("batch_size", "optimizer", "learning_rate")
-PREPROCESS_KEYS = ("mean", "std", "crop_padding", "flip")
+from packexp.config.preprocessing import KEYS as PREPROCESS_KEYS  # noqa: E402
+
 # Hyper-parameters the pack engine consumes, with the optimizers' own arguments
 # (``optimizer_args``). Every other one a search space lists belongs to the model: its builder
 # reads it from ``hparams``, and it is part of a member's structure.
@@ -431,21 +439,6 @@ def _checked_pack(pack: Mapping[str, Any]) -> PackSettings:
         raise ConfigError(f"pack.{e}") from None
 
 
-def preprocessing_for(preprocess: DictConfig, trial: Trial | None = None) -> Any:
-    """The trial's ``Preprocessing``: ``cfg.preprocess``, overridden by same-named hparams."""
-    from packexp.packing.data import Preprocessing
-
-    values = {k: preprocess.get(k) for k in PREPROCESS_KEYS}
-    if trial is not None:
-        values.update({k: v for k, v in trial.hparams.items() if k in PREPROCESS_KEYS})
-    for key in ("mean", "std"):
-        if values[key] is not None:
-            values[key] = tuple(float(v) for v in values[key])
-    return Preprocessing(mean=values["mean"], std=values["std"],
-                         crop_padding=int(values["crop_padding"] or 0),
-                         flip=values["flip"] is not None and flag("flip", values["flip"]))
-
-
 def check_batch_sizes(space: SearchSpace, dataset: Any) -> None:
     """Every batch size fits in the training split: a small dataset of a user's stops before
     anything is written, not at its first pack."""
@@ -455,20 +448,6 @@ def check_batch_sizes(space: SearchSpace, dataset: Any) -> None:
         raise ConfigError(f"search_space.params.batch_size: {max(sizes)} is more than the "
                           f"{train_size} training examples of dataset {dataset.name}; give "
                           "batch sizes of at most that, or more data")
-
-
-def check_preprocessing(preprocess: DictConfig, space: SearchSpace,
-                        input_shape: tuple[int, ...]) -> None:
-    """Every preprocessing the search can produce must apply to the data."""
-    variants = [{}] + [{k: v} for k in PREPROCESS_KEYS if k in space.params
-                       for v in space.params[k]]
-    for variant in variants:
-        trial = Trial("check", variant, ())
-        try:
-            preprocessing_for(preprocess, trial).check(input_shape)
-        except (TypeError, ValueError) as e:
-            where = "search_space.params" if variant else "preprocess"
-            raise ConfigError(f"{where}.{e}") from None
 
 
 def component_name(cfg: DictConfig, group: str) -> str:

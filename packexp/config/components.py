@@ -17,7 +17,6 @@ from packexp.config import (
     batch_bucket,
     check_batch_sizes,
     check_pairing,
-    check_preprocessing,
     check_search,
     component_name,
     head_of,
@@ -26,11 +25,11 @@ from packexp.config import (
     member_cap,
     model_node,
     pack_settings,
-    preprocessing_for,
     probe_model,
     reuse_setting,
 )
 from packexp.config.device import apply_threads
+from packexp.config.preprocessing import check_preprocessing, preprocessing_for
 from packexp.events import Listener
 from packexp.executors.base import Trainer, tensorflow_trainer
 from packexp.objectives import NO_HEAD, Head, Objective

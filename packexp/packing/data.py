@@ -12,6 +12,7 @@ import tensorflow as tf
 from packexp import telemetry
 from packexp.data import Dataset
 from packexp.objectives import NO_HEAD, Head
+from packexp.packing.preprocessing import check_preprocessing
 from packexp.space import derive_seed
 
 
@@ -133,19 +134,9 @@ class Preprocessing:
         return self.crop_padding > 0 or self.flip
 
     def check(self, input_shape: tuple[int, ...]) -> None:
-        """Raises ValueError naming the key when this cannot apply to ``input_shape``."""
-        if self.augments and len(input_shape) != 3:
-            key = "crop_padding" if self.crop_padding else "flip"
-            raise ValueError(f"{key}={getattr(self, key)!r}: needs images [height, width, "
-                             f"channels], the data gives {list(input_shape)}")
-        if self.crop_padding < 0:
-            raise ValueError(f"crop_padding={self.crop_padding}: must be >= 0")
-        for key in ("mean", "std"):
-            value = getattr(self, key)
-            if value is not None and len(value) not in (1, input_shape[-1]):
-                raise ValueError(f"{key}={list(value)}: needs 1 or {input_shape[-1]} values")
-        if self.std is not None and min(self.std) <= 0:
-            raise ValueError(f"std={list(self.std)}: must be positive")
+        """Raises ValueError naming the key when this cannot apply to ``input_shape``
+        (``preprocessing.check_preprocessing``)."""
+        check_preprocessing(self.mean, self.std, self.crop_padding, self.flip, input_shape)
 
     def __call__(self, x: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         """Preprocesses a batch; ``seed`` is a stateless-RNG seed of shape [2]."""

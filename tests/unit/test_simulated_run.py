@@ -1,7 +1,7 @@
 """``executor=simulated`` through the config, as ``python -m packexp`` runs it: the fake trainer
 its file names scores the members (nothing trains), results.json says the times are the
-simulation's, and the summary says they are predictions. The config's checks import
-TensorFlow (``config.check_preprocessing``), hence ``tf``."""
+simulation's, and the summary says they are predictions. Nothing here loads TensorFlow (the
+config's checks need none), so the module is in the unit layer."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import pytest
 
 from packexp.errors import ConfigError
 from packexp.testing.searches import search
-
-pytestmark = pytest.mark.tf
 
 SIMULATED = ("executor=simulated", "executor.num_workers=4", "tracking=none",
              "scheduler=asha", "scheduler.num_configs=40", "scheduler.max_epochs=120")
