@@ -2,9 +2,11 @@
 
 A tracker queues its calls to the writer, which applies them off the training thread and
 beside it on another core, each run's in the order they were made; a run's ``log_batch``
-calls that wait together are merged into one. The writer ignores Ctrl-C and SIGTERM, which
-reach the whole process group: the tracker ends the runs and the writer drains its queue.
-If the tracker's process dies first, the writer ends the runs it left open as ``KILLED``.
+calls that wait together are merged into one, and on a sqlite store every trial run's calls
+of a second are one transaction (``sqlite_store.TrialRuns``). The process (``writer_main``)
+ignores Ctrl-C and SIGTERM, which reach the whole process group: the tracker ends the runs
+and the writer drains its queue. If the tracker's process dies first, the writer ends the
+runs it left open as ``KILLED``.
 """
 
 from __future__ import annotations
@@ -14,17 +16,13 @@ import gc
 import logging
 import os
 import queue
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from packexp.tracking.datasets import source_tags, split_inputs
-from packexp.tracking.messages import Error, Failed, LogLine, Reply, Result
+from packexp.tracking.messages import Error, Failed, Reply, Result
 from packexp.tracking.sqlite_store import (
     MAX_ROWS,
     TrialRuns,
@@ -458,66 +456,6 @@ class MlflowWriter:
         self._parent = None
         if self._database is not None:
             checkpoint(self._database)
-
-
-class _Forward(logging.Handler):
-    """Sends the writer's log records to the tracker's process, which logs them there."""
-
-    def __init__(self, post: Callable[[Reply], None]) -> None:
-        super().__init__()
-        self._post = post
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._post(LogLine(record.name, record.levelno, record.getMessage()))
-
-
-def _listen(connection: Connection, inbox: queue.SimpleQueue) -> None:
-    """Moves the tracker's calls into ``inbox`` as they come, so its sends never wait; None
-    once its process is gone (its end closed, or this process handed to another parent)."""
-    parent = os.getppid()
-    while True:
-        try:
-            if connection.poll(1.0):
-                inbox.put(connection.recv())
-                continue
-        except (EOFError, OSError):
-            break
-        if os.getppid() != parent:
-            break
-    inbox.put(None)
-
-
-def main(fd: int, main_file: str) -> None:
-    """The writer process: serves the tracker at the other end of file descriptor ``fd``;
-    ``main_file`` is the tracker's ``sys.argv[0]``, where MLflow looks for a git commit."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # the tracker ends the runs; this drains
-    sys.argv = [main_file]
-    # No progress bar per artifact where tqdm is installed: the tracker's stderr is the user's.
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    # Nor MLflow's INFO lines ("Creating initial MLflow database tables..."): its warnings
-    # and errors still show, and MLFLOW_LOGGING_LEVEL set by the user holds.
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    connection = Connection(fd)
-    lock = threading.Lock()
-
-    def post(message: Reply) -> None:
-        with lock, contextlib.suppress(OSError):
-            connection.send(message)
-
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-    threading.Thread(target=_listen, args=(connection, inbox), daemon=True).start()
-    packexp_log = logging.getLogger("packexp")
-    packexp_log.addHandler(_Forward(post))
-    packexp_log.setLevel(logging.INFO)
-    packexp_log.propagate = False
-    writer = MlflowWriter(post)
-    with contextlib.suppress(Exception):  # a failure here is met again, and told, at start
-        writer.warm_up()
-    writer.serve(inbox)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # every call is committed; skip tearing down MLflow's modules
 
 
 @contextlib.contextmanager

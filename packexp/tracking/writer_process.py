@@ -38,7 +38,7 @@ class WriterProcess:
         self._process = subprocess.Popen(
             # No garbage collection while the writer imports (its warm-up turns it back on).
             [sys.executable, "-c", "import gc, sys; gc.disable(); from "
-             "packexp.tracking.mlflow_writer import main; main(int(sys.argv[1]), sys.argv[2])",
+             "packexp.tracking.writer_main import main; main(int(sys.argv[1]), sys.argv[2])",
              str(theirs.fileno()),
              sys.argv[0] if sys.argv else ""],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
