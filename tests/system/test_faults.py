@@ -147,7 +147,7 @@ def writers_of(proc: subprocess.Popen) -> list:
     found = []
     for child in psutil.Process(proc.pid).children(recursive=True):
         try:
-            if "mlflow_writer" in " ".join(child.cmdline()):
+            if "tracking.writer_main" in " ".join(child.cmdline()):  # its entry point
                 found.append(child)
         except psutil.Error:
             continue
