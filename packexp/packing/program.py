@@ -13,7 +13,8 @@ from packexp.objectives import NO_HEAD, Head
 from packexp.packing.data import DeviceData, StreamData
 from packexp.packing.fused import FusedProgram, why_unfusable
 from packexp.packing.fused_graph import convolutional
-from packexp.packing.looped import LoopedProgram, why_unloopable
+from packexp.packing.looped import LoopedProgram
+from packexp.packing.looped_state import why_unloopable
 from packexp.packing.member import Member
 from packexp.packing.plain import Evaluator, PlainProgram
 from packexp.packing.stats import PackStats
