@@ -28,7 +28,7 @@ from packexp.packing.fused_graph import (
 from packexp.packing.fused_ops import Context, Unfusable
 from packexp.packing.member import Member
 from packexp.packing.optimizers import general_update, optimizer_kind
-from packexp.packing.plain import Evaluator, PlainEvaluators
+from packexp.packing.plain_eval import Evaluator, PlainEvaluators
 from packexp.packing.schedules import base_learning_rate, fraction, profile, schedule_of
 from packexp.packing.stats import PackStats, account
 from packexp.packing.targets import error_sums, squared_errors

@@ -16,7 +16,8 @@ from packexp.packing.fused_graph import convolutional
 from packexp.packing.looped import LoopedProgram
 from packexp.packing.looped_state import why_unloopable
 from packexp.packing.member import Member
-from packexp.packing.plain import Evaluator, PlainProgram
+from packexp.packing.plain import PlainProgram
+from packexp.packing.plain_eval import Evaluator
 from packexp.packing.stats import PackStats
 from packexp.space.options import FUSED, LOOPED, PackSettings, Program, choose_program
 
