@@ -20,12 +20,12 @@ import tensorflow as tf
 
 from packexp import optim, telemetry
 from packexp.packing.data import DeviceData
+from packexp.packing.fused_base import Context, Unfusable
 from packexp.packing.fused_graph import (
     FusedGraph,
     fused_ops,
     has_grouped_convolutions,
 )
-from packexp.packing.fused_ops import Context, Unfusable
 from packexp.packing.member import Member
 from packexp.packing.optimizers import general_update, optimizer_kind
 from packexp.packing.plain_eval import Evaluator, PlainEvaluators

@@ -12,17 +12,8 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from packexp.packing.fused_ops import (
-    ACTIVATION_LAYERS,
-    OPS,
-    Context,
-    Conv2D,
-    FusedOp,
-    Stacked,
-    Unfusable,
-    named,
-    tensor_rank,
-)
+from packexp.packing.fused_base import Context, FusedOp, Stacked, Unfusable, named, tensor_rank
+from packexp.packing.fused_ops import ACTIVATION_LAYERS, OPS, Conv2D
 from packexp.packing.layout import IMAGE_RANK, VECTOR_RANK, fold
 
 
