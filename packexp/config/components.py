@@ -13,23 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from packexp.config import (
-    batch_bucket,
-    check_batch_sizes,
-    check_pairing,
-    check_search,
-    component_name,
-    head_of,
-    instantiate,
-    load_dataset,
-    member_cap,
-    model_node,
-    pack_settings,
-    probe_model,
-    reuse_setting,
-)
+from packexp.config.checks import check_batch_sizes, check_pairing, check_search, head_of
+from packexp.config.choices import component_name
 from packexp.config.device import apply_threads
 from packexp.config.preprocessing import check_preprocessing, preprocessing_for
+from packexp.config.probes import probe_model
+from packexp.config.settings import batch_bucket, member_cap, pack_settings, reuse_setting
+from packexp.config.targets import instantiate, load_dataset, model_node
 from packexp.events import Listener
 from packexp.executors.base import Trainer, tensorflow_trainer
 from packexp.objectives import NO_HEAD, Head, Objective

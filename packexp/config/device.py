@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from packexp import telemetry
-from packexp.config import model_hparams
+from packexp.config.hparams import model_hparams
 from packexp.errors import ConfigError, positive_int
 from packexp.files import write_json
 from packexp.space import Trial
