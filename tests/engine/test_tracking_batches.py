@@ -169,9 +169,9 @@ def test_a_failed_batch_is_reported_for_what_it_held_and_the_search_goes_on(tmp_
 
 
 def test_calls_that_never_pause_are_written_once_their_hold_is_over(tmp_path, monkeypatch):
-    from packexp.tracking import mlflow_writer
+    from packexp.tracking import writer_batches
 
     _, held, _ = serve(tmp_path, "held", search(20))  # queued at once: one hold
-    monkeypatch.setattr(mlflow_writer, "HOLD_S", 0.0)  # every hold over at once
+    monkeypatch.setattr(writer_batches, "HOLD_S", 0.0)  # every hold over at once
     _, over, _ = serve(tmp_path, "over", search(20))
     assert over > 20 > held
