@@ -1,6 +1,6 @@
 """Joining or starting a Ray cluster (``connect``), and what its errors say about a worker
-(``lost_errors``, ``death``, ``cause``): ``ray.py``'s ``RayExecutor`` keeps its pool with
-them."""
+(``lost_errors``, ``death``, ``cause``): ``ray.py``'s ``RayExecutor`` and its pool
+(``ray_pool.py``) keep the actors with them."""
 
 from __future__ import annotations
 
