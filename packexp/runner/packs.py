@@ -1,16 +1,17 @@
-"""A plan carried out as packs: the strategy's packs of a rung's trials, checked; what the
-strategy knows of the rung as it packs (``RungContext``); each pack's job, with its members'
-starting states; and its time as the strategy predicts it when it is sent. Pure Python."""
+"""A plan carried out as packs: the strategy's packs of a rung's trials, checked (a resumed
+plan's: those still to train, queued again); what the strategy knows of the rung as it packs
+(``RungContext``); each pack's job, with its members' starting states; and its time as the
+strategy predicts it when it is sent. Pure Python."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packexp.events import Event, RungPlanned
+from packexp.events import Event, PlanRecord, RungPlanned
 from packexp.executors import Executor, PackJob
 from packexp.runner.ledger import Ledger
 from packexp.schedulers.base import Bracket
@@ -98,6 +99,23 @@ class Packer:
         planned = self.strategy.plan(trials, self.capacity, context)
         check_partition(trials, [g for g, _ in planned], self.capacity)
         return planned, context
+
+    def requeue(self, unfinished: Sequence[tuple[PlanRecord,
+                                                 list[tuple[int, list[str], str | None]],
+                                                 list[str]]],
+                current: Mapping[str, Trial]) -> list[Queued]:
+        """A resume's plans that still have packs to train (``Replayed.unfinished``), those
+        packs with their journaled numbers and their members as they train next (``current``);
+        each plan with some is told again (journaled, so not re-journaled)."""
+        queue = []
+        for plan, left, done in unfinished:
+            bracket = next(b for b in self.brackets if b.s == plan.bracket)
+            left = [(j, [current[i] for i in g], f) for j, g, f in left]
+            todo = [t for _, g, _ in left for t in g]
+            check_fits(todo, self.capacity, self.capacity_source)
+            context = self.context(todo, bracket.rungs[plan.rung].r, bracket, plan.rung)
+            queue += self.announce(plan.key, bracket, plan.rung, left, context, done)
+        return queue
 
     def job(self, key: str, bracket: Bracket, rung: int, group: list[Trial],
             fusion: str | None) -> PackJob:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,14 +23,14 @@ from packexp.events import (
 )
 from packexp.executors import Executor
 from packexp.objectives import Objective
-from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.dispatch import Dispatch
 from packexp.runner.draws import Draws
-from packexp.runner.keep import NO_MODELS, KeepModels
+from packexp.runner.keep import KeepModels
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
 from packexp.runner.replay import Replayed
+from packexp.runner.settings import SearchSettings
 from packexp.runner.study import Study
 from packexp.samplers import Sampler
 from packexp.schedulers.base import (
@@ -44,37 +44,9 @@ from packexp.schedulers.base import (
     continued,
 )
 from packexp.space import SearchSpace, Trial
-from packexp.strategies import Capacity, Strategy, check_fits
+from packexp.strategies import Capacity, Strategy
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """How a search trains and when it stops: what ``PackedSearch`` takes beyond its parts.
-
-    Attributes:
-        seed: The search's seed (its draws, and each trial's data order).
-        tags: The search's names (strategy, model, dataset), on each trial's record.
-        continue_on_promotion: A promoted trial continues from its checkpoint; else it
-            retrains from scratch with the same data order and updates, so the same scores.
-        lr_horizon: Epochs where learning-rate schedules end; None: each rung's budget.
-        capacity_source: The setting the capacity comes from (for error messages).
-        probe_seconds: The memory probes' time so far.
-        train_size: Training examples: a rung's steps per trial, for the strategy.
-        budget: When to stop early.
-        keep: Whose trained weights the search hands over (``keep.py``).
-    """
-
-    seed: int = 0
-    tags: Mapping[str, str] = field(default_factory=dict)
-    continue_on_promotion: bool = True
-    lr_horizon: float | None = None
-    capacity_source: str = "capacity"
-    probe_seconds: Callable[[], float] = lambda: 0.0
-    train_size: int = 0
-    budget: Budget = NO_BUDGET
-    keep: KeepModels = NO_MODELS
 
 
 @dataclass
@@ -243,7 +215,7 @@ class PackedSearch:
             else:
                 self._exploit(fact, journaled=True)
                 policy.on_exploits(fact)
-        return self._requeue()
+        return self.packer.requeue(self.replayed.unfinished(), self._current)
 
     def _retire(self, decisions: Sequence[Decision]) -> None:
         """A replayed fact's retirements (a policy decides its plans in ``decide``)."""
@@ -267,19 +239,6 @@ class PackedSearch:
         trials = drawn if drawn and plan.key is None else [self._current[i] for i in ids]
         self._members[(plan.bracket, plan.rung)] = [t.trial_id for t in trials]
         return Planned(plan.bracket, plan.rung, tuple(trials), len(drawn), plan.key)
-
-    def _requeue(self) -> list[Queued]:
-        """The replayed plans' packs still to train, with their journaled numbers; each plan
-        with some is told again (journaled, so not re-journaled)."""
-        queue = []
-        for plan, left, done in self.replayed.unfinished():
-            bracket = self._bracket(plan.bracket)
-            left = [(j, [self._current[i] for i in g], f) for j, g, f in left]
-            todo = [t for _, g, _ in left for t in g]
-            check_fits(todo, self.capacity, self.settings.capacity_source)
-            context = self.packer.context(todo, bracket.rungs[plan.rung].r, bracket, plan.rung)
-            queue += self.packer.announce(plan.key, bracket, plan.rung, left, context, done)
-        return queue
 
     def _bracket(self, s: int) -> Bracket:
         return next(b for b in self.brackets if b.s == s)
