@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from packexp.records.plots import PHASE_COLORS, phase_totals, train_share
+from packexp.records.search_result import SearchResult
 
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT, BASELINE = "current", "baseline"
@@ -88,13 +89,14 @@ def summarize(runs: Sequence[tuple[Mapping[str, Any], float]]) -> dict[str, Any]
         return statistics.median(known) if known else None
 
     results = [r for r, _ in runs]
+    typed = [SearchResult.from_json(ROOT, r) for r in results]  # run directories deleted by now
     last = results[-1]
     return {
         "wall_time_s": median([r["wall_time_s"] for r in results]),
         "process_s": median([s for _, s in runs]),
         "startup_s": median([r.get("startup_s") for r in results]),
-        "train_share": median([train_share(r) for r in results]),
-        **{phase: median([phase_totals(r)[phase] for r in results]) for phase in PHASES},
+        "train_share": median([train_share(r) for r in typed]),
+        **{phase: median([phase_totals(r)[phase] for r in typed]) for phase in PHASES},
         "walls": [r["wall_time_s"] for r in results],
         "packs": len(last["packs"]),
         "programs": last.get("programs"),

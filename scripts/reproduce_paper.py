@@ -233,9 +233,10 @@ def run_search(r: int, strategy: str, method: str) -> dict[str, Any]:
     data = json.loads(results.read_text())
     best = data.get("best") or {}
     from packexp.records.plots import train_share
+    from packexp.records.search_result import SearchResult
 
     record.update(wall_time_s=data["wall_time_s"], best_val_accuracy=best.get("val_accuracy"),
-                  train_share=train_share(data),
+                  train_share=train_share(SearchResult.from_json(run_dir, data)),
                   best_trial=best.get("trial_id"), packs=len(data.get("packs", [])),
                   trials=len(data.get("trials", [])))
     return record

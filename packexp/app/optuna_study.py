@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.objectives import Objective
-from packexp.records.results import objective_of
+from packexp.records.record import TrialRecord
 from packexp.runner.study import load
 
 #: Each packexp status as an Optuna trial state's name: cut by halving is pruned; a trial a
@@ -59,9 +59,9 @@ def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None =
     from packexp.samplers.tpe import distribution
 
     result = load(run_dir)
-    objective = objective_of(result.results)
+    objective = result.tuned_for
     space = _space(Path(run_dir))
-    rows = [_row(trial, objective, space.dims) for trial in result.results["trials"]]
+    rows = [_row(trial, objective, space.dims) for trial in result.trial_records]
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in objective.goals]
     names = [name for name, _ in objective.goals]
     digest = hashlib.sha256(json.dumps([directions, names, rows], sort_keys=True,
@@ -89,11 +89,11 @@ def to_optuna(run_dir: str | Path, storage: Any = None, study_name: str | None =
     return study
 
 
-def _row(trial: dict[str, Any], objective: Objective, dims: dict[str, Any]) -> dict[str, Any]:
+def _row(trial: TrialRecord, objective: Objective, dims: dict[str, Any]) -> dict[str, Any]:
     """One trial as the study records it: params, state, values, intermediate values and
     user attributes."""
-    rungs = trial["rungs"]
-    state = STATES[trial["status"]]
+    rungs = trial.rungs
+    state = STATES[trial.status]
     if objective.several:
         scored = [s for r in rungs if (s := objective.scores(r)) is not None]
         if scored:  # the front's convention: every trial at its last scored rung
@@ -105,12 +105,12 @@ def _row(trial: dict[str, Any], objective: Objective, dims: dict[str, Any]) -> d
         values = [v] if rungs and (v := objective.value(rungs[-1])) is not None else None
     if state == "COMPLETE" and values is None:
         state = "FAIL"
-    intermediate = {round(r["epochs"]): objective.value(r) for r in rungs}
-    return {"params": {k: v for k, v in trial["hparams"].items() if k in dims},
+    intermediate = {round(r.epochs): objective.value(r) for r in rungs}
+    return {"params": {k: v for k, v in trial.hparams.items() if k in dims},
             "state": state, "values": values if state == "COMPLETE" else None,
             "intermediate": {e: v for e, v in intermediate.items() if v is not None},
-            "attrs": {"trial_id": trial["trial_id"], "bracket": trial["bracket"],
-                      "status": trial["status"]}}
+            "attrs": {"trial_id": trial.trial_id, "bracket": trial.bracket,
+                      "status": trial.status.value}}
 
 
 def _space(run_dir: Path) -> Any:

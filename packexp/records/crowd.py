@@ -3,27 +3,32 @@ area over time, the best trials a row each, and a lane per worker (``timeline.pn
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from packexp.records.figure import lay_out, png_figure_class
-from packexp.records.results import objective_of
 from packexp.records.timeline import (
     IDLE_COLOR,
     OTHER,
     PHASE_COLORS,
     PHASE_LABELS,
     _end_marks,
+    _named,
     _phase_caption,
     _phase_color,
     lane_of,
     pack_spans,
     phase_segments,
     phase_totals,
+    timed,
     worker_lanes,
 )
+
+if TYPE_CHECKING:
+    from packexp.records.facts import Searched
+    from packexp.records.record import PackRecord, RungResult, TrialRecord
 
 # Past these a row per trial is a blur taller than a screen (the row chart's height stops
 # at 60 inches, 242 rows) and its text takes minutes to draw; the paper's Hyperband (R=81:
@@ -36,24 +41,24 @@ BINS = 400  # time bins of the area: about three pixels each at the figure's wid
 PHASES = (*PHASE_COLORS, OTHER)
 
 
-def crowded(results: Mapping[str, Any]) -> bool:
-    """Whether ``results`` are drawn by ``crowd_figure`` rather than a row per trial."""
-    return len(results["trials"]) > MAX_ROWS or len(results["packs"]) > MAX_PACKS
+def crowded(result: Searched) -> bool:
+    """Whether ``result`` is drawn by ``crowd_figure`` rather than a row per trial."""
+    return len(result.trial_records) > MAX_ROWS or len(result.pack_records) > MAX_PACKS
 
 
-def pack_segments(packs: Sequence[Mapping[str, Any]],
-                  spans: Sequence[tuple[float, float]]) -> list[list[tuple[str, float, float]]]:
+def pack_segments(packs: Sequence[PackRecord], spans: Sequence[tuple[float, float]],
+                  summed: bool = False) -> list[list[tuple[str, float, float]]]:
     """Each pack's ``(phase, left, width)`` bars, as the row chart draws them
-    (``phase_segments``); a pack recorded before the phase timings is its build, its
-    training steps and the rest of its span."""
+    (``phase_segments``; ``summed``: the search's totals sum the phases); a pack recorded
+    before the phase timings is its build, its training steps and the rest of its span."""
     out = []
     free_from = 0.0
     for pack, (start, end) in zip(packs, spans, strict=True):
-        segments = phase_segments(pack, start, end, free_from)
+        segments = phase_segments(pack, start, end, free_from, summed)
         free_from = end
         if not segments:
-            build = min(float(pack.get("build_s", 0.0)), end - start)
-            train = min(float(pack.get("train_s", 0.0)), end - start - build)
+            build = min(float(pack.build_s), end - start)
+            train = min(float(pack.train_s), end - start - build)
             segments = [(phase, left, width) for phase, left, width in (
                 ("build_s", start, build), ("train_s", start + build, train),
                 (OTHER, start + build + train, end - start - build - train)) if width > 1e-9]
@@ -61,7 +66,7 @@ def pack_segments(packs: Sequence[Mapping[str, Any]],
     return out
 
 
-def occupancy(packs: Sequence[Mapping[str, Any]],
+def occupancy(packs: Sequence[PackRecord],
               segments: Sequence[Sequence[tuple[str, float, float]]], end: float,
               bins: int = BINS) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """How many trials are in each phase, on average over each of ``bins`` equal bins of
@@ -72,7 +77,7 @@ def occupancy(packs: Sequence[Mapping[str, Any]],
         The bins' edges and, for each phase with any time, its mean count in each bin.
     """
     edges = np.linspace(0.0, max(end, 1e-9), bins + 1)
-    rows = [(PHASES.index(phase), left, width, len(pack["members"]))
+    rows = [(PHASES.index(phase), left, width, len(pack.members))
             for pack, bars in zip(packs, segments, strict=True) for phase, left, width in bars]
     if not rows:
         return edges, {}
@@ -102,13 +107,14 @@ def _binned(left: np.ndarray, width: np.ndarray, weight: np.ndarray,
     return np.maximum(np.diff(area) / np.diff(edges), 0.0)
 
 
-def best_trials(results: Mapping[str, Any], k: int = BEST_ROWS) -> list[tuple[Any, Any]]:
+def best_trials(result: Searched,
+                k: int = BEST_ROWS) -> list[tuple[TrialRecord, RungResult]]:
     """The ``k`` trials best by the objective at their best scored rung, best first (of two
     as good, the one drawn first), each with that rung."""
-    objective = objective_of(results)
+    objective = result.tuned_for
     scored = []
-    for i, trial in enumerate(results["trials"]):
-        rungs = [(s, r) for r in trial["rungs"] if (s := objective.score(r)) is not None]
+    for i, trial in enumerate(result.trial_records):
+        rungs = [(s, r) for r in trial.rungs if (s := objective.score(r)) is not None]
         if rungs:
             score, rung = max(rungs, key=lambda sr: sr[0])
             scored.append((-score, i, trial, rung))
@@ -125,7 +131,7 @@ def idle_gaps(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]
     return gaps
 
 
-def crowd_figure(results: Mapping[str, Any]) -> Any:
+def crowd_figure(result: Searched) -> Any:
     """``timeline.png`` of a large search: above, how many trials were in each phase at each
     moment (``occupancy``, stacked); below, a lane per worker (up to ``MAX_LANES``) and the
     ``BEST_ROWS`` best trials a row each, their packs split by phase as in the row chart.
@@ -136,17 +142,17 @@ def crowd_figure(results: Mapping[str, Any]) -> Any:
     """
     from matplotlib.patches import Patch
 
-    packs = results["packs"]
+    packs = result.pack_records
     spans = pack_spans(packs)
-    segments = pack_segments(packs, spans)
+    segments = pack_segments(packs, spans, bool(result.totals.phases))
     end = max((e for _, e in spans), default=1.0)
     edges, counts = occupancy(packs, segments, end)
-    best = best_trials(results)
+    best = best_trials(result)
     lanes = worker_lanes(packs)
     workers = len(lanes)
     if workers > MAX_LANES:
         lanes = {}
-    row = {t["trial_id"]: len(lanes) + i for i, (t, _) in enumerate(best)}
+    row = {t.trial_id: len(lanes) + i for i, (t, _) in enumerate(best)}
     rows = len(lanes) + len(best)
     chart = 0.3 + 0.24 * max(rows, 1)
     height = 2.6 + chart + 2.1
@@ -167,46 +173,46 @@ def crowd_figure(results: Mapping[str, Any]) -> Any:
 
     boxes: dict[str, list] = {}
     outlines, last_end, value_at = [], {}, {}
-    best_rung = {t["trial_id"]: r["pack_id"] for t, r in best}
+    best_rung = {t.trial_id: r.pack_id for t, r in best}
     for pack, (start, stop), bars in zip(packs, spans, segments, strict=True):
-        mine = [row[m] for m in pack["members"] if m in row]
+        mine = [row[m] for m in pack.members if m in row]
         # A lane's packs are outlined by their gaps: thousands of outlines would paint it black.
-        for r in mine + ([lanes[lane_of(pack)][0]] if lanes and pack.get("worker") is not None
+        for r in mine + ([lanes[lane_of(pack)][0]] if lanes and pack.worker is not None
                          else []):
             for phase, left, width in bars:
                 boxes.setdefault(phase, []).append((left, r - 0.4, width, 0.8))
         outlines += [(start, r - 0.4, stop - start, 0.8) for r in mine]
-        for m in pack["members"]:
+        for m in pack.members:
             if m in row:
                 last_end[m] = stop
-                if best_rung[m] == pack["pack_id"]:
+                if best_rung[m] == pack.pack_id:
                     value_at[m] = stop
     for phase in PHASES:
         if phase in boxes:
             _boxes(ax, boxes[phase], color=_phase_color(phase), linewidth=0, gid=phase)
     _boxes(ax, outlines, fill=False, edgecolor="0.3", linewidth=0.4, gid="pack")
-    objective = objective_of(results)
+    objective = result.tuned_for
     for t, rung in best:
-        if t["trial_id"] in value_at:
-            ax.text(value_at[t["trial_id"]], row[t["trial_id"]],
+        if t.trial_id in value_at:
+            ax.text(value_at[t.trial_id], row[t.trial_id],
                     f"  {objective.value(rung):.3g}", va="center", fontsize=6, color="dimgray")
-    by_id = {t["trial_id"]: t for t, _ in best}
+    by_id = {t.trial_id: t for t, _ in best}
     ends = _end_marks(ax, by_id, last_end, row)
     if lanes:
         ax.axhline(len(lanes) - 0.5, color="0.2", linewidth=0.9)
     labels = [label for _, label in sorted(lanes.values())] + [
-        f"#{i + 1} {t['trial_id']}  bs {t['hparams'].get('batch_size', '?')} "
-        f"{t['hparams'].get('optimizer', '')} [{t['status']}]" for i, (t, _) in enumerate(best)]
+        f"#{i + 1} {t.trial_id}  bs {t.hparams.get('batch_size', '?')} "
+        f"{t.hparams.get('optimizer', '')} [{t.status}]" for i, (t, _) in enumerate(best)]
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.set_ylim(max(len(labels), 1) - 0.4, -0.6)
     ax.set_xlabel("seconds since the search started")
     ax.set_xlim(0, end * 1.08)
     ax.grid(axis="x", linewidth=0.3)
-    area.set_title(_title(results, len(best), workers, len(lanes), edges), fontsize=9.5)
+    area.set_title(_title(result, len(best), workers, len(lanes), edges), fontsize=9.5)
 
     drawn = {phase for phase in PHASES if phase in counts}
     other = sum(width for bars in segments for phase, _, width in bars if phase == OTHER)
-    totals = {**phase_totals(results), OTHER: other}
+    totals = {**phase_totals(result), OTHER: other}
     handles = [Patch(color=_phase_color(phase),
                      label=f"{PHASE_LABELS[phase]}: {totals[phase]:.1f} s")
                for phase in PHASES if phase in drawn]
@@ -240,12 +246,11 @@ def _idle(ax: Any, gaps: Sequence[tuple[float, float]], edges: np.ndarray) -> No
         gid="idle", transform=ax.get_xaxis_transform()), autolim=False)
 
 
-def _title(results: Mapping[str, Any], shown: int, workers: int, lanes: int,
+def _title(result: Searched, shown: int, workers: int, lanes: int,
            edges: np.ndarray) -> str:
-    trials, packs = len(results["trials"]), len(results["packs"])
+    trials, packs = len(result.trial_records), len(result.pack_records)
     lines = [
-        f"{results.get('strategy', '?')} packing of {results.get('model', '?')} on "
-        f"{results.get('dataset', '?')}: {packs:,} packs, {trials:,} trials",
+        f"{_named(result)}: {packs:,} packs, {trials:,} trials",
         "too many for a row each: above, the trials in a pack at each moment, by the pack's "
         f"phase (the mean over bins of {edges[1] - edges[0]:.3g} s);",
         "below, " + (f"a lane per worker ({lanes}), then " if lanes else "")
@@ -253,8 +258,9 @@ def _title(results: Mapping[str, Any], shown: int, workers: int, lanes: int,
         "drawn one by one" + (f" ({workers} workers: too many for a lane each)"
                               if workers > lanes else ""),
     ]
-    if any("trace_s" in p for p in results["packs"]):
-        lines.append(_phase_caption(results))
+    summed = bool(result.totals.phases)
+    if any(timed(p, summed) for p in result.pack_records):
+        lines.append(_phase_caption(result))
     return "\n".join(lines)
 
 

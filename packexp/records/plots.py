@@ -4,13 +4,13 @@ time."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from packexp.objectives import NAMES as NAME
+from packexp.objectives import measured
 from packexp.records.crowd import crowd_figure, crowded
 from packexp.records.figure import (
     clipped_range,
@@ -19,7 +19,6 @@ from packexp.records.figure import (
     new_figure,
     png_figure_class,
 )
-from packexp.records.results import objective_of
 from packexp.records.timeline import (  # noqa: F401 (plots' names for them, as before)
     IDLE_COLOR,
     OTHER,
@@ -33,6 +32,9 @@ from packexp.records.timeline import (  # noqa: F401 (plots' names for them, as 
     worker_lanes,
 )
 
+if TYPE_CHECKING:
+    from packexp.records.facts import Searched
+
 log = logging.getLogger(__name__)
 
 TIMELINE = "timeline.png"
@@ -41,22 +43,23 @@ BEST_SO_FAR = "best_so_far.png"
 POPULATION = "population.png"
 PARETO = "pareto.png"
 
-def timeline(results: Mapping[str, Any], path: Path) -> Path:
-    """Saves ``timeline_figure(results)`` to ``path``."""
-    timeline_figure(results).savefig(path, dpi=110)
+
+def timeline(result: Searched, path: Path) -> Path:
+    """Saves ``timeline_figure(result)`` to ``path``."""
+    timeline_figure(result).savefig(path, dpi=110)
     return path
 
 
-def timeline_figure(results: Mapping[str, Any]) -> Any:
+def timeline_figure(result: Searched) -> Any:
     """Which trial trained in which pack, phase by phase: a row per trial
     (``timeline.rows_figure``), or past ``crowd.MAX_ROWS`` trials or ``crowd.MAX_PACKS`` packs
     the packs' occupancy over time, the workers' lanes and the best trials
     (``crowd.crowd_figure``)."""
-    return crowd_figure(results) if crowded(results) else rows_figure(results)
+    return crowd_figure(result) if crowded(result) else rows_figure(result)
 
 
-def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """Draws a search's (``results.json``'s; ``SearchResult.write_plots``) ``timeline.png``,
+def write_plots(result: Searched, out_dir: Path) -> list[Path]:
+    """Draws a search's (``SearchResult.write_plots``) ``timeline.png``,
     ``best_so_far.png``, where packs carry a cost model's ``predicted_s`` ``predicted.png``,
     for a population (``scheduler=pbt``) ``population.png``, and under several objectives
     ``pareto.png`` into ``out_dir``.
@@ -68,47 +71,47 @@ def write_plots(results: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """
     written = []
     drawings = [(TIMELINE, timeline), (BEST_SO_FAR, best_so_far)]
-    if any(p.get("predicted_s") is not None for p in results["packs"]):
+    if any(p.predicted_s is not None for p in result.pack_records):
         drawings.append((PREDICTED, predicted_vs_measured))
-    if any(t.get("lineage") for t in results["trials"]):
+    if any(t.lineage for t in result.trial_records):
         drawings.append((POPULATION, population))
-    if results.get("pareto_front"):
+    if result.front:
         drawings.append((PARETO, pareto))
     for name, draw in drawings:
         try:
-            written.append(draw(results, Path(out_dir) / name))
+            written.append(draw(result, Path(out_dir) / name))
         except Exception as e:
             log.warning("could not draw %s: %s", name, e)
     return written
 
 
-def best_so_far(results: Mapping[str, Any], path: Path) -> Path:
-    """Saves ``best_so_far_figure(results)`` to ``path``."""
-    best_so_far_figure(results).savefig(path, dpi=110)
+def best_so_far(result: Searched, path: Path) -> Path:
+    """Saves ``best_so_far_figure(result)`` to ``path``."""
+    best_so_far_figure(result).savefig(path, dpi=110)
     return path
 
 
-def evaluations(results: Mapping[str, Any], spans: list[tuple[float, float]] | None = None,
+def evaluations(result: Searched, spans: list[tuple[float, float]] | None = None,
                 ) -> list[tuple[float, float, int, float]]:
     """Every scored rung as (seconds since the search started when its pack ended, its
     objective value, bracket, epochs), in time order; ``spans``: ``pack_spans``, where
     drawn already."""
-    objective = objective_of(results)
-    spans = pack_spans(results["packs"]) if spans is None else spans
-    ended = {p["pack_id"]: end for p, (_, end) in zip(results["packs"], spans, strict=True)}
-    return sorted((ended[r["pack_id"]], value, t["bracket"], r["epochs"])
-                  for t in results["trials"] for r in t["rungs"]
-                  if (value := objective.value(r)) is not None and r["pack_id"] in ended)
+    objective, packs = result.tuned_for, result.pack_records
+    spans = pack_spans(packs) if spans is None else spans
+    ended = {p.pack_id: end for p, (_, end) in zip(packs, spans, strict=True)}
+    return sorted((ended[r.pack_id], value, t.bracket, r.epochs)
+                  for t in result.trial_records for r in t.rungs
+                  if (value := objective.value(r)) is not None and r.pack_id in ended)
 
 
-def best_so_far_points(results: Mapping[str, Any],
+def best_so_far_points(result: Searched,
                        points: list[tuple[float, float, int, float]] | None = None,
                        ) -> list[tuple[float, float]]:
     """(seconds, best objective value so far) at each pack's end that improved it;
-    ``points``: ``evaluations(results)``, where made already."""
-    objective = objective_of(results)
+    ``points``: ``evaluations(result)``, where made already."""
+    objective = result.tuned_for
     best: list[tuple[float, float]] = []
-    for when, value, _, _ in evaluations(results) if points is None else points:
+    for when, value, _, _ in evaluations(result) if points is None else points:
         if best and objective.signed(value) <= objective.signed(best[-1][1]):
             continue
         if best and best[-1][0] == when:  # the same pack's members: its best
@@ -118,12 +121,12 @@ def best_so_far_points(results: Mapping[str, Any],
     return best
 
 
-def best_so_far_figure(results: Mapping[str, Any]) -> Any:
+def best_so_far_figure(result: Searched) -> Any:
     """The best objective value found against wall time, over every evaluation as a dot."""
-    objective = objective_of(results)
-    spans = pack_spans(results["packs"])
-    points = evaluations(results, spans)
-    best = best_so_far_points(results, points)
+    objective = result.tuned_for
+    spans = pack_spans(result.pack_records)
+    points = evaluations(result, spans)
+    best = best_so_far_points(result, points)
     fig, ax = new_figure((9, 5))
     end = max((e for _, e in spans), default=1.0)
     if best:
@@ -152,9 +155,9 @@ def best_so_far_figure(results: Mapping[str, Any]) -> Any:
     if objective.metric == "val_accuracy":
         ax.set_ylim(0, 1.02)
     ax.grid(linewidth=0.3)
-    ax.set_title(f"Best {objective.label} over wall time ({results.get('strategy', '?')} "
-                 f"packing, {results.get('model', '?')} on {results.get('dataset', '?')})",
-                 fontsize=10)
+    facts = result.facts
+    ax.set_title(f"Best {objective.label} over wall time ({facts.strategy or '?'} "
+                 f"packing, {facts.model or '?'} on {facts.dataset or '?'})", fontsize=10)
     lay_out(fig)
     return fig
 
@@ -174,19 +177,18 @@ def _clip_axis(ax: Any, points: list[tuple[float, float, int, float]], low: floa
                              + (f" and {len(off) - 3} more" if len(off) > 3 else ""))
 
 
-def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
+def predicted_vs_measured(result: Searched, path: Path) -> Path:
     """Each pack's predicted duration against its measured one, log-log, fused or plain."""
-    packs = [p for p in results["packs"] if p.get("predicted_s") and p.get("duration_s")]
+    packs = [p for p in result.pack_records if p.predicted_s and p.duration_s]
     fig, ax = new_figure((6, 5.5))
     for fused, color, label in ((False, "#0072B2", "plain"), (True, "#D55E00", "fused")):
-        mine = [p for p in packs if bool(p.get("fused")) == fused]
+        mine = [p for p in packs if bool(p.fused) == fused]
         if mine:
-            predicted, measured, size = np.array(
-                [(p["predicted_s"], p["duration_s"], len(p["members"])) for p in mine],
-                dtype=float).T
-            ax.scatter(predicted, measured, s=14 + 8 * size, alpha=0.6, color=color,
+            predicted, took, size = np.array(
+                [(p.predicted_s, p.duration_s, len(p.members)) for p in mine], dtype=float).T
+            ax.scatter(predicted, took, s=14 + 8 * size, alpha=0.6, color=color,
                        label=f"{label} pack (size: members)")
-    values = [v for p in packs for v in (p["predicted_s"], p["duration_s"])]
+    values = [v for p in packs for v in (p.predicted_s, p.duration_s)]
     low, high = min(values) / 1.5, max(values) * 1.5
     ax.plot([low, high], [low, high], color="black", linewidth=1, label="prediction = measured")
     from matplotlib.ticker import FormatStrFormatter, NullFormatter
@@ -202,9 +204,9 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     ax.set_ylabel("measured duration_s (s)")
     ax.grid(linewidth=0.3, which="both")
     ax.legend(loc="upper left", fontsize=8)
-    error = results.get("prediction_error")
-    ax.set_title(f"Cost model: {len(packs)} packs of {results.get('model', '?')} on "
-                 f"{results.get('dataset', '?')}"
+    error = result.totals.prediction_error
+    ax.set_title(f"Cost model: {len(packs)} packs of {result.facts.model or '?'} on "
+                 f"{result.facts.dataset or '?'}"
                  + (f", median relative error {error:.0%}" if error is not None else ""),
                  fontsize=10)
     lay_out(fig)
@@ -212,22 +214,23 @@ def predicted_vs_measured(results: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def pareto(results: Mapping[str, Any], path: Path) -> Path:
-    """Saves ``pareto_figure(results)`` to ``path``."""
-    pareto_figure(results).savefig(path, dpi=110)
+def pareto(result: Searched, path: Path) -> Path:
+    """Saves ``pareto_figure(result)`` to ``path``."""
+    pareto_figure(result).savefig(path, dpi=110)
     return path
 
 
-def pareto_figure(results: Mapping[str, Any]) -> Any:
+def pareto_figure(result: Searched) -> Any:
     """Every trial at its last scored rung in the first two goals, the Pareto front joined."""
-    objective = objective_of(results)
+    objective = result.tuned_for
     (x_name, _), (y_name, _) = objective.goals[:2]
     points = []
-    for t in results["trials"]:
-        scored = [r for r in t["rungs"] if objective.scores(r) is not None]
+    for t in result.trial_records:
+        scored = [r for r in t.rungs if objective.scores(r) is not None]
         if scored:
-            points.append((t["trial_id"], scored[-1][x_name], scored[-1][y_name]))
-    front = {e["trial_id"] for e in results["pareto_front"]}
+            points.append((t.trial_id, measured(scored[-1], x_name),
+                           measured(scored[-1], y_name)))
+    front = {e.trial_id for e in result.front or ()}
     fig, ax = new_figure((7, 5))
     ax.scatter([p[1] for p in points if p[0] not in front],
                [p[2] for p in points if p[0] not in front], s=18, alpha=0.5, color="0.55",
@@ -258,34 +261,32 @@ def same_points(points: list[tuple[str, float, float]]) -> dict[tuple[float, flo
     return at
 
 
-def population(results: Mapping[str, Any], path: Path) -> Path:
-    """Saves ``population_figure(results)`` to ``path``."""
-    population_figure(results).savefig(path, dpi=110)
+def population(result: Searched, path: Path) -> Path:
+    """Saves ``population_figure(result)`` to ``path``."""
+    population_figure(result).savefig(path, dpi=110)
     return path
 
 
-def population_figure(results: Mapping[str, Any]) -> Any:
+def population_figure(result: Searched) -> Any:
     """A population's scores and hyper-parameters over its epochs: one line per member, a
     dot where it copied another (its line jumps to the donor's weights there), and the best
     member's schedule in black, followed back through the members whose weights it copied."""
-    from packexp.events import TrialRecord
-
-    trials = [TrialRecord.from_dict(t) for t in results["trials"]]
+    trials = result.trial_records
     names = list(trials[0].hparams) if trials else []
     fig = png_figure_class()(figsize=(9, 2.2 * (1 + len(names))))
     axes = fig.subplots(1 + len(names), 1, sharex=True, squeeze=False)[:, 0]
     ends = sorted({r.epochs for t in trials for r in t.rungs})
     by_id = {t.trial_id: t for t in trials}
-    schedule = (results.get("best") or {}).get("schedule") or []
+    schedule = (None if result.best is None else result.best.schedule) or []
     for i, t in enumerate(trials):
         color = f"C{i % 10}"
         axes[0].plot([0.0] + [r.epochs for r in t.rungs],
                      [None] + [r.val_accuracy for r in t.rungs], color=color, alpha=0.6,
                      linewidth=1)
         for e in t.lineage:
-            donor = by_id[e["donor"]].rungs
-            at = next((r.val_accuracy for r in donor if r.epochs == e["epoch"]), None)
-            axes[0].plot([e["epoch"]], [at], "o", color=color, markersize=4)
+            donor = by_id[e.donor].rungs
+            at = next((r.val_accuracy for r in donor if r.epochs == e.epoch), None)
+            axes[0].plot([e.epoch], [at], "o", color=color, markersize=4)
         for ax, name in zip(axes[1:], names, strict=True):
             x = [0.0, *ends]
             values = [t.hparams_at(e)[name] for e in ends]  # a string: a category of the axis
@@ -301,8 +302,8 @@ def population_figure(results: Mapping[str, Any]) -> Any:
             ax.plot([stretch["from"], stretch["to"]], [value, value], color="black",
                     linewidth=2.2)
     axes[0].set_ylabel("validation accuracy")
-    axes[0].set_title(f"Population of {len(trials)} ({results.get('model', '?')} on "
-                      f"{results.get('dataset', '?')}): scores and values by epoch; dots: "
+    axes[0].set_title(f"Population of {len(trials)} ({result.facts.model or '?'} on "
+                      f"{result.facts.dataset or '?'}): scores and values by epoch; dots: "
                       "exploits; black: the best's schedule", fontsize=10)
     for ax, name in zip(axes[1:], names, strict=True):
         values = [t.hparams_at(e)[name] for t in trials for e in ends]

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.objectives import REGRESSION_METRICS, measured
 from packexp.records.plots import PARETO
-from packexp.records.results import best_kept
 
 if TYPE_CHECKING:
-    from packexp.records.search_result import SearchResult
+    from packexp.records.search_result import SearchFacts, SearchResult
 
 # Whether a search shows its progress bar and summary: ``packexp.tune(verbose=False)``, a
 # library call, turns both off for its job (results.json and the store hold the same).
@@ -24,18 +23,15 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
     where it went, and where the run, its store and its best model are."""
     if not verbose.get():
         return
-    results, run_dir = result.results, result.run_dir
     from rich.table import Table
 
-    from packexp.records.results import objective_of
-
-    trials, _ = result.records
-    objective = objective_of(results)
+    run_dir, facts, totals = result.run_dir, result.facts, result.totals
+    trials, packs, objective = result.trial_records, result.pack_records, result.tuned_for
     rows = sorted(((objective.score(t.last), t.last.epochs, t) for t in trials
                    if t.last and objective.score(t.last) is not None),
                   key=lambda row: (-row[0], -row[1]))[:top_k]
-    table = Table(title=f"Best configurations ({results['strategy']} packing, "
-                        f"{results['model']} on {results['dataset']}, seed {results['seed']})")
+    table = Table(title=f"Best configurations ({facts.strategy} packing, "
+                        f"{facts.model} on {facts.dataset}, seed {facts.seed})")
     names = list(dict.fromkeys(k for t in trials for k in t.hparams))  # a conditional's too
     shown = shown_metrics(objective)
     for column in ["trial", *names, "epochs", *shown]:
@@ -47,60 +43,59 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
                       f"{epochs:g}", *(_metric_cell(measured(trial.last, m)) for m in shown))
     console = _console(160)
     console.print(table)
-    if results.get("pareto_front"):
-        front = results["pareto_front"]
+    if result.front:
         names = [n for n, _ in objective.goals]
-        console.print(f"Pareto front of {' and '.join(names)} ({len(front)} trials, "
+        console.print(f"Pareto front of {' and '.join(names)} ({len(result.front)} trials, "
                       f"{run_dir.resolve() / PARETO}): " + ", ".join(
-                          f"{e['trial_id']} (" + ", ".join(f"{e[n]:.4g}" for n in names) + ")"
-                          for e in front))
-    if results.get("stopped"):
-        console.print(f"stopped early ({results['stopped']}); resume=true with a larger budget "
+                          f"{e.trial_id} (" + ", ".join(f"{e.values[n]:.4g}" for n in names)
+                          + ")" for e in result.front))
+    if facts.stopped:
+        console.print(f"stopped early ({facts.stopped}); resume=true with a larger budget "
                       "goes on where it stopped")
-    if results.get("simulated"):  # executor=simulated: its clock is the cost model's
-        console.print(simulated_line(results))
+    if facts.simulated:  # executor=simulated: its clock is the cost model's
+        console.print(simulated_line(facts))
     # The search's clock starts at its first pack: the start-up before it (calibration
     # included) is the other figure, so the two add up to the command's time.
-    clock = " of simulated time" if results.get("simulated") else ""
-    console.print(f"searched {results['wall_time_s']:.1f} s{clock} from the first pack, "
-                  f"{len(results['trials'])} trials, "
-                  f"{len(results['packs'])} packs ({results.get('reused_packs', 0)} on reused "
-                  f"models and steps; {results.get('reused_members', 0)} members of other packs "
+    clock = " of simulated time" if facts.simulated else ""
+    console.print(f"searched {result.wall_time_s:.1f} s{clock} from the first pack, "
+                  f"{len(trials)} trials, "
+                  f"{len(packs)} packs ({totals.reused_packs} on reused "
+                  f"models and steps; {totals.reused_members} members of other packs "
                   "on reused models); "
-                  f"{results.get('programs', 0)} step programs built "
-                  f"({sum(bool(p.get('xla')) and p.get('programs', 0) for p in results['packs'])}"
-                  f" compiled with XLA, {sum(bool(p.get('looped')) for p in results['packs'])}"
-                  f" packs looped), {results.get('eval_programs', 0)} evaluation programs")
-    phases = results.get("phases")
-    if phases:
-        console.print(f"training {results['train_share']:.0%} of the search; "
-                      + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in phases.items())
-                      + (f"; start-up {results['startup_s']:.1f} s, from the command to the "
+                  f"{totals.programs} step programs built "
+                  f"({sum(p.programs for p in packs if p.xla)}"
+                  f" compiled with XLA, {sum(p.looped for p in packs)}"
+                  f" packs looped), {totals.eval_programs} evaluation programs")
+    if totals.phases:
+        console.print(f"training {totals.train_share:.0%} of the search; "
+                      + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
+                                  for k, v in totals.phases.items())
+                      + (f"; start-up {facts.startup_s:.1f} s, from the command to the "
                          "first pack"
-                         if results.get("startup_s") is not None else "")
-                      + (f" ({split})" if (split := describe(results.get("startup") or {}))
+                         if facts.startup_s is not None else "")
+                      + (f" ({split})" if (split := describe(facts.startup or {}))
                          else ""))
-    if results.get("prediction_error") is not None:
-        predicted = [p for p in results["packs"] if p.get("predicted_s") is not None]
-        expected = sum(p["predicted_s"] for p in predicted)
+    if totals.prediction_error is not None:
+        predicted = [p for p in packs if p.predicted_s is not None]
+        expected = sum(p.predicted_s for p in predicted)
         console.print(
             f"cost model: {len(predicted)} packs predicted {expected:.1f} s, "
-            f"took {sum(p['duration_s'] for p in predicted):.1f} s; median relative error "
-            f"{results['prediction_error']:.0%}"
-            + (f"; {results['calibration_s']:.1f} s calibrating" if results.get("calibration_s")
+            f"took {sum(p.duration_s for p in predicted):.1f} s; median relative error "
+            f"{totals.prediction_error:.0%}"
+            + (f"; {facts.calibration_s:.1f} s calibrating" if facts.calibration_s
                else ""))
-    if results.get("calibration"):
-        used = results["calibration"]
+    if facts.calibration:
+        used = facts.calibration
         console.print(f"planned with calibration {used['digest']} ({used['source']}: "
                       f"{used['path']}); strategy.calibration=<a copy of it> plans alike")
-    fused = sum(1 for p in results["packs"] if p.get("fused"))
+    fused = sum(1 for p in packs if p.fused)
     if fused:
-        console.print(f"{fused} of {len(results['packs'])} packs were fused: their members' "
+        console.print(f"{fused} of {len(packs)} packs were fused: their members' "
                       "scores match training alone to float32 rounding, not bit for bit "
                       "(pack.fusion=off for bit-exact plain packs)")
     console.print(f"run directory: {run_dir.resolve()}")
-    if best := best_kept(results):
-        more = len(results.get("models") or {}) - 1
+    if best := result.best_kept():
+        more = len(result.kept) - 1
         console.print(f"best model: {run_dir.resolve() / best['model']}"
                       + (f" (and {more} more in models/)" if more > 0 else "")
                       + "; keras.saving.load_model(path).predict(rows) takes the rows as "
@@ -113,12 +108,12 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
 
 
-def simulated_line(results: dict) -> str:
+def simulated_line(facts: SearchFacts) -> str:
     """What a simulated search's summary says first: its times are predictions."""
-    settings = results.get("simulation") or {}
+    settings = facts.simulation or {}
     model = (f"the calibration {settings['calibration']}" if settings.get("calibration")
              else "executor.durations")
-    real = results.get("real_wall_time_s")
+    real = facts.real_wall_time_s
     return (f"simulated on {settings.get('workers', '?')} workers: every time below (the "
             f"search's, each pack's, the phases') is a prediction of {model}, not a "
             "measurement" + (f"; the simulation took {real:.1f} s" if real is not None else ""))

@@ -1,72 +1,41 @@
-"""A search's results: ``results.json`` made from the collected records, and arithmetic over
-them (phase totals, the cost model's prediction error, the speedup over sequential
-training). It writes nothing."""
+"""Arithmetic over a search's record: totals, the best so far, the cost model's error, the
+parent run's metrics, the speedup over sequential training. It writes nothing."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packexp.events import Best, PackRecord, TrialRecord
 from packexp.objectives import ACCURACY, Objective
+from packexp.records.facts import SearchTotals
+from packexp.records.record import PackRecord, TrialRecord
+
+if TYPE_CHECKING:
+    from packexp.records.facts import Searched
 
 # A pack's time by phase, in its record and summed over the search (see README).
 PHASES = PackRecord.PHASES
 
 
-def search_results(trials: Sequence[Any], packs: Sequence[PackRecord], best: Best | None,
-                   *, wall_time_s: float, objective: Objective = ACCURACY,
-                   **facts: Any) -> dict[str, Any]:
-    """``results.json``: ``facts`` (names, seed, schedule, timings the task measured), the
-    objective, the totals over ``packs``, every trial (``events.TrialRecord``) and pack, and
-    the best."""
+def totals(trials: Sequence[TrialRecord], packs: Sequence[PackRecord], *,
+           wall_time_s: float, objective: Objective = ACCURACY) -> SearchTotals:
+    """The search's ``packs`` and ``trials`` summed up: time by phase, the training share of
+    ``wall_time_s``, reuse, programs, the cost model's error, epochs spent, ``anytime``."""
     phases = {k: round(sum(getattr(p, k) for p in packs), 4) for k in PHASES}
-    return {**facts, "objective": objective.to_dict(),
-            "wall_time_s": round(wall_time_s, 3), "phases": phases,
-            # A search that sent no pack (its budget spent first) searched for no time.
-            "train_share": round(phases["train_s"] / wall_time_s, 4) if wall_time_s > 0
-            else 0.0,
-            "reused_packs": sum(p.reused for p in packs),
-            "programs": sum(p.programs for p in packs),
-            "eval_programs": sum(p.eval_programs for p in packs),
-            "reused_members": sum(p.reused_members for p in packs),
-            "prediction_error": prediction_error(packs),
-            "epochs_spent": round(sum(p.epochs_spent for p in packs), 4),
-            "anytime": anytime(trials, packs, objective),
-            "trials": [t.to_dict() for t in trials], "packs": [p.to_dict() for p in packs],
-            "best": best.to_dict() if best else None}
-
-
-def objective_of(results: Mapping[str, Any]) -> Objective:
-    """The objective a search's ``results.json`` ranked by (an older run's: accuracy)."""
-    return Objective.from_dict(results["objective"]) if results.get("objective") else ACCURACY
-
-
-def best_kept(results: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The kept model that stands for the search's best: ``best``'s own when it was kept;
-    under several objectives, where ``best`` (the best on the first goal at any rung) may be
-    a rung whose weights the front does not keep, the front's kept model best on the first
-    goal. None when no such model was kept."""
-    best = results.get("best")
-    if best and best.get("model"):
-        return dict(best)
-    front = [e for e in results.get("pareto_front") or () if e.get("model")]
-    if not front:
-        return None
-    name, mode = objective_of(results).goals[0]
-    sign = 1 if mode == "max" else -1
-    return dict(max(front, key=lambda e: sign * e[name]))
-
-
-def records(results: Mapping[str, Any]) -> tuple[list[TrialRecord], list[PackRecord]]:
-    """``results.json``'s trials and packs read back as their records (``events``), the one
-    definition of their fields."""
-    return ([TrialRecord.from_dict(t) for t in results["trials"]],
-            [PackRecord.from_dict(p) for p in results["packs"]])
+    return SearchTotals(
+        phases=phases,
+        # A search that sent no pack (its budget spent first) searched for no time.
+        train_share=round(phases["train_s"] / wall_time_s, 4) if wall_time_s > 0 else 0.0,
+        reused_packs=sum(p.reused for p in packs), programs=sum(p.programs for p in packs),
+        eval_programs=sum(p.eval_programs for p in packs),
+        reused_members=sum(p.reused_members for p in packs),
+        prediction_error=prediction_error(packs),
+        epochs_spent=round(sum(p.epochs_spent for p in packs), 4),
+        anytime=anytime(trials, packs, objective))
 
 
 def anytime(trials: Sequence[Any], packs: Sequence[PackRecord],
@@ -113,24 +82,20 @@ def session_offsets(ends: Sequence[tuple[int | None, float | None]]) -> dict[int
     return offsets
 
 
-def search_metrics(results: Mapping[str, Any],
-                   parsed: tuple[list[TrialRecord], list[PackRecord]] | None = None,
-                   ) -> dict[str, float | None]:
-    """The parent run's summary metrics of a search's ``results.json``
-    (``SearchResult.metrics``); ``parsed``: its ``records``, where read already."""
-    parsed = parsed or records(results)
-    best = results["best"] or {}
-    value = best.get("value", best.get("val_accuracy"))  # an older run's best has no value
-    return {"wall_time_s": results["wall_time_s"],
-            "best_val_accuracy": math.nan if best.get("val_accuracy") is None
-            else best["val_accuracy"],
+def search_metrics(result: Searched) -> dict[str, float | None]:
+    """The parent run's summary metrics of a search (``SearchResult.metrics``)."""
+    best, facts, totals = result.best, result.facts, result.totals
+    value = None if best is None else best.value
+    return {"wall_time_s": result.wall_time_s,
+            "best_val_accuracy": math.nan if best is None or best.val_accuracy is None
+            else best.val_accuracy,
             "best_value": math.nan if value is None else value,
-            "startup_s": results.get("startup_s"), "train_share": results["train_share"],
-            **{f"startup_{k}_s": v for k, v in (results.get("startup") or {}).items()},
-            "calibration_s": results.get("calibration_s"),
-            "prediction_error_median": results["prediction_error"],
-            **{f"total_{k}": v for k, v in results["phases"].items()},
-            **pack_metrics(parsed[1]), **speedup_metrics(results, parsed)}
+            "startup_s": facts.startup_s, "train_share": totals.train_share,
+            **{f"startup_{k}_s": v for k, v in (facts.startup or {}).items()},
+            "calibration_s": facts.calibration_s,
+            "prediction_error_median": totals.prediction_error,
+            **{f"total_{k}": v for k, v in totals.phases.items()},
+            **pack_metrics(result.pack_records), **speedup_metrics(result)}
 
 
 def pack_metrics(packs: Sequence[PackRecord]) -> dict[str, float]:
@@ -171,9 +136,7 @@ def prediction_error(packs: Sequence[PackRecord]) -> float | None:
     return round(statistics.median(errors), 4) if errors else None
 
 
-def speedup_metrics(results: Mapping[str, Any],
-                    parsed: tuple[list[TrialRecord], list[PackRecord]] | None = None,
-                    ) -> dict[str, float]:
+def speedup_metrics(result: Searched) -> dict[str, float]:
     """``speedup_vs_sequential_estimate``: sequential training time over packed, estimated.
 
     Ts(Seq) is estimated member by member: the steps it trained in its pack times the step
@@ -182,15 +145,11 @@ def speedup_metrics(results: Mapping[str, Any],
     steps count, not step-function builds. Without a singleton pack there is nothing to
     estimate a member's time alone from, and nothing is returned.
 
-    Args:
-        results: ``results.json``'s content: ``packs``, ``trials``, ``continue_on_promotion``.
-        parsed: Its ``records``, where read already.
-
     Returns:
         The speedup and both times in seconds, or {} when the run has no singleton pack.
     """
-    trial_list, packs = parsed or records(results)
-    trials = {t.trial_id: t for t in trial_list}
+    packs = result.pack_records
+    trials = {t.trial_id: t for t in result.trial_records}
     alone: dict[int, list[float]] = {}
     for pack in packs:
         if len(pack.members) == 1 and pack.steps > 0 and pack.train_s > 0:
@@ -210,7 +169,7 @@ def speedup_metrics(results: Mapping[str, Any],
             i = next(k for k, r in enumerate(rungs) if r.pack_id == pack.pack_id)
             batch = trial.hparams_at(rungs[i].epochs)["batch_size"]  # a population's: its own
             before = 0
-            if i and results.get("continue_on_promotion"):
+            if i and result.facts.continue_on_promotion:
                 before = rungs[i - 1].steps
                 if trial.hparams_at(rungs[i - 1].epochs)["batch_size"] != batch:
                     before = round(rungs[i].steps * rungs[i - 1].epochs / rungs[i].epochs)

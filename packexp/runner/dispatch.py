@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from packexp.events import Event, PackStarted, RungResult
+from packexp.events import Event, PackStarted
 from packexp.executors import Executor, PackJob
+from packexp.records.record import RungResult
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
 from packexp.runner.signals import raise_if_interrupted

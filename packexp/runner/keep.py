@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packexp.events import RungResult
 from packexp.objectives import Objective, fronts, order
+from packexp.records.record import RungResult
 
 if TYPE_CHECKING:
     from packexp.runner.study import Study

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from packexp.events import RungResult
     from packexp.objectives import Objective
+    from packexp.records.record import RungResult
 
 #: A standing: (score, epochs, -draw order): higher is better, and no two trials tie.
 Standing = tuple[float, float, int]

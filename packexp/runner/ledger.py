@@ -14,15 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packexp.events import (
-    Event,
-    MemberScored,
-    MembersExploited,
-    PackFinished,
-    PackRecord,
-    RungResult,
-    TrialEnded,
-)
+from packexp.events import Event, MemberScored, MembersExploited, PackFinished, TrialEnded
+from packexp.records.record import PackRecord, RungResult
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.runner.study import Study

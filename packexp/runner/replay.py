@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.errors import ConfigError
-from packexp.events import Exploit, PackRecord, PlanRecord, RungResult
+from packexp.records.record import Exploit, PackRecord, PlanRecord, RungResult
 from packexp.runner.journal import Journal, JournalError, first_difference
 from packexp.schedulers.base import Exploits
 
@@ -23,14 +23,14 @@ class Recorded:
     Attributes:
         run_dir: The run directory.
         exists: Whether it holds a journal.
-        records: Its records ([] when there is none, or it cannot be read: ``error`` says
-            why).
+        lines: Its lines, each a journaled event's record (none when there is no journal,
+            or it cannot be read: ``error`` says why).
         error: Why the journal cannot be read (a ``JournalError``'s message), or None.
     """
 
     run_dir: Path
     exists: bool
-    records: tuple[dict[str, Any], ...] = ()
+    lines: tuple[dict[str, Any], ...] = ()
     error: str | None = None
 
     @staticmethod
@@ -49,12 +49,12 @@ class Recorded:
             return cls(Path(run_dir), True, error=str(e))
 
     def _any(self, *events: str) -> bool:
-        return any(r["event"] in events for r in self.records)
+        return any(r["event"] in events for r in self.lines)
 
     @property
     def started(self) -> bool:
         """Whether a search began here: a journal with its ``start`` record."""
-        return bool(self.records)
+        return bool(self.lines)
 
     @property
     def finished(self) -> bool:
@@ -69,15 +69,15 @@ class Recorded:
     @property
     def tracking_run_id(self) -> str | None:
         """The MLflow run the search journaled; None when it was not tracked."""
-        return next((r["run_id"] for r in self.records if r["event"] == "tracking"), None)
+        return next((r["run_id"] for r in self.lines if r["event"] == "tracking"), None)
 
     @property
     def resumed_since_its_end(self) -> bool:
         """Whether its last session is a resume that has not finished or stopped: its
         ``results.json`` is then an earlier session's."""
-        resumes = [i for i, r in enumerate(self.records) if r["event"] == "resume"]
+        resumes = [i for i, r in enumerate(self.lines) if r["event"] == "resume"]
         return bool(resumes) and not any(r["event"] in ("finished", "stopped")
-                                         for r in self.records[resumes[-1]:])
+                                         for r in self.lines[resumes[-1]:])
 
     def to_continue(self, config: Mapping[str, Any], resume: bool,
                     unsettled: Collection[str] = ()) -> list[dict[str, Any]]:
@@ -92,12 +92,12 @@ class Recorded:
                                   "add resume=true to continue that run, or choose another "
                                   "directory")
             return []
-        if not self.records:
+        if not self.lines:
             raise ConfigError("resume=true: " + (self.error or f"{Journal(self.run_dir).path}: "
                                                  "no journal here; nothing to resume"))
         if self.finished:
             raise ConfigError(f"resume=true: the run in {self.run_dir} has finished already")
-        start = self.records[0]
+        start = self.lines[0]
         differs = first_difference({k: v for k, v in start["config"].items()
                                     if k not in unsettled},
                                    {k: v for k, v in config.items() if k not in unsettled})
@@ -105,7 +105,7 @@ class Recorded:
             started = " ".join(start.get("overrides") or []) or "no overrides"
             raise ConfigError(f"resume=true: {differs}; resume with the overrides the run "
                               f"started with ({started})")
-        return list(self.records)
+        return list(self.lines)
 
 
 # Resume: a killed run's finished work read back from its journal, typed, and what is left of

@@ -12,17 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from packexp.events import (
-    Best,
-    Event,
-    Listeners,
-    PackRecord,
-    PlanRecord,
-    RungResult,
-    TrialRecord,
-)
+from packexp.events import Event, Listeners
 from packexp.executors import Executor
 from packexp.objectives import Objective
+from packexp.records.best import Best
+from packexp.records.record import PackRecord, PlanRecord, RungResult, TrialRecord
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.dispatch import Dispatch
 from packexp.runner.draws import Draws

@@ -14,25 +14,23 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from packexp.events import (
-    Best,
     Event,
     MemberScored,
     MembersExploited,
     PackFinished,
-    PackRecord,
-    PlanRecord,
     RungPlanned,
-    RungResult,
     TrialEnded,
-    TrialRecord,
 )
 from packexp.objectives import ACCURACY, Objective, fronts
-from packexp.records.results import search_results
-from packexp.records.search_result import SearchResult
+from packexp.records.best import Best, FrontPoint
+from packexp.records.record import Exploited, PackRecord, RungResult, TrialRecord, whole
+from packexp.records.results import totals
+from packexp.records.search_result import SearchFacts, SearchResult
 from packexp.runner.journal import Journal
 from packexp.runner.leaders import Leaders
 from packexp.runner.replay import Recorded, Replayed, earlier_s, journaled_checkpoints
@@ -48,21 +46,21 @@ class Study:
         journal: Where the search is journaled (its run directory's ``journal.jsonl``); None
             keeps the study in memory only (a policy's simulation, a test of the record).
         objective: What the search tunes for: it ranks the best and the front.
-        records: The journal of the run a resume continues; empty for a fresh run.
+        journaled: The journal's lines of the run a resume continues; empty for a fresh run.
     """
 
     def __init__(self, journal: Journal | None = None, objective: Objective = ACCURACY,
-                 records: Sequence[dict] = ()) -> None:
+                 journaled: Sequence[dict] = ()) -> None:
         self.journal = journal
         self.objective = objective
-        self.records = list(records)
+        self.journaled = list(journaled)
         self.trials: dict[str, TrialRecord] = {}
         self.packs: list[PackRecord] = []
         self.leaders = Leaders(objective)  # the best and the top k, kept as results arrive
-        self.replayed = Replayed.of(self.records) if self.records else Replayed()
+        self.replayed = Replayed.of(self.journaled) if self.journaled else Replayed()
         self.packs.extend(self.replayed.packs)
         self.epochs_spent = sum(p.epochs_spent for p in self.packs)  # by every pack so far
-        self.earlier_s = earlier_s(self.records)
+        self.earlier_s = earlier_s(self.journaled)
         self._observed: list[Observation] = []  # every scored rung, in ``observed``'s order
         self._observed_at: list[tuple[int, int]] = []  # each one's (draw order, arrival)
         self._lineage = False  # whether any trial continued from another's state
@@ -80,21 +78,21 @@ class Study:
         ``resume``. ``config`` None: a test's or a simulation's search, whose journal is
         continued as it is."""
         recorded = Recorded.read(run_dir)
-        records = recorded.to_continue(
-            recorded.records[0]["config"] if config is None and recorded.records
+        journaled = recorded.to_continue(
+            recorded.lines[0]["config"] if config is None and recorded.lines
             else config or {}, resume, unsettled)
         journal = Journal(run_dir)
-        if records:
+        if journaled:
             journal.append("resume", overrides=list(overrides))
         else:
             journal.append("start", config=dict(config or {}), overrides=list(overrides))
-        return cls(journal, objective, records)
+        return cls(journal, objective, journaled)
 
     @property
     def tracking_run_id(self) -> str | None:
         """The MLflow run this search logs to: the one journaled (``track``), or on a resume
         the one its first session started."""
-        return next((r["run_id"] for r in self.records if r["event"] == "tracking"),
+        return next((r["run_id"] for r in self.journaled if r["event"] == "tracking"),
                     self._tracking_run_id)
 
     def track(self, run_id: str) -> None:
@@ -109,17 +107,17 @@ class Study:
 
     @property
     def resumed(self) -> bool:
-        return bool(self.records)
+        return bool(self.journaled)
 
     @property
     def session(self) -> int:
         """How many sessions this one continues: 0 for a fresh run (``started_s`` and
         ``elapsed_s`` restart each session)."""
-        return (1 + sum(r["event"] == "resume" for r in self.records)) if self.records else 0
+        return (1 + sum(r["event"] == "resume" for r in self.journaled)) if self.journaled else 0
 
     def checkpoints(self) -> set[str]:
         """The checkpoints a resume may continue from (``journaled_checkpoints``)."""
-        return journaled_checkpoints(self.records)
+        return journaled_checkpoints(self.journaled)
 
     # What the runner writes: each event journaled (one fsynced line) before it is kept.
 
@@ -133,7 +131,7 @@ class Study:
         """Journals what a resume needs of ``event``, then keeps it."""
         if isinstance(event, RungPlanned):
             if not event.journaled:  # a plan read back from the journal is there already
-                self._journal("plan", durable=False, **PlanRecord.of(event).to_dict())
+                self._journal("plan", durable=False, **event.plan_record().to_dict())
         elif isinstance(event, MemberScored):  # durable with its pack's record
             self._journal("result", durable=False, **event.result.to_dict())
             self.restore(event.result)
@@ -146,7 +144,7 @@ class Study:
                 self._journal("exploit", **event.to_dict())
             self._continued(event)
         elif isinstance(event, TrialEnded):
-            self.trials[event.trial_id].status = event.status
+            self.trials[event.trial_id] = self.trials[event.trial_id].ended(event.status)
 
     def _journal(self, event: str, *, durable: bool = True, **record: Any) -> None:
         if self.journal is not None:
@@ -154,7 +152,7 @@ class Study:
 
     def restore(self, result: RungResult) -> None:
         """A result, kept (one journaled before a resume: not journaled again)."""
-        self.trials[result.trial_id].rungs.append(result)
+        self.trials[result.trial_id] = self.trials[result.trial_id].scored(result)
         self.leaders.add(result)
         score = self.objective.score(result)
         if score is not None:  # in the order ``observed`` gives: trials as drawn, then rungs
@@ -173,11 +171,8 @@ class Study:
     def _continued(self, event: MembersExploited) -> None:
         self._lineage = self._lineage or bool(event.exploits)
         for e in event.exploits:
-            trial = self.trials[e.member]
-            trial.lineage.append({"epoch": event.epochs, **e.to_dict()})
-            del trial.lineage[-1]["member"]
-            if trial.status == "failed":  # it trains on from its donor's state
-                trial.status = "running"
+            self.trials[e.member] = self.trials[e.member].exploited(
+                Exploited.of(event.epochs, e))
 
     def finish(self, wall_time_s: float, stopped: str | None = None) -> None:
         """Journals the search's end: ``finished``, or ``stopped`` early (by its budget),
@@ -204,10 +199,9 @@ class Study:
                                {t.trial_id: t.lineage for t in self.trials.values()},
                                {t.trial_id: t.hparams for t in self.trials.values()})
         return Best(trial.trial_id, trial.hparams_at(epochs), result.val_accuracy,
-                    int(epochs) if float(epochs).is_integer() else epochs, lineage,
-                    objective.metric, objective.value(result))
+                    whole(epochs), lineage, objective.metric, objective.value(result))
 
-    def front(self) -> list[dict] | None:
+    def front(self) -> list[FrontPoint] | None:
         """Under several objectives, the Pareto front of the trials at their last scored
         rungs (each trial once): ``trial_id``, ``hparams``, ``epochs`` and each goal's value,
         in the order the trials were drawn; None under one objective."""
@@ -219,27 +213,32 @@ class Study:
         if not last:
             return []
         front = fronts([objective.scores(r) for _, r in last])[0]
-        return [{"trial_id": t.trial_id, "hparams": t.hparams_at(r.epochs),
-                 "epochs": int(r.epochs) if float(r.epochs).is_integer() else r.epochs,
-                 **{name: getattr(r, name) for name, _ in objective.goals}}
+        return [FrontPoint(t.trial_id, t.hparams_at(r.epochs), whole(r.epochs),
+                           {name: getattr(r, name) for name, _ in objective.goals})
                 for t, r in (last[i] for i in front)]
 
     def result(self, *, wall_time_s: float, models: Mapping[str, Mapping[str, Any]] = (),
                mlflow_run_id: str | None = None, **facts: Any) -> SearchResult:
         """The outcome: every trial and pack, the best, under several objectives the front,
-        the kept ``models`` (named on ``best`` and on each front entry whose weights they
-        hold), and the task's ``facts`` (names, seed, schedule, timings it measured)."""
-        front = self.front()
-        results = search_results(
-            self.trials.values(), self.packs, self.best(), objective=self.objective,
-            wall_time_s=wall_time_s, resumed=self.resumed, **facts,
-            **({} if front is None else {"pareto_front": front}))
-        results["models"] = {k: dict(v) for k, v in dict(models).items()}
-        for entry in (e for e in [results.get("best"), *results.get("pareto_front", [])] if e):
-            model = results["models"].get(entry["trial_id"])
-            if model is not None and model["epochs"] == entry["epochs"]:
-                entry["model"] = model["file"]
-        return SearchResult.of(self.run_dir, results, mlflow_run_id)
+        the kept ``models`` (named on ``best`` and on each front point whose weights they
+        hold), and the task's ``facts`` (``SearchFacts``: names, seed, schedule, timings)."""
+        kept = {k: dict(v) for k, v in dict(models).items()}
+
+        def model(trial_id: str, epochs: float) -> str | None:
+            entry = kept.get(trial_id)
+            return entry["file"] if entry is not None and entry["epochs"] == epochs else None
+
+        best, front = self.best(), self.front()
+        if best is not None:
+            best = replace(best, model=model(best.trial_id, best.epochs))
+        if front is not None:
+            front = tuple(replace(e, model=model(e.trial_id, e.epochs)) for e in front)
+        trials, packs = tuple(self.trials.values()), tuple(self.packs)
+        return SearchResult(
+            self.run_dir, trials, packs, best, self.objective, round(wall_time_s, 3),
+            SearchFacts.of({"resumed": self.resumed, **facts}),
+            totals(trials, packs, wall_time_s=wall_time_s, objective=self.objective),
+            front, kept, mlflow_run_id)
 
 
 def load(run_dir: str | Path) -> SearchResult:
@@ -265,4 +264,5 @@ def load(run_dir: str | Path) -> SearchResult:
     results = json.loads(path.read_text())
     if "trials" not in results:
         raise ValueError(f"{path}: is not a search's results (a profile's or a plan's?)")
-    return SearchResult.of(run_dir.resolve(), results, Recorded.read(run_dir).tracking_run_id)
+    return SearchResult.from_json(run_dir.resolve(), results,
+                                  Recorded.read(run_dir).tracking_run_id)

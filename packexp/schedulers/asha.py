@@ -29,7 +29,7 @@ from packexp.schedulers.base import (
 from packexp.schedulers.hyperband import Hyperband
 
 if TYPE_CHECKING:
-    from packexp.events import RungResult
+    from packexp.records.record import RungResult
     from packexp.space import SearchSpace, Trial
 
 log = logging.getLogger(__name__)

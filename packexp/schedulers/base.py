@@ -23,8 +23,8 @@ from packexp.errors import flag, one_of, positive_int
 from packexp.space.options import LR_HORIZONS
 
 if TYPE_CHECKING:
-    from packexp.events import Exploit, RungResult
     from packexp.objectives import Objective
+    from packexp.records.record import Exploit, Exploited, RungResult
     from packexp.space import SearchSpace, Trial
 
 
@@ -253,26 +253,26 @@ def continued(members: Sequence[Trial], exploits: Sequence[Exploit],
             if t.trial_id in new else t for t in members]
 
 
-def schedule(member: str, epochs: float, lineage: Mapping[str, Sequence[Mapping[str, Any]]],
+def schedule(member: str, epochs: float, lineage: Mapping[str, Sequence[Exploited]],
              initial: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The hyper-parameter schedule that produced ``member``'s weights at ``epochs``: its
     stretches from epoch 0, each ``{"from", "to", "trial_id", "hparams"}``, following each
     exploit back to the donor whose weights it copied.
 
     Args:
-        lineage: Each member's exploits in order, ``{"epoch", "donor", "hparams"}``.
+        lineage: Each member's exploits in order (``records.record.Exploited``).
         initial: Each member's hyper-parameters as drawn.
     """
     stretches: list[dict[str, Any]] = []
     who, end = member, epochs
     while True:
-        earlier = [e for e in lineage.get(who, ()) if e["epoch"] < end]
+        earlier = [e for e in lineage.get(who, ()) if e.epoch < end]
         if not earlier:
             stretches.append({"from": 0.0, "to": end, "trial_id": who,
                               "hparams": dict(initial[who])})
             break
         last = earlier[-1]
-        stretches.append({"from": float(last["epoch"]), "to": end, "trial_id": who,
-                          "hparams": dict(last["hparams"])})
-        who, end = last["donor"], float(last["epoch"])
+        stretches.append({"from": float(last.epoch), "to": end, "trial_id": who,
+                          "hparams": dict(last.hparams)})
+        who, end = last.donor, float(last.epoch)
     return stretches[::-1]

@@ -22,8 +22,8 @@ from packexp.schedulers.base import (
 from packexp.space import Trial
 
 if TYPE_CHECKING:
-    from packexp.events import RungResult
     from packexp.objectives import Objective
+    from packexp.records.record import RungResult
 
 
 class Hyperband(HalvingScheduler):

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from packexp.errors import ConfigError, is_number, positive_int
-from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY, Objective
+from packexp.records.record import Exploit, RungResult
 from packexp.schedulers.base import (
     Bracket,
     Decision,

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from packexp.events import RungResult
 from packexp.objectives import ACCURACY, Objective
+from packexp.records.record import RungResult
 from packexp.schedulers import Exploits, Plan, Planned, Retire, Scheduler
 from packexp.schedulers.base import continued
 from packexp.space import SearchSpace, Trial

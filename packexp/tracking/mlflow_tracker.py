@@ -13,12 +13,12 @@ from packexp.events import (
     MemberScored,
     MembersExploited,
     PackFinished,
-    PackRecord,
     RungPlanned,
     SearchFinished,
     Summary,
     TrialEnded,
 )
+from packexp.records.record import PackRecord
 from packexp.tracking import writer_process
 from packexp.tracking.base import STATUS, Tracker, TrackingError
 from packexp.tracking.datasets import SOURCE, dataset_splits, source_tags, split_inputs
@@ -162,9 +162,9 @@ class MlflowTracker(Tracker):
     def on_search_finished(self, event: SearchFinished) -> None:
         """Under several objectives, tags each trial run of the Pareto front
         ``pareto_front=true``: filter the front in the UI with ``tags.pareto_front = 'true'``."""
-        for entry in event.result.results.get("pareto_front") or []:
-            if entry["trial_id"] in self._logged:
-                self._post("tag the Pareto front", "log_trial_rung", entry["trial_id"], {},
+        for point in event.result.front or ():
+            if point.trial_id in self._logged:
+                self._post("tag the Pareto front", "log_trial_rung", point.trial_id, {},
                            {"pareto_front": "true"}, [], _now_ms())
 
     def on_summary(self, event: Summary) -> None:

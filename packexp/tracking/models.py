@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packexp.records.results import best_kept
+from packexp.records.best import Best
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -97,9 +97,8 @@ def log_best_model(tracker: Tracker, result: SearchResult, run_dir: Path, datase
     """Logs the search ``result``'s best kept model on the tracker's run as ``model`` when it
     is a whole model (``.keras``); returns where (``results.json``'s ``mlflow_model``), None
     when nothing was logged (a tracker that keeps no run: ``tracking=none``)."""
-    results = result.results
-    best = best_kept(results) or {}
-    file = best.get("model")
+    best = result.best_kept()
+    file = None if best is None else best.model
     if tracker.run_id is None or not file or not str(file).endswith(".keras"):
         return None
     example = example_rows(dataset)
@@ -108,11 +107,11 @@ def log_best_model(tracker: Tracker, result: SearchResult, run_dir: Path, datase
     columns = feature_columns(cfg, dataset) if cfg is not None else None
     model = keras_file(run_dir / file, example, "model", columns,
                        (int(dataset.num_classes),),
-                       {"trial_id": best["trial_id"], "file": file, "epochs": best.get("epochs"),
-                        "rung": (results.get("models") or {}).get(best["trial_id"], {}).get("rung"),
-                        **({str(best["metric"]): best.get("value")} if "metric" in best else
-                           {k: v for k, v in best.items()
-                            if k not in ("trial_id", "model", "epochs", "hparams")})})
+                       {"trial_id": best.trial_id, "file": file, "epochs": best.epochs,
+                        "rung": result.kept.get(best.trial_id, {}).get("rung"),
+                        # the best's objective value; a front point's, each goal's
+                        **({best.metric: best.value} if isinstance(best, Best)
+                           else dict(best.values))})
     return tracker.log_model(model) or None
 
 

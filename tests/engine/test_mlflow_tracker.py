@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from packexp.events import PackRecord
+from packexp.records.record import PackRecord
 from packexp.records.results import pack_metrics, weighted_median
 from packexp.testing.command import packexp
 from packexp.testing.config import compose_config

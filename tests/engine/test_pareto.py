@@ -11,8 +11,8 @@ import pytest
 
 from packexp.config import check_search
 from packexp.errors import ConfigError
-from packexp.events import RungResult, TrialRecord
 from packexp.objectives import Objective, crowding, dominates, fronts, order
+from packexp.records.record import RungResult, TrialRecord
 from packexp.runner.study import Study, load
 from packexp.schedulers import Asha, Hyperband, Planned
 from packexp.space import SearchSpace

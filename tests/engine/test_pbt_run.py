@@ -15,7 +15,7 @@ import pytest
 from hydra.utils import instantiate
 
 from packexp.app.main import run
-from packexp.events import TrialRecord
+from packexp.records.record import TrialRecord
 from packexp.runner.journal import Journal
 from packexp.space.options import steps_for
 from packexp.testing.config import ROOT, compose_config

@@ -28,13 +28,14 @@ def test_schedule_rotates_strategies_and_alternates_the_trees():
 
 
 def fake(wall: float, train: list[float], new: bool = True) -> dict:
-    packs = [{"build_s": 0.5, "train_s": t} for t in train]
+    packs = [{"pack_id": f"p{i}", "bracket": 0, "rung": 0, "epochs": 1, "members": [],
+              "build_s": 0.5, "train_s": t} for i, t in enumerate(train)]
     if new:
         packs = [{**p, "trace_s": 0.25, "eval_s": 0.1, "checkpoint_s": 0.0, "probe_s": 0.0}
                  for p in packs]
-    return {"wall_time_s": wall, "packs": packs,
+    return {"wall_time_s": wall, "trials": [], "packs": packs,
             **({"startup_s": wall / 10} if new else {}),
-            "best": {"trial_id": "b0-t000", "val_accuracy": 0.9}}
+            "best": {"trial_id": "b0-t000", "hparams": {}, "val_accuracy": 0.9, "epochs": 1}}
 
 
 def test_summarize_takes_medians_and_counts_missing_phases_as_zero():

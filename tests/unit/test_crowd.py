@@ -5,6 +5,7 @@ per trial, and ``results.json``, the metrics and the summary read once and uncha
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from packexp.records import crowd, plots, report
-from packexp.records import search_result as search_result_module
+from packexp.records.record import PackRecord, TrialRecord
 from packexp.records.search_result import SearchResult
 
 PHASED = {"build_s": 0.01, "trace_s": 0.0, "train_s": 0.05, "eval_s": 0.01,
@@ -64,8 +65,11 @@ def artists(fig) -> int:
 
 
 @pytest.mark.parametrize("workers", [0, 8])
-def test_a_large_searchs_timeline_draws_as_many_artists_at_10000_trials_as_at_2000(workers):
-    small, large = (plots.timeline_figure(large_results(n, workers)) for n in (2000, 10000))
+def test_a_large_searchs_timeline_draws_as_many_artists_at_10000_trials_as_at_2000(
+        workers, tmp_path):
+    small, large = (plots.timeline_figure(SearchResult.from_json(tmp_path,
+                                                                 large_results(n, workers)))
+                    for n in (2000, 10000))
     assert artists(small) == artists(large) < 600  # ticks included
     area, rows = large.axes
     assert len(rows.get_yticklabels()) == workers + crowd.BEST_ROWS
@@ -74,11 +78,12 @@ def test_a_large_searchs_timeline_draws_as_many_artists_at_10000_trials_as_at_20
     assert {p.get_gid() for p in area.patches} >= {"build_s", "train_s", "eval_s"}
 
 
-def test_a_large_searchs_timeline_looks_at_each_pack_once(monkeypatch):
+def test_a_large_searchs_timeline_looks_at_each_pack_once(monkeypatch, tmp_path):
     """The work is linear: one ``phase_segments`` per pack, one score per rung."""
     results = large_results(10000)
+    result = SearchResult.from_json(tmp_path, results)
     calls = {"segments": 0, "scores": 0}
-    segments, score = crowd.phase_segments, crowd.objective_of(results).score
+    segments, score = crowd.phase_segments, result.tuned_for.score
 
     def counted_segments(*args, **kwargs):
         calls["segments"] += 1
@@ -96,55 +101,57 @@ def test_a_large_searchs_timeline_looks_at_each_pack_once(monkeypatch):
             return getattr(self.objective, name)
 
     monkeypatch.setattr(crowd, "phase_segments", counted_segments)
-    monkeypatch.setattr(crowd, "objective_of", lambda r: Counted(plots.objective_of(r)))
-    crowd.crowd_figure(results)
+    crowd.crowd_figure(dataclasses.replace(result, tuned_for=Counted(result.tuned_for)))
     assert calls["segments"] == len(results["packs"])
     assert calls["scores"] == sum(len(t["rungs"]) for t in results["trials"])
 
 
-def test_the_area_holds_every_trials_time_in_each_phase():
+def test_the_area_holds_every_trials_time_in_each_phase(tmp_path):
     """Summed over the bins, each phase's area is its bars' seconds on every member's row,
     as the row chart draws them."""
-    results = large_results(1000)
-    spans = plots.pack_spans(results["packs"])
-    segments = crowd.pack_segments(results["packs"], spans)
-    edges, counts = crowd.occupancy(results["packs"], segments, spans[-1][1])
+    packs = SearchResult.from_json(tmp_path, large_results(1000)).pack_records
+    spans = plots.pack_spans(packs)
+    segments = crowd.pack_segments(packs, spans)
+    edges, counts = crowd.occupancy(packs, segments, spans[-1][1])
     for phase, count in counts.items():
-        expected = sum(width * len(p["members"])
-                       for p, bars in zip(results["packs"], segments, strict=True)
+        expected = sum(width * len(p.members)
+                       for p, bars in zip(packs, segments, strict=True)
                        for name, _, width in bars if name == phase)
         assert float(np.sum(count * np.diff(edges))) == pytest.approx(expected, rel=1e-9)
 
 
 def test_the_area_averages_overlapping_packs_over_each_bin():
-    packs = [{"members": ["a", "b"]}, {"members": ["c"]}]
+    packs = [PackRecord("p0", 0, 0, 1.0, ["a", "b"]), PackRecord("p1", 0, 0, 1.0, ["c"])]
     segments = [[("train_s", 0.0, 1.0)], [("train_s", 0.5, 1.0)]]
     edges, counts = crowd.occupancy(packs, segments, 2.0, bins=4)
     assert list(edges) == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert list(counts["train_s"]) == pytest.approx([2.0, 3.0, 1.0, 0.0])
 
 
-def test_the_best_rows_are_the_best_by_the_objective_best_first():
+def test_the_best_rows_are_the_best_by_the_objective_best_first(tmp_path):
     results = large_results(400)
     results["objective"] = {"metric": "val_accuracy", "mode": "min"}
-    best = crowd.best_trials(results, k=3)
+    best = crowd.best_trials(SearchResult.from_json(tmp_path, results), k=3)
     lowest = sorted((min(r["val_accuracy"] for r in t["rungs"] if r["val_accuracy"] is not None),
                      t["trial_id"]) for t in results["trials"])[:3]
-    assert [(r["val_accuracy"], t["trial_id"]) for t, r in best] == lowest
+    assert [(r.val_accuracy, t.trial_id) for t, r in best] == lowest
 
 
-def test_a_search_is_aggregated_past_max_rows_trials_or_max_packs_packs():
-    assert not crowd.crowded(large_results(crowd.MAX_ROWS))
-    assert crowd.crowded(large_results(crowd.MAX_ROWS + 1))
-    many_packs = large_results(10) | {"packs": [{}] * (crowd.MAX_PACKS + 1)}
-    assert crowd.crowded(many_packs)
+def test_a_search_is_aggregated_past_max_rows_trials_or_max_packs_packs(tmp_path):
+    def crowded(results: dict) -> bool:
+        return crowd.crowded(SearchResult.from_json(tmp_path, results))
+
+    assert not crowded(large_results(crowd.MAX_ROWS))
+    assert crowded(large_results(crowd.MAX_ROWS + 1))
+    few = large_results(10)
+    assert crowded(few | {"packs": few["packs"][:1] * (crowd.MAX_PACKS + 1)})
 
 
-def test_a_small_searchs_timeline_is_a_row_per_trial_as_before():
+def test_a_small_searchs_timeline_is_a_row_per_trial_as_before(tmp_path):
     """17 trials (the default search's count): one axes, a row per trial in the order they
     first trained, a value at each scored rung, no aggregate."""
     results = large_results(17)
-    fig = plots.timeline_figure(results)
+    fig = plots.timeline_figure(SearchResult.from_json(tmp_path, results))
     (ax,) = fig.axes
     ticks = [t.get_text().split()[0] for t in ax.get_yticklabels()]
     assert ticks == [t["trial_id"] for t in results["trials"]]
@@ -154,7 +161,8 @@ def test_a_small_searchs_timeline_is_a_row_per_trial_as_before():
 
 
 def test_to_json_is_results_json_unchanged_and_a_copy():
-    results = large_results(50) | {"capacity": {"bytes": 1, "max_members": (2, 3)}}
+    made = large_results(50) | {"capacity": {"bytes": 1, "max_members": (2, 3)}}
+    results = SearchResult.of(Path("/tmp/unused"), made).to_json()  # as the search writes it
     result = SearchResult.of(Path("/tmp/unused"), results)
     before = copy.deepcopy(results)
     out = result.to_json()
@@ -169,13 +177,13 @@ def test_the_metrics_and_the_summary_read_the_records_once(monkeypatch, capsys):
     results = large_results(300) | {"best": None, "train_share": 0.5, "prediction_error": None,
                                     "phases": {k: 0.0 for k in PHASED}}
     reads = []
-    records = search_result_module.records
-    monkeypatch.setattr(search_result_module, "records",
-                        lambda r: reads.append(1) or records(r))
+    read = TrialRecord.from_dict
+    monkeypatch.setattr(TrialRecord, "from_dict", lambda r: reads.append(1) or read(r))
     result = SearchResult.of(Path("/tmp/unused"), results)
+    assert len(reads) == 300  # each trial read once, into its record
     first = result.metrics()
     first["wall_time_s"] = -1.0  # the caller's copy
     assert result.metrics()["wall_time_s"] == results["wall_time_s"]
     report.print_summary(result, None, top_k=3)
     assert "300 trials" in capsys.readouterr().out
-    assert len(reads) == 1
+    assert len(reads) == 300  # the metrics and the summary read the records, not the JSON

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from packexp.events import RungResult
 from packexp.objectives import ACCURACY, Objective
-from packexp.records.results import best_kept
+from packexp.records.record import RungResult
+from packexp.records.search_result import SearchResult
 from packexp.runner.keep import BEST, KeepModels, keep_setting
 from packexp.runner.study import Study
 from packexp.space import Trial
@@ -79,18 +79,24 @@ def test_every_result_kept_at_the_end_was_a_candidate_when_it_was_scored(objecti
 def test_under_several_objectives_the_best_model_is_the_front_s_best_on_the_first_goal():
     """``best`` may be a rung whose weights the front does not keep (its trial scored worse
     later): the model that stands for it is the front's kept one best on the first goal."""
-    results = {"objective": PARETO.to_dict(),
-               "best": {"trial_id": "t0", "epochs": 1, "val_accuracy": 0.95},
+    results = {"objective": PARETO.to_dict(), "trials": [], "packs": [],
+               "best": {"trial_id": "t0", "hparams": {}, "epochs": 1, "val_accuracy": 0.95},
                "pareto_front": [
-                   {"trial_id": "t1", "epochs": 3, "val_accuracy": 0.90, "val_loss": 0.3,
-                    "model": "models/t1.keras"},
-                   {"trial_id": "t0", "epochs": 3, "val_accuracy": 0.94, "val_loss": 0.5,
-                    "model": "models/t0.keras"},
-                   {"trial_id": "t2", "epochs": 3, "val_accuracy": 0.80, "val_loss": 0.1}]}
-    assert best_kept(results)["model"] == "models/t0.keras"
+                   {"trial_id": "t1", "hparams": {}, "epochs": 3, "val_accuracy": 0.90,
+                    "val_loss": 0.3, "model": "models/t1.keras"},
+                   {"trial_id": "t0", "hparams": {}, "epochs": 3, "val_accuracy": 0.94,
+                    "val_loss": 0.5, "model": "models/t0.keras"},
+                   {"trial_id": "t2", "hparams": {}, "epochs": 3, "val_accuracy": 0.80,
+                    "val_loss": 0.1}]}
+    assert best_kept(results).model == "models/t0.keras"
+    assert best_kept(results).values == {"val_accuracy": 0.94, "val_loss": 0.5}
     results["best"]["model"] = "models/t0.keras"
-    assert best_kept(results) == results["best"]
-    assert best_kept({"best": None}) is None
+    assert best_kept(results) == SearchResult.from_json("run", results).best
+    assert best_kept({**results, "best": None, "pareto_front": []}) is None
+
+
+def best_kept(results):
+    return SearchResult.from_json("run", results).best_kept()
 
 
 @pytest.mark.parametrize("value", ["all", 0, -1, True, None, 1.5])

@@ -9,12 +9,12 @@ import pytest
 
 from packexp.config import check_search
 from packexp.errors import ConfigError
-from packexp.events import Best, PackRecord, RungResult
 from packexp.objectives import ACCURACY, Objective
+from packexp.records.best import Best
 from packexp.records.plots import best_so_far_points
-from packexp.records.results import anytime, objective_of
+from packexp.records.record import PackRecord, RungResult
+from packexp.records.results import anytime
 from packexp.records.search_result import SearchResult
-from packexp.runner.draws import observed
 from packexp.schedulers import Asha, Exploits, Hyperband, Planned
 from packexp.schedulers.pbt import Pbt
 from packexp.space import SearchSpace, Trial
@@ -110,13 +110,6 @@ def test_a_population_exploits_the_lowest_loss_and_records_the_losses():
         assert e.score == loss[e.member] and e.donor_score == loss[e.donor]
 
 
-def test_a_sampler_learns_from_scores_where_higher_is_better(tmp_path, fake_trainer):
-    search = fake_search(tmp_path, fake_trainer, objective=LOSS)
-    search.run(HYPERBAND)
-    seen = observed(search.trials.values(), LOSS)
-    assert seen and all(o.score == -o.hparams["x"] / 50 for o in seen)
-
-
 def test_a_search_under_the_loss_objective_finds_the_lowest_loss(tmp_path, monkeypatch):
     """The fake trainer's loss ranks trials opposite to its accuracy: the best by loss is the
     lowest x the search scored at its most epochs, and the results say so."""
@@ -136,7 +129,9 @@ def test_a_search_under_the_loss_objective_finds_the_lowest_loss(tmp_path, monke
 def test_the_results_rank_and_report_by_the_objective():
     results = {"objective": LOSS.to_dict(), "best": Best("t1", {}, 0.6, 3, None, "val_loss",
                                                           0.2).to_dict()}
-    assert objective_of(results) == LOSS and objective_of({}) == ACCURACY
+    empty = {"trials": [], "packs": []}
+    assert SearchResult.from_json("run", {**results, **empty}).tuned_for == LOSS
+    assert SearchResult.from_json("run", empty).tuned_for == ACCURACY  # an older run's
     metrics = SearchResult.of("run", {
         **results, "wall_time_s": 1.0, "train_share": 0.5, "prediction_error": None,
         "phases": {}, "packs": [], "trials": []}).metrics()
@@ -155,8 +150,10 @@ def test_best_so_far_falls_under_a_min_objective():
     points = anytime([Record(rungs)], packs, LOSS)
     assert [p["best"] for p in points] == [0.5, 0.5, 0.2]
     results = {"objective": LOSS.to_dict(), "packs": [p.to_dict() for p in packs],
-               "trials": [{"bracket": 0, "rungs": [r.to_dict() for r in rungs]}]}
-    assert [v for _, v in best_so_far_points(results)] == [0.5, 0.2]
+               "trials": [{"trial_id": "t0", "hparams": {}, "bracket": 0,
+                           "rungs": [r.to_dict() for r in rungs]}]}
+    points = best_so_far_points(SearchResult.from_json("run", results))
+    assert [v for _, v in points] == [0.5, 0.2]
 
 
 def exported_run(run_dir, fake_trainer, objective: Objective):
@@ -166,16 +163,12 @@ def exported_run(run_dir, fake_trainer, objective: Objective):
 
     import yaml
 
-    from packexp.records.results import search_results
     from packexp.testing.fake_trainer import SPACE
 
     search = fake_search(run_dir, fake_trainer, objective=objective)
     search.run(HYPERBAND)
     search.finish()
-    front = search.study.front()
-    results = search_results(search.trials.values(), search.packs, search.best(),
-                             wall_time_s=1.0, objective=objective,
-                             **({} if front is None else {"pareto_front": front}))
+    results = search.study.result(wall_time_s=1.0).to_json()
     (run_dir / "results.json").write_text(json.dumps(results))
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"search_space": {

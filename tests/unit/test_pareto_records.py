@@ -69,8 +69,8 @@ def test_the_summary_names_the_pareto_pictures_real_file(capsys, tmp_path: Path)
     assert "plots/pareto.png" not in out
 
 
-def test_trials_at_one_point_share_one_label():
-    fig = plots.pareto_figure(pareto_results())
+def test_trials_at_one_point_share_one_label(tmp_path: Path):
+    fig = plots.pareto_figure(SearchResult.from_json(tmp_path, pareto_results()))
     labels = sorted(t.get_text() for t in fig.axes[0].texts)
     assert labels == ["a, b", "c"]
     assert plots.same_points([("a", 1.0, 2.0), ("b", 1.0, 2.0), ("c", 1.0, 3.0)]) == {

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from packexp.events import Exploit, RungResult
 from packexp.objectives import ACCURACY
+from packexp.records.record import Exploit, Exploited, RungResult
 from packexp.schedulers import Exploits, Plan, Planned
 from packexp.schedulers.base import schedule
 from packexp.schedulers.pbt import (
@@ -124,9 +124,10 @@ def test_explore_draws_the_same_numbers_whatever_the_values():
 
 def test_the_schedule_of_the_best_follows_each_exploit_back_to_its_donor():
     initial = {m: {"lr": i} for i, m in enumerate("abc")}
-    lineage = {"c": [{"epoch": 3.0, "donor": "a", "hparams": {"lr": 10}},
-                     {"epoch": 9.0, "donor": "b", "hparams": {"lr": 20}}],
-               "b": [{"epoch": 6.0, "donor": "a", "hparams": {"lr": 30}}]}
+    def step(epoch, donor, lr):
+        return Exploited(epoch, donor, {"lr": lr}, {}, None, None)
+
+    lineage = {"c": [step(3.0, "a", 10), step(9.0, "b", 20)], "b": [step(6.0, "a", 30)]}
     assert schedule("c", 12.0, lineage, initial) == [
         {"from": 0.0, "to": 6.0, "trial_id": "a", "hparams": {"lr": 0}},
         {"from": 6.0, "to": 9.0, "trial_id": "b", "hparams": {"lr": 30}},

@@ -41,8 +41,8 @@ def regression_results() -> dict:
                        "elapsed_s": 1.2}]}
 
 
-def test_a_near_diverged_trial_puts_the_best_so_far_on_a_log_axis():
-    ax = plots.best_so_far_figure(regression_results()).axes[0]
+def test_a_near_diverged_trial_puts_the_best_so_far_on_a_log_axis(tmp_path: Path):
+    ax = plots.best_so_far_figure(SearchResult.from_json(tmp_path, regression_results())).axes[0]
     assert ax.get_yscale() == "log"
     low, high = ax.get_ylim()
     assert low < 0.02 and high > 1.5e18  # the best and the outlier both on the axis
@@ -50,14 +50,15 @@ def test_a_near_diverged_trial_puts_the_best_so_far_on_a_log_axis():
     for t in accuracy["trials"]:
         for r in t["rungs"]:
             r["val_accuracy"] = 0.5
-    assert plots.best_so_far_figure(accuracy).axes[0].get_yscale() == "linear"
+    ax = plots.best_so_far_figure(SearchResult.from_json(tmp_path, accuracy)).axes[0]
+    assert ax.get_yscale() == "linear"
 
 
-def test_a_near_diverged_r2_clips_the_best_so_far_axis():
+def test_a_near_diverged_r2_clips_the_best_so_far_axis(tmp_path: Path):
     """R\u00b2 of a near-diverged trial is about -1.5e18: no log axis takes it, so the axis
     holds the rest and the outlier is a triangle at its edge, its value in the legend."""
     r2 = regression_results() | {"objective": {"metric": "val_r2", "mode": "max"}}
-    ax = plots.best_so_far_figure(r2).axes[0]
+    ax = plots.best_so_far_figure(SearchResult.from_json(tmp_path, r2)).axes[0]
     assert ax.get_yscale() == "linear"
     low, high = ax.get_ylim()
     assert -1 < low < 0.1 and 0.98 < high < 1.1  # 0.5, 0.1 and the best, 0.98, readable
@@ -78,8 +79,8 @@ def test_clipped_range(values, kept, expected):
     assert got == expected if expected is None else got == pytest.approx(expected)
 
 
-def test_the_timeline_marks_killed_and_failed_trials_apart():
-    fig = plots.timeline_figure(regression_results())
+def test_the_timeline_marks_killed_and_failed_trials_apart(tmp_path: Path):
+    fig = plots.timeline_figure(SearchResult.from_json(tmp_path, regression_results()))
     marks = {line.get_gid(): line for line in fig.axes[0].lines if line.get_gid()}
     assert set(marks) == {"killed", "failed"}
     assert list(marks["killed"].get_ydata()) == [1, 2]  # rows b and c

@@ -8,6 +8,8 @@ import pytest
 from packexp.errors import ConfigError
 from packexp.executors.local import LocalExecutor
 from packexp.records import plots
+from packexp.records.record import PackRecord
+from packexp.records.search_result import SearchResult
 from packexp.testing.fake_trainer import FakeTrainer
 
 ray = pytest.importorskip("ray")
@@ -47,19 +49,21 @@ def test_a_calibration_on_ray_is_kept_for_its_workers_shape():
                      "workers": 0}  # none asked of a cluster yet
 
 
-def results(packs: list[dict]) -> dict:
-    trials = sorted({m for p in packs for m in p["members"]})
-    return {"strategy": "knn", "model": "mlp3", "dataset": "digits",
-            "objective": {"metric": "val_accuracy", "mode": "max"},
-            "trials": [{"trial_id": t, "bracket": 0, "status": "finished", "hparams": {},
-                        "rungs": [{"pack_id": p["pack_id"], "val_accuracy": 0.5}
-                                  for p in packs if t in p["members"]]} for t in trials],
-            "packs": packs}
+def results(packs: list[PackRecord]) -> SearchResult:
+    trials = sorted({m for p in packs for m in p.members})
+    rung = {"rung": 0, "epochs": 1, "steps": 10, "val_loss": 1.0, "train_loss": 1.0}
+    return SearchResult.from_json("/tmp/unused", {
+        "strategy": "knn", "model": "mlp3", "dataset": "digits",
+        "objective": {"metric": "val_accuracy", "mode": "max"},
+        "trials": [{"trial_id": t, "bracket": 0, "status": "finished", "hparams": {},
+                    "rungs": [{**rung, "pack_id": p.pack_id, "val_accuracy": 0.5}
+                              for p in packs if t in p.members]} for t in trials],
+        "packs": [p.to_dict() for p in packs]})
 
 
-def pack(pack_id: str, members: list[str], start: float, end: float, **where) -> dict:
-    return {"pack_id": pack_id, "members": members, "epochs": 1, "bracket": 0, "rung": 0,
-            "started_s": start, "elapsed_s": end, "train_s": end - start, **where}
+def pack(pack_id: str, members: list[str], start: float, end: float, **where) -> PackRecord:
+    return PackRecord(pack_id, 0, 0, 1, members, started_s=start, elapsed_s=end,
+                      train_s=end - start, **where)
 
 
 def test_the_timeline_draws_a_lane_per_worker_above_the_trials():
@@ -86,7 +90,8 @@ def test_a_local_runs_timeline_has_no_lanes():
 
 
 def test_each_trial_run_is_tagged_with_the_node_that_trained_its_rung(tmp_path, monkeypatch):
-    from packexp.events import MemberScored, PackRecord, RungResult
+    from packexp.events import MemberScored
+    from packexp.records.record import PackRecord, RungResult
     from packexp.space import Trial
     from packexp.tracking.mlflow_tracker import MlflowTracker, _strings
 

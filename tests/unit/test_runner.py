@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packexp.errors import ConfigError
-from packexp.events import RungResult, TrialRecord
+from packexp.records.record import RungResult
 from packexp.runner import PackedSearch
 from packexp.runner.journal import Journal
 from packexp.samplers import Sampler
@@ -235,25 +235,6 @@ def test_check_partition_leaves_a_lone_member_over_capacity_to_check_fits():
         check_fits(ts, costly, "device.memory_budget_mb")
 
 
-def test_a_members_start_names_a_checkpoint_only_when_continuing(tmp_path, fake_trainer):
-    # The path travels to whoever trains the pack (this process or a worker), which reads it.
-    search = new_search(tmp_path, fake_trainer)
-    [fresh, promoted, failed] = trials(3)
-    path = fake_trainer.write_state(State("t1", 10), tmp_path / "t1" / "r0")
-    for t, checkpoint in ((promoted, path), (failed, None)):
-        search.trials[t.trial_id] = TrialRecord(t.trial_id, t.hparams, 1, rungs=[
-            rung_result(t.trial_id, checkpoint=checkpoint)])
-    search.trials["t0"] = TrialRecord("t0", {}, 1)
-    assert search.ledger.state_for(fresh) is None
-    assert search.ledger.state_for(failed) is None  # a failed member kept no checkpoint
-    assert search.ledger.state_for(promoted) == path
-    assert fake_trainer.reads == []
-    retrained = new_search(tmp_path, fake_trainer, continue_on_promotion=False)
-    retrained.trials.update(search.trials)
-    assert retrained.ledger.state_for(promoted) is None
-    assert fake_trainer.reads == []
-
-
 def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, fake_trainer):
     search = new_search(tmp_path, fake_trainer)
     assert search.best() is None
@@ -297,7 +278,7 @@ def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, fake_trainer, horizon)
 @pytest.mark.parametrize("continued", [True, False])
 def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
         tmp_path, fake_trainer, continued):
-    from packexp.records.results import anytime, search_results
+    from packexp.records.results import anytime
 
     search = search_to_the_end(new_search(tmp_path, fake_trainer, continue_on_promotion=continued))
     points = anytime(search.trials.values(), search.packs)
@@ -311,9 +292,8 @@ def test_anytime_results_count_every_epoch_trained_once_and_never_lose_the_best(
     assert best[-1] == search.best().val_accuracy
     first = [search.trials[i] for i in search.packs[0].members if i != FAILING]
     assert best[0] == max(t.hparams["x"] / 100 for t in first)
-    results = search_results(search.trials.values(), search.packs, search.best(),
-                             wall_time_s=1.0)
-    assert results["anytime"] == points and results["epochs_spent"] == points[-1]["epochs"]
+    totals = search.study.result(wall_time_s=1.0).totals
+    assert totals.anytime == points and totals.epochs_spent == points[-1]["epochs"]
 
 
 @pytest.mark.parametrize("sampler", [Sampler(), TpeSampler(random_fraction=0.0, min_points=3)],

@@ -29,7 +29,7 @@ def scheduler(name: str) -> Scheduler:
 
 def to_the_end(run_dir: Path, trainer: FakeTrainer, policy: Scheduler, records=None):
     search = fake_search(run_dir, trainer, policy.brackets())  # a journal there: resumed
-    assert search.study.records == (records or [])
+    assert search.study.journaled == (records or [])
     search.run(policy)
     search.finish()
     return search

@@ -65,7 +65,7 @@ def test_the_result_is_frozen_and_its_json_is_results_json(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(result.to_json()))
     again = load(tmp_path)
     assert again.to_json() == json.loads(json.dumps(result.to_json()))
-    assert again.with_keys(stopped="budget").stopped == "budget" and again.stopped is None
+    assert again.with_facts(stopped="budget").stopped == "budget" and again.stopped is None
 
 
 def test_a_resumed_study_reads_its_sessions_and_time_from_the_journal(tmp_path):
@@ -78,7 +78,7 @@ def test_a_resumed_study_reads_its_sessions_and_time_from_the_journal(tmp_path):
     journal.append("pack", pack=packs[0]["pack"], elapsed_s=5.0)
     journal.append("resume", overrides=[])
     journal.append("pack", pack=packs[1]["pack"], elapsed_s=3.0)
-    study = Study(journal, records=journal.read())
+    study = Study(journal, journaled=journal.read())
     assert study.session == 2 and study.earlier_s == 8.0 and study.resumed
     assert [p.pack_id for p in study.packs] == [p["pack"]["pack_id"] for p in packs[:2]]
 

@@ -13,16 +13,8 @@ from omegaconf import open_dict
 
 from packexp.config import instantiate
 from packexp.data import Dataset
-from packexp.events import (
-    Listener,
-    MemberScored,
-    PackFinished,
-    PackRecord,
-    RungPlanned,
-    RungResult,
-    Summary,
-    TrialEnded,
-)
+from packexp.events import Listener, MemberScored, PackFinished, RungPlanned, Summary, TrialEnded
+from packexp.records.record import PackRecord, RungResult
 from packexp.space import Trial
 from packexp.testing.config import CONF_DIR, compose_config
 from packexp.tracking import NullTracker, Tracker

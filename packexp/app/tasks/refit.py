@@ -5,7 +5,6 @@ training and validation rows together (scikit-learn's ``refit``), kept as
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import random
 import re
@@ -19,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from packexp.errors import ConfigError, flag, is_number
 from packexp.files import write_json
+from packexp.records.best import Best
 from packexp.runner.replay import Recorded
+from packexp.runner.study import load
 from packexp.space import Trial, derive_seed
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def refit_here(run_dir: str | Path, epochs: float | None, start: Callable[[], No
     return run_dir / record["file"]
 
 
-def refittable(run_dir: Path, strict: bool = True) -> dict[str, Any] | None:
+def refittable(run_dir: Path, strict: bool = True) -> Best | None:
     """The best of the finished search in ``run_dir`` (``results.json``'s ``best``), or a
     ``ConfigError`` of one line: no such directory, no finished search (no
     ``results.json``, or a resume of it since), no best (None instead, unless ``strict``),
@@ -139,7 +140,7 @@ def refittable(run_dir: Path, strict: bool = True) -> dict[str, Any] | None:
     if Recorded.read(run_dir).resumed_since_its_end:
         raise ConfigError(f"{key}: its search was resumed and has not finished again (its "
                           "results.json is the earlier session's); refit it once it has")
-    best = json.loads(results.read_text()).get("best")
+    best = load(run_dir).best
     if best is None:
         if strict:
             raise ConfigError(f"{key}: its search scored no trial, so it has no best "
@@ -147,12 +148,12 @@ def refittable(run_dir: Path, strict: bool = True) -> dict[str, Any] | None:
         log.warning("refit: the search scored no trial, so it has no best configuration to "
                     "refit")
         return None
-    if len(best.get("schedule") or ()) > 1:
-        raise ConfigError(f"{key}: its best, {best['trial_id']}, trained on weights copied "
+    if len(best.schedule or ()) > 1:
+        raise ConfigError(f"{key}: its best, {best.trial_id}, trained on weights copied "
                           "from other members with values that changed as it went "
-                          f"(scheduler=pbt: {len(best['schedule'])} stretches), so it is no "
+                          f"(scheduler=pbt: {len(best.schedule)} stretches), so it is no "
                           "one configuration to train from scratch; its kept model "
-                          f"({best.get('model', 'keep_models')}) is the trained one")
+                          f"({best.model or 'keep_models'}) is the trained one")
     return best
 
 
@@ -209,7 +210,7 @@ def merged(dataset: Any, cfg: DictConfig) -> Any:
         y_train=np.concatenate([dataset.y_train, dataset.y_val]))
 
 
-def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
+def refit_run(cfg: DictConfig, run_dir: Path, best: Best,
               epochs: float | None = None, parts: Any = None,
               trainer: Any = None) -> dict[str, Any]:
     """Trains ``best``, the search's in ``run_dir`` (``refittable``), from scratch, alone, on
@@ -227,9 +228,9 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
     from packexp.config.components import Components
 
     started = time.perf_counter()
-    seed = trial_seed(Recorded.read(run_dir).records, int(cfg.seed), best["trial_id"])
-    epochs = best["epochs"] if epochs is None else epochs
-    trial = Trial(best["trial_id"], dict(best["hparams"]), (), seed=seed)
+    seed = trial_seed(Recorded.read(run_dir).lines, int(cfg.seed), best.trial_id)
+    epochs = best.epochs if epochs is None else epochs
+    trial = Trial(best.trial_id, dict(best.hparams), (), seed=seed)
     parts = parts or Components.build(cfg, probe=False, trainer=trainer)
     dataset = merged(parts.dataset, cfg)
     cache = parts.cache(dataset)
@@ -253,9 +254,7 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: dict[str, Any],
              run_dir / kept.file, record["seconds"])
     if kept.whole and (logged := log_refit(cfg, run_dir, record, parts.dataset)):
         record["mlflow_model"] = logged
-    results = json.loads((run_dir / "results.json").read_text())
-    results["refit"] = record
-    write_json(run_dir / "results.json", results)
+    write_json(run_dir / "results.json", load(run_dir).with_facts(refit=record).to_json())
     return record
 
 

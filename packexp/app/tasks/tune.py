@@ -104,7 +104,7 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                 workers=executor.usage(), stopped=search.stopped,
                 **simulation_facts(executor, search.first_pack_at))
             if where := log_best_model(tracker, result, run_dir, parts.dataset, cfg):
-                result = result.with_keys(mlflow_model=where)
+                result = result.with_facts(mlflow_model=where)
             finish(result, study, listeners)
             if search.stopped is not None and result.best is None:
                 log.warning(unscored(search.stopped, job_resume_command()
