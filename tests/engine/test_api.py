@@ -19,7 +19,7 @@ from sklearn.datasets import load_digits
 
 import packexp
 from packexp.app import in_process
-from packexp.app.api import literal, overrides_for
+from packexp.app.given import literal, overrides_for
 from packexp.events import Listener
 from packexp.listeners import SearchProgress
 from packexp.schedulers import Hyperband
@@ -158,7 +158,7 @@ def test_a_run_dir_that_holds_a_run_is_never_written_over(tmp_path, earlier):
 
 
 def test_labels_from_pandas_are_kept_as_strings_without_pickling(tmp_path):
-    from packexp.app.api import arrays_of
+    from packexp.app.given import arrays_of
 
     x, y = digits_arrays()
     names = pd.Series(y).map(lambda d: f"digit {d}")
@@ -171,7 +171,8 @@ def test_labels_from_pandas_are_kept_as_strings_without_pickling(tmp_path):
 
 
 def test_a_partial_of_an_importable_builder_puts_its_settings_in_the_config():
-    from packexp.app.api import _hydra, compose, use_builder
+    from packexp.app.api import _hydra, compose
+    from packexp.app.given import use_builder
 
     with _hydra():
         cfg = compose([])
