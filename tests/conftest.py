@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 #   both cores busy, and pools as wide as the machine in each only wait on each other;
 # - oneDNN's custom operations off: TensorFlow turns them on by default on some x86 CPUs only,
 #   so the suite's numbers no longer depend on the CPU, and on these tiny models they cost
-#   more than they save. tests/engine/test_onednn.py runs the isolation checks with them on.
+#   more than they save. tests/system/test_onednn.py runs the isolation checks with them on.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

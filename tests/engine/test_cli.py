@@ -1,12 +1,11 @@
 """python -m packexp as a user runs it: what it says run in this process
-(``packexp.testing.command``), a search end to end and what needs a fresh interpreter in a
-subprocess."""
+(``packexp.testing.command``), a search end to end in a subprocess. What needs a fresh
+interpreter (the settings refused before TensorFlow loads, the interrupt handling's imports)
+is the system layer's, tests/system/test_imports.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from packexp.records.report import describe
 from packexp.runner.journal import Journal
 from packexp.testing.command import packexp, run_command
-from packexp.testing.config import ROOT
 
 
 @pytest.mark.parametrize(
@@ -29,45 +27,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, override, needle):
     assert lines == [lines[0]] and lines[0].startswith("packexp: error: ")
     assert needle in lines[0]
     assert not (tmp_path / "results.json").exists()
-
-
-CHECK_WITHOUT_TENSORFLOW = """
-import sys
-from packexp.errors import ConfigError
-from packexp.app.main import check
-from packexp.testing.config import compose_config
-
-check(compose_config(["experiment=quick"]))  # a good config passes
-try:
-    check(compose_config(["experiment=quick", sys.argv[1]]))
-except ConfigError as e:
-    print(e)
-print("tensorflow" in sys.modules)
-"""
-
-
-@pytest.mark.process
-def test_the_commands_interrupt_handling_imports_before_hydra_or_yaml():
-    # python -m packexp installs its Ctrl-C handling before Hydra imports (packexp/__main__.py):
-    # a module it imports that loads YAML or OmegaConf leaves an interrupt there a traceback.
-    out = subprocess.run([sys.executable, "-c", "import sys, packexp.app.interrupts; print("
-                          "sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', "
-                          "'omegaconf', 'hydra', 'antlr4', 'tensorflow', 'mlflow')))"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
-
-
-@pytest.mark.process
-@pytest.mark.parametrize("override", ["scheduler.R=0", "pack.max_members=0",
-                                      "search_space.params.optimizer=[sgdx]"])
-def test_bad_search_settings_are_found_before_tensorflow_loads(override):
-    out = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_TENSORFLOW, override], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    message, loaded = out.stdout.strip().splitlines()
-    assert message.startswith(override.split("=")[0])
-    assert loaded == "False"
 
 
 def test_unknown_strategy_names_the_choices(tmp_path):

@@ -1,19 +1,17 @@
 """Contract tests over every executor found in conf/executor/: each trains the same jobs to
 the same numbers as the local one, hands them back in plan order after starting them,
-answers ``on_device`` and ``view``, and may be closed twice. Ray's case is ``slow`` (it
-starts a cluster of its own) and skips without the ``ray`` extra."""
+answers ``on_device`` and ``view``, and may be closed twice. The executors that start
+processes of their own (Ray's cluster) run it from a driver process of their own: their case is
+tests/system/test_executor_contract.py's, on ``run_contract`` here."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from packexp.testing.config import CONF_DIR, ROOT
+from packexp.testing.config import CONF_DIR
 
 EXECUTORS = sorted(p.stem for p in Path(CONF_DIR, "executor").glob("*.yaml"))
 # An executor's settings for the contract: the simulated one keeps it on TensorFlow's trainer
@@ -64,24 +62,6 @@ def run_contract(name: str, run_dir: str) -> dict:
     return out
 
 
-# An executor that starts processes of its own (Ray's cluster) runs the contract from a
-# driver process of its own, as python -m packexp would.
-IN_A_PROCESS = """
-import json, sys
-from tests.engine.test_executor_contract import run_contract
-
-print(json.dumps(run_contract(sys.argv[1], sys.argv[2])))
-"""
-
-
-def contract(name: str, env: dict, run_dir: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", IN_A_PROCESS, name, str(run_dir)], cwd=ROOT,
-                          env={**env, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def local(tmp_path_factory) -> dict:
     """The contract on the local executor, in this process (through JSON, as a process's)."""
@@ -92,17 +72,10 @@ def test_every_executor_config_is_found():
     assert {"local", "ray", "simulated"} <= set(EXECUTORS)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.tf] if n in IN_THIS_PROCESS
-                                                 else [pytest.mark.process, pytest.mark.slow])
-                                  for n in EXECUTORS])
-def test_an_executor_trains_as_the_local_one_and_keeps_the_contract(name, request, tmp_path,
-                                                                   local):
-    env = dict(os.environ)
-    if name == "ray":
-        pytest.importorskip("ray")
-        env = request.getfixturevalue("ray_env")
-    out = (local if name == "local" else run_contract(name, str(tmp_path))
-           if name in IN_THIS_PROCESS else contract(name, env, tmp_path))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.tf])
+                                  for n in EXECUTORS if n in IN_THIS_PROCESS])
+def test_an_executor_trains_as_the_local_one_and_keeps_the_contract(name, tmp_path, local):
+    out = local if name == "local" else run_contract(name, str(tmp_path))
     assert out["order"] == [0, 1, 2]  # plan order
     assert out["started"] == [0, 1, 2] and out["handed_back_unstarted"] == []
     assert out["facts"] and out["view"]

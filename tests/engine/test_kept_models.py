@@ -1,13 +1,10 @@
 """The models a search keeps (``keep_models``): the weights its reported scores came from, as
-self-contained Keras files that take the rows as the user gave them."""
+self-contained Keras files that take the rows as the user gave them. Plain Keras loading one
+in a process of its own is tests/system/test_kept_models.py's."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -60,27 +57,6 @@ def test_the_best_model_predicts_the_best_s_recorded_accuracy_from_raw_rows(plai
     assert np.array_equal(again.best_model().predict(x_val, verbose=0), probabilities)
     with pytest.raises(KeyError, match="kept no model of it"):
         again.model("b9-t999")
-
-
-@pytest.mark.process
-def test_plain_keras_loads_it_in_a_process_that_never_imports_packexp(plain, tmp_path):
-    x_val, _ = raw_validation()
-    np.save(tmp_path / "rows.npy", x_val)
-    script = textwrap.dedent(f"""
-        import sys, numpy as np, keras
-        model = keras.saving.load_model({str(plain.run_dir / plain.best["model"])!r})
-        rows = np.load({str(tmp_path / "rows.npy")!r})
-        np.save({str(tmp_path / "out.npy")!r}, model.predict(rows, verbose=0))
-        assert not any(m.split(".")[0] == "packexp" for m in sys.modules), "imported packexp"
-        """)
-    # Not from the checkout's directory, where packexp would be importable; with this
-    # process's TensorFlow settings (the suite's oneDNN setting: its kernels round otherwise).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert np.array_equal(np.load(tmp_path / "out.npy"),
-                          plain.best_model().predict(x_val, verbose=0))
 
 
 def test_fused_packs_keep_a_model_within_float_rounding_of_its_score(tmp_path):

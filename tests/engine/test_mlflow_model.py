@@ -1,5 +1,7 @@
-"""The search's best model as an MLflow Model: logged on the parent run, registered, loaded
-back through pyfunc, and served by ``mlflow models serve`` from a CSV search."""
+"""The search's best model as an MLflow Model: the settings, the input example, the folder
+against ``mlflow.keras``'s, and served by ``mlflow models serve`` from a CSV search. Logged on
+the parent run by the MLflow writer, registered and loaded back through pyfunc:
+tests/system/test_mlflow_model.py."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from packexp.data import Dataset, Scaling
 from packexp.records.search_result import SearchResult
 from packexp.testing.command import packexp as run_cli
 from packexp.testing.processes import free_port
-from packexp.tracking import MlflowTracker, NullTracker, keras_file, log_model_file
+from packexp.tracking import MlflowTracker, NullTracker, keras_file
 from packexp.tracking.models import (
     EXAMPLE_VALUES,
     example_rows,
@@ -33,8 +35,6 @@ from packexp.tracking.models import (
     registered_name,
 )
 from tests.system.test_mlflow_server import group_members, stop_group
-
-NAME = "packexp-digits"
 
 
 def digits_rows() -> tuple[np.ndarray, np.ndarray]:
@@ -156,96 +156,6 @@ def test_the_folder_is_the_one_mlflow_keras_save_model_writes(tmp_path):
         assert a[key] == b[key], key
     loaded = mlflow.pyfunc.load_model(str(ours))
     np.testing.assert_array_equal(loaded.predict(frame), net.predict(frame.values, verbose=0))
-
-
-# A search that logs and registers its best model (in this process; the writer in its own).
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    import packexp
-
-    root = tmp_path_factory.mktemp("model")
-    result = packexp.tune(data=digits_rows(), experiment="quick", strategy="knn",
-                          tracking="mlflow", run_dir=root / "run",
-                          overrides=[f"tracking.store_dir={root / 'store'}",
-                                     f"tracking.register_as={NAME}"])
-    return result, f"sqlite:///{root / 'store' / 'mlflow.db'}"
-
-
-@pytest.fixture
-def store(tuned, monkeypatch):
-    """The search's store as MLflow's default, for ``runs:/`` and ``models:/`` URIs."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tuned[1])
-    return tuned[1]
-
-
-@pytest.mark.tf
-@pytest.mark.process
-@pytest.mark.search
-def test_the_best_model_loads_from_the_run_and_predicts_as_its_file(tuned, store):
-    import mlflow.pyfunc
-
-    result, _ = tuned
-    logged = result.results["mlflow_model"]
-    assert logged == {"uri": f"runs:/{result.mlflow_run_id}/model", "registered_as": NAME}
-    rows = digits_rows()[0][:16]  # the user's raw pixels, 0 to 16, float64 as NumPy gives
-    model = mlflow.pyfunc.load_model(logged["uri"])
-    np.testing.assert_array_equal(np.asarray(model.predict(pd.DataFrame(rows))),
-                                  keras_predictions(result.run_dir / result.best["model"], rows))
-    schema = model.metadata.signature
-    assert [(s.type, s.shape) for s in schema.inputs.inputs] == [(np.float64, (-1, 64))]
-    assert [(s.type, s.shape) for s in schema.outputs.inputs] == [(np.float32, (-1, 10))]
-    assert model.metadata.flavors["keras"]["keras_backend"] == "tensorflow"
-
-
-@pytest.mark.tf
-@pytest.mark.process
-@pytest.mark.search
-def test_it_is_version_1_of_the_name_made_from_the_search_s_run(tuned, store):
-    import mlflow.artifacts
-    import mlflow.pyfunc
-    from mlflow import MlflowClient
-
-    result, _ = tuned
-    client = MlflowClient(store)
-    version = client.get_model_version(NAME, "1")
-    assert version.run_id == result.mlflow_run_id and version.status == "READY"
-    assert version.source.startswith("models:/m-")  # as mlflow.register_model records it
-    logged = client.get_logged_model(version.source.removeprefix("models:/"))
-    assert logged.source_run_id == result.mlflow_run_id and logged.name == "model"
-    assert logged.tags["trial_id"] == result.best["trial_id"]
-    assert logged.tags["file"] == result.best["model"]
-    example = json.loads(Path(mlflow.artifacts.download_artifacts(
-        f"models:/{NAME}/1/serving_input_example.json")).read_text())
-    rows = np.asarray(example["inputs"], np.float64)
-    np.testing.assert_array_equal(
-        np.asarray(mlflow.pyfunc.load_model(f"models:/{NAME}/1").predict(rows)),
-        keras_predictions(result.run_dir / result.best["model"], rows))
-    assert rows.shape == (5, 64)
-    np.testing.assert_allclose(rows, np.clip(np.round(rows), 0, 16), atol=1e-4)  # raw pixels
-
-
-@pytest.mark.tf
-@pytest.mark.process
-@pytest.mark.search
-def test_a_model_kept_later_joins_the_ended_run_and_the_next_version(tuned, store):
-    import mlflow.pyfunc
-
-    result, uri = tuned
-    file = result.run_dir / result.best["model"]
-    rows = pd.DataFrame(digits_rows()[0][:4],
-                        columns=[f"px{i}" for i in range(64)])
-    logged = log_model_file(uri, result.mlflow_run_id, file, "refit_model", rows,
-                            register_as=NAME, outputs=(10,), tags={"refit": "true"})
-    assert logged["uri"] == f"runs:/{result.mlflow_run_id}/refit_model"
-    assert logged["registered"] == f"models:/{NAME}/2"
-    refit = mlflow.pyfunc.load_model(logged["uri"])
-    assert refit.metadata.get_input_schema().inputs[0].shape == (-1, 64)
-    np.testing.assert_array_equal(np.asarray(refit.predict(rows)),
-                                  keras_predictions(file, rows.values))
-    first = mlflow.pyfunc.load_model(f"runs:/{result.mlflow_run_id}/model")
-    assert first.metadata.model_id != refit.metadata.model_id
 
 
 # The command line's CSV search, its registered model served by mlflow models serve.

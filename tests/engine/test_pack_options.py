@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -87,32 +85,6 @@ def test_a_bad_setting_is_refused_in_one_line_naming_it(pack, match):
 def test_a_value_outside_the_choices_is_refused_naming_them(setting, value, match):
     with pytest.raises(ValueError, match=match):
         check_choice(setting, value)
-
-
-@pytest.mark.process
-def test_the_config_checks_import_no_tensorflow():
-    code = ("import sys, packexp.config, packexp.space.options; "
-            "sys.exit('tensorflow' in sys.modules or 'keras' in sys.modules)")
-    subprocess.run([sys.executable, "-c", code], check=True,
-                   cwd=Path(__file__).resolve().parents[2])
-
-
-@pytest.mark.process
-def test_the_default_config_is_checked_before_tensorflow_and_scipy_s_optimize_load():
-    """``python -m packexp`` checks the config (instantiating the default ``strategy=cost``)
-    before TensorFlow starts, and TensorFlow's start loads SciPy's ``optimize``: imported
-    before it, it cost the command 0.47 CPU-s more (docs/BENCHMARKS.md)."""
-    code = ("import sys\n"
-            "from hydra import compose, initialize_config_dir\n"
-            "with initialize_config_dir(config_dir=sys.argv[1], version_base=None):\n"
-            "    cfg = compose('config')\n"
-            "from packexp.app.main import check\n"
-            "check(cfg)\n"
-            "print(sorted({'tensorflow', 'keras', 'scipy.optimize'} & set(sys.modules)))")
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", code, str(root / "conf")], check=True,
-                         cwd=root, capture_output=True, text=True)
-    assert out.stdout.split() == ["[]"], out.stdout
 
 
 # The one choice of a pack's program (choose_program), as the engine, the cache and the cost

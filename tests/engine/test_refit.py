@@ -17,7 +17,6 @@ from packexp.app.tasks.refit import merged, refittable, trial_seed
 from packexp.errors import ConfigError
 from packexp.runner.journal import Journal
 from packexp.space import SearchSpace
-from packexp.testing.command import packexp as run_cli
 from packexp.testing.config import compose_config
 
 QUICK = {"experiment": "quick", "strategy": "knn"}  # R=3, no tracking, plain packs, no XLA
@@ -121,15 +120,6 @@ def test_task_refit_is_refused_before_hydra_writes(tmp_path, capsys):
     # A run that can be refit: Hydra is told not to write its .hydra files over the run's.
     config = start(f"hydra.run.dir={tmp_path / 'run'}", "refit_epochs=2")
     assert config.hydra.output_subdir is None
-
-
-@pytest.mark.process
-def test_the_command_line_refuses_a_missing_run_with_one_line_and_exit_2(tmp_path):
-    out = run_cli("task=refit", f"hydra.run.dir={tmp_path / 'missing'}")
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        f"packexp: error: hydra.run.dir={tmp_path / 'missing'}: no such directory; give the "
-        "run directory of a finished search"]
 
 
 def test_a_tracked_run_s_refit_is_logged_on_its_mlflow_run(tmp_path, monkeypatch):
