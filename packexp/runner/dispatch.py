@@ -3,7 +3,6 @@ whichever worker finishes first."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -12,20 +11,20 @@ from packexp.executors import Executor, PackJob
 from packexp.records.record import RungResult
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
+from packexp.runner.settings import SearchClock
 from packexp.runner.signals import raise_if_interrupted
-from packexp.schedulers.base import Bracket
 
 
 @dataclass
 class Dispatch:
-    """Sends planned packs to ``executor`` and commits each one back through ``ledger``."""
+    """Sends planned packs to ``executor`` and commits each one back through ``ledger``; the
+    first one sent starts the search's ``clock``."""
 
     executor: Executor
     ledger: Ledger
     packer: Packer
     emit: Callable[[Event], None]
-    bracket: Callable[[int], Bracket]  # a bracket by its ``s``
-    first_pack_at: float | None = None  # time.time() when the first pack began
+    clock: SearchClock
     _sent: dict[str, tuple[Queued, float | None]] = field(default_factory=dict)  # in flight
     _order: dict[str, list[str]] = field(default_factory=dict)  # ordered plan -> sent keys
     _back: dict[str, tuple[PackJob, list]] = field(default_factory=dict)  # back, not committed
@@ -34,9 +33,7 @@ class Dispatch:
         """Sends a planned pack to a free worker."""
         raise_if_interrupted()  # a Ctrl-C that a finalizer swallowed stops the search here
         self.emit(PackStarted(queued.index, queued.job.key, queued.job.group))
-        if self.first_pack_at is None:  # the search's clock starts: start-up is over
-            self.first_pack_at = time.time()
-            self.ledger.started = self.executor.clock()
+        self.clock.start(self.executor.clock())  # the first pack's: start-up is over
         self._sent[queued.job.key] = queued, self.packer.predict(queued.job, queued.context)
         if queued.ordered:
             self._order.setdefault(queued.plan, []).append(queued.job.key)
@@ -59,8 +56,7 @@ class Dispatch:
         for key in keys:
             job, runs = self._back.pop(key)
             queued, predicted = self._sent.pop(key)
-            bracket = self.bracket(queued.bracket)
             for part, pack_run in enumerate(runs):
-                yield from self.ledger.commit(bracket, queued.rung, job.epochs,
+                yield from self.ledger.commit(queued.bracket, queued.rung, job.epochs,
                                               key + (f"-{part}" if len(runs) > 1 else ""),
                                               pack_run, predicted if len(runs) == 1 else None)

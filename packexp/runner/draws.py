@@ -7,13 +7,16 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packexp.objectives import Objective
 from packexp.samplers import Observation, Sampler
 from packexp.schedulers.base import Bracket
 from packexp.space import SearchSpace, Trial
 from packexp.space.drawn import Drawn
+
+if TYPE_CHECKING:
+    from packexp.runner.settings import SearchContext
 
 log = logging.getLogger(__name__)
 
@@ -24,24 +27,29 @@ class Draws:
     rungs are what the sampler learns from.
 
     A synchronous scheduler draws a bracket at a time (``bracket``), told the brackets before
-    it (``brackets``, in the order they run); an asynchronous one draws as it goes
-    (``more``), told every result so far, and names its draws itself.
+    it (of the search's ``brackets``, in the order they run); an asynchronous one draws as it
+    goes (``more``), told every result so far, and names its draws itself. ``context``: the
+    search's (its space and seed).
     """
 
-    space: SearchSpace
+    context: SearchContext
     sampler: Sampler
-    seed: int
     study: Any  # runner.study.Study
-    brackets: Sequence[Bracket] = ()
     drawn: dict[str, Trial] = field(default_factory=dict)  # by ``more``, or replayed
     configs: Drawn = field(default_factory=Drawn)  # their values, in the order drawn
 
-    def bracket(self, bracket: Bracket) -> list[Trial]:
-        """``bracket``'s configurations, told the brackets sampled before it: what a
-        resumed run knows at its start too, since it replays every bracket's results."""
-        earlier = self._earlier(bracket)
+    @property
+    def space(self) -> SearchSpace:
+        return self.context.space
+
+    def bracket(self, bracket: Bracket, brackets: Sequence[Bracket] = ()) -> list[Trial]:
+        """``bracket``'s configurations, told the brackets sampled before it among
+        ``brackets`` (the search's, in the order they run): what a resumed run knows at its
+        start too, since it replays every bracket's results."""
+        earlier = _earlier(bracket, brackets)
         before = [t for t in self.study.trials.values() if t.bracket in earlier]
-        trials = self.sampler.sample(self.space, bracket.rungs[0].n, self.seed, bracket.s,
+        trials = self.sampler.sample(self.space, bracket.rungs[0].n,
+                                     self.context.settings.seed, bracket.s,
                                      observed(before, self.study.objective),
                                      [dict(t.hparams) for t in before])
         if len(trials) < bracket.rungs[0].n:
@@ -50,16 +58,12 @@ class Draws:
         self.study.add_trials(bracket.s, trials)
         return trials
 
-    def _earlier(self, bracket: Bracket) -> set[int]:
-        order = [b.s for b in self.brackets] or [bracket.s]
-        return set(order[:order.index(bracket.s)]) if bracket.s in order else set()
-
     def more(self, n: int, salt: int, first: int) -> list[Trial]:
         """``n`` new configurations, told every result so far; numbered ``t<i>`` from
         ``first`` in the order drawn, seeded by ``salt`` (the plan that draws them)."""
         trials = [dataclasses.replace(t, trial_id=f"t{first + i:04d}", bracket=0)
                   for i, t in enumerate(self.sampler.sample(
-                      self.space, n, self.seed, salt,
+                      self.space, n, self.context.settings.seed, salt,
                       self.study.observed(), self.configs))]
         self.adopt(trials)
         return trials
@@ -83,3 +87,8 @@ def observed(trials: Iterable[Any], objective: Objective) -> list[Observation]:
     sampler learns from."""
     return [Observation(dict(t.hparams), r.epochs, objective.score(r))
             for t in trials for r in t.rungs if objective.score(r) is not None]
+
+
+def _earlier(bracket: Bracket, brackets: Sequence[Bracket]) -> set[int]:
+    order = [b.s for b in brackets] or [bracket.s]
+    return set(order[:order.index(bracket.s)]) if bracket.s in order else set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,12 +17,12 @@ from typing import Any
 from packexp.events import Event, MemberScored, MembersExploited, PackFinished, TrialEnded
 from packexp.records.record import PackRecord, RungResult
 from packexp.runner.checkpoints import CheckpointStore
-from packexp.runner.keep import NO_MODELS, KeepModels
+from packexp.runner.keep import KeepModels
+from packexp.runner.settings import SearchClock, SearchContext
 from packexp.runner.study import Study
 from packexp.schedulers.base import Bracket, Exploits
 from packexp.space import Trial
 from packexp.space.options import steps_for
-from packexp.strategies import Capacity
 
 
 @dataclass
@@ -39,16 +39,27 @@ class Ledger:
     study: Study
     emit: Callable[[Event], None]
     store: CheckpointStore
-    capacity: Capacity
-    tags: Mapping[str, str]
-    continue_on_promotion: bool = True
-    probe_seconds: Callable[[], float] = lambda: 0.0  # memory probes' time so far
-    started: float = 0.0
-    session: int = 0
-    keep: KeepModels = NO_MODELS  # whose trained weights the search hands over
+    context: SearchContext  # the capacity packs were planned in, the tags, what is kept
+    clock: SearchClock = field(default_factory=SearchClock)  # the search's: packs' times
     states: dict[str, Any] = field(default_factory=dict)
     starts: dict[str, tuple[Any, int]] = field(default_factory=dict)
     _probed: float = 0.0
+
+    @property
+    def continue_on_promotion(self) -> bool:
+        return self.context.settings.continue_on_promotion
+
+    @property
+    def keep(self) -> KeepModels:
+        """Whose trained weights the search hands over."""
+        return self.context.settings.keep
+
+    def start_step(self, trial_id: str) -> int:
+        """The step ``trial_id`` starts its next rung from: its last rung's, where it
+        continues from that checkpoint; an exploited member's, from its donor's; else 0."""
+        last = self.study.trials[trial_id].last
+        start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
+        return self.starts.get(trial_id, (None, start))[1]
 
     @property
     def _sizes_ranked(self) -> set[str]:
@@ -112,9 +123,9 @@ class Ledger:
         stale: list[Path] = []
         for m, result in zip(members, results, strict=True):
             before = self.study.trials[m.trial_id].last
-            self.emit(MemberScored(result, m.trial, pack, self.tags,
+            self.emit(MemberScored(result, m.trial, pack, self.context.settings.tags,
                                     before.pack_id if before else None,
-                                    round(self.capacity.cost(m.trial) / 2**20, 2)))
+                                    round(self.context.capacity.cost(m.trial) / 2**20, 2)))
             stale += self.store.superseded(m.trial_id, rung, before and before.checkpoint,
                                            result.checkpoint)
         best, packs = self.study.best(), self.study.packs
@@ -170,13 +181,14 @@ class Ledger:
                 pack_run: Any, predicted_s: float | None, checkpoint_s: float,
                 epochs_spent: float) -> PackRecord:
         """The pack's record: its members, settings and time by phase."""
-        probed = self.probe_seconds()
+        probed = self.context.settings.probe_seconds()
         probe_s, self._probed = probed - self._probed, probed
         return PackRecord.measured(
             pack_run, pack_id, bracket.s, rung, epochs, predicted_s=predicted_s,
             checkpoint_s=checkpoint_s, probe_s=probe_s, epochs_spent=epochs_spent,
-            planned_cost_bytes=sum(self.capacity.cost(m.trial) for m in pack_run.members),
-            search_started=self.started, session=self.session)
+            planned_cost_bytes=sum(self.context.capacity.cost(m.trial)
+                                   for m in pack_run.members),
+            search_started=self.clock.started, session=self.study.session)
 
     def restore(self, result: RungResult) -> None:
         """A result journaled before the resume, back in the study (nothing re-journaled). A
@@ -196,8 +208,7 @@ class Ledger:
         self.states.pop(trial_id, None)
 
     def exploit(self, decision: Exploits, epochs: float, members: Sequence[Trial],
-                after: Sequence[Trial], done: Container[str], train_size: int,
-                journaled: bool = False) -> None:
+                after: Sequence[Trial], done: Container[str], journaled: bool = False) -> None:
         """A population's exploits at interval ``decision.rung``'s end (``epochs``): journaled
         (unless a resume read them back), then made. Each exploited member still to train
         (not in ``done``) starts the next rung from its donor's end state, written to its own
@@ -211,7 +222,8 @@ class Ledger:
         before = {t.trial_id: t for t in members}
         now = {t.trial_id: t for t in after}
         for e in (e for e in decision.exploits if e.member not in done):
-            step = steps_for(epochs, now[e.member].batch_size, train_size)
+            step = steps_for(epochs, now[e.member].batch_size,
+                             self.context.settings.train_size)
             start = self.store.donor_start(
                 e.member, decision.rung, e.donor,
                 lambda d=e.donor: (self.states.get(d)

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from packexp.events import Event, PlanRecord, RungPlanned
-from packexp.executors import Executor, PackJob
+from packexp.executors import CacheView, PackJob
 from packexp.runner.ledger import Ledger
+from packexp.runner.settings import SearchContext
 from packexp.schedulers.base import Bracket
-from packexp.space import SearchSpace, Trial
+from packexp.space import Trial
 from packexp.space.options import steps_for
 from packexp.strategies import (
     Capacity,
@@ -37,7 +38,7 @@ class Queued:
 
     plan: str
     index: int
-    bracket: int
+    bracket: Bracket
     rung: int
     job: PackJob
     context: RungContext
@@ -46,22 +47,23 @@ class Queued:
 
 @dataclass
 class Packer:
-    """Packs a plan's trials for the search (``PackedSearch``) with its ``strategy``, within
-    ``capacity``, for the place packs train (``executor``, whose caches the strategy may weigh).
-    """
+    """Packs a plan's trials for the search (``PackedSearch``) with its context's strategy,
+    within its capacity, for the place packs train (``views``: what its caches keep now,
+    which the strategy may weigh: ``Executor.view``)."""
 
-    strategy: Strategy
-    capacity: Capacity
-    capacity_source: str
-    executor: Executor
+    context: SearchContext
     cache: Any  # packing.cache.PackCache
-    space: SearchSpace
     ledger: Ledger
     emit: Callable[[Event], None]  # the search's: the study first, then the listeners
-    continue_on_promotion: bool = True
-    lr_horizon: float | None = None  # epochs where schedules end; None: each rung's budget
-    train_size: int = 0  # training examples: a rung's steps per trial, for the strategy
-    brackets: Sequence[Bracket] = ()  # the whole search, for the strategy
+    views: Callable[[], CacheView]
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.context.strategy
+
+    @property
+    def capacity(self) -> Capacity:
+        return self.context.capacity
 
     def queued(self, key: str | None, bracket: Bracket, rung: int,
                packs: list[tuple[int, list[Trial], str | None]],
@@ -69,7 +71,7 @@ class Packer:
         """A plan's packs (each with its number in the plan) ready to send: named
         ``<plan>-p<j>``, where a synchronous rung's plan (``key`` None) is ``b<s>-r<rung>``."""
         name = key or f"b{bracket.s}-r{rung}"
-        return [Queued(name, j, bracket.s, rung, self.job(f"{name}-p{j:02d}", bracket, rung,
+        return [Queued(name, j, bracket, rung, self.job(f"{name}-p{j:02d}", bracket, rung,
                                                           group, fusion), context, key is None)
                 for j, group, fusion in packs]
 
@@ -91,11 +93,13 @@ class Packer:
                               sampled=sampled if key is not None else ()))
         return self.queued(key, bracket, rung, packs, context)
 
-    def pack(self, trials: list[Trial], bracket: Bracket,
-             rung: int) -> tuple[list[tuple[list[Trial], str | None]], RungContext]:
-        """The strategy's packs of ``trials`` for ``rung``, checked, and the rung's context."""
-        check_fits(trials, self.capacity, self.capacity_source)
-        context = self.context(trials, bracket.rungs[rung].r, bracket, rung)
+    def pack(self, trials: list[Trial], bracket: Bracket, rung: int,
+             brackets: Sequence[Bracket] = ()) -> tuple[list[tuple[list[Trial], str | None]],
+                                                       RungContext]:
+        """The strategy's packs of ``trials`` for ``rung``, checked, and the rung's context
+        (``brackets``: the search's, for how much of it is still to come)."""
+        check_fits(trials, self.capacity, self.context.settings.capacity_source)
+        context = self.rung_context(trials, bracket, rung, brackets)
         planned = self.strategy.plan(trials, self.capacity, context)
         check_partition(trials, [g for g, _ in planned], self.capacity)
         return planned, context
@@ -103,17 +107,17 @@ class Packer:
     def requeue(self, unfinished: Sequence[tuple[PlanRecord,
                                                  list[tuple[int, list[str], str | None]],
                                                  list[str]]],
-                current: Mapping[str, Trial]) -> list[Queued]:
+                current: Mapping[str, Trial], brackets: Sequence[Bracket]) -> list[Queued]:
         """A resume's plans that still have packs to train (``Replayed.unfinished``), those
         packs with their journaled numbers and their members as they train next (``current``);
         each plan with some is told again (journaled, so not re-journaled)."""
         queue = []
         for plan, left, done in unfinished:
-            bracket = next(b for b in self.brackets if b.s == plan.bracket)
+            bracket = next(b for b in brackets if b.s == plan.bracket)
             left = [(j, [current[i] for i in g], f) for j, g, f in left]
             todo = [t for _, g, _ in left for t in g]
-            check_fits(todo, self.capacity, self.capacity_source)
-            context = self.context(todo, bracket.rungs[plan.rung].r, bracket, plan.rung)
+            check_fits(todo, self.capacity, self.context.settings.capacity_source)
+            context = self.rung_context(todo, bracket, plan.rung, brackets)
             queue += self.announce(plan.key, bracket, plan.rung, left, context, done)
         return queue
 
@@ -122,7 +126,7 @@ class Packer:
         # A worker writes its members' end states where they continue or may be kept.
         return PackJob(key, group, bracket.rungs[rung].r,
                        {t.trial_id: self.ledger.state_for(t) for t in group}, fusion,
-                       self.lr_horizon,
+                       self.context.settings.lr_horizon,
                        checkpoint=self.ledger.continues(bracket, rung) or self.ledger.keep.keeps)
 
     def predict(self, job: PackJob, context: RungContext) -> float | None:
@@ -130,27 +134,27 @@ class Packer:
         if the strategy weighs no costs)."""
         if not isinstance(self.strategy, WeighsCosts):
             return None
-        view = self.executor.view()
+        view = self.views()
         return self.strategy.predict(job.group, job.fusion, dataclasses.replace(
             context, kept=view.kept, members=view.members, replayed=view.replayed))
 
-    def context(self, todo: list[Trial], epochs: float, bracket: Bracket,
-                rung: int) -> RungContext:
+    def rung_context(self, todo: list[Trial], bracket: Bracket, rung: int,
+                     brackets: Sequence[Bracket]) -> RungContext:
         """What strategies that weigh costs know of the rung: each trial's steps, what the
-        cache keeps, and how much of the search is still to come."""
+        cache keeps, and how much of the search (``brackets``) is still to come."""
+        settings, epochs = self.context.settings, bracket.rungs[rung].r
         steps = {}
         for t in todo:
-            last = self.ledger.study.trials[t.trial_id].last
-            start = last.steps if last and self.continue_on_promotion and last.checkpoint else 0
-            start = self.ledger.starts.get(t.trial_id, (None, start))[1]
-            total = steps_for(epochs, t.batch_size, self.train_size or 1)
-            steps[t.trial_id] = max(0, total - start)
-        view = self.executor.view()  # where packs train: one cache, or each worker's
+            total = steps_for(epochs, t.batch_size, settings.train_size or 1)
+            steps[t.trial_id] = max(0, total - self.ledger.start_step(t.trial_id))
+        view = self.views()  # where packs train: one cache, or each worker's
         future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
-            r.n for b in self.brackets if b.s < bracket.s for r in b.rungs)
+            r.n for b in brackets if b.s < bracket.s for r in b.rungs)
         return RungContext(steps, view.kept, view.members,
-                           checkpoint=rung + 1 < len(bracket.rungs) and self.continue_on_promotion,
+                           checkpoint=rung + 1 < len(bracket.rungs)
+                           and settings.continue_on_promotion,
                            future_trials=future,
-                           structures=self.space.count_structures(self.cache.model_runtime),
+                           structures=self.context.space.count_structures(
+                               self.cache.model_runtime),
                            replayed=view.replayed, model_runtime=self.cache.model_runtime,
                            bucketed=self.cache.bucketed)

@@ -24,7 +24,7 @@ from packexp.runner.keep import KeepModels
 from packexp.runner.ledger import Ledger
 from packexp.runner.packs import Packer, Queued
 from packexp.runner.replay import Replayed
-from packexp.runner.settings import SearchSettings
+from packexp.runner.settings import SearchClock, SearchContext, SearchSettings
 from packexp.runner.study import Study
 from packexp.samplers import Sampler
 from packexp.schedulers.base import (
@@ -71,25 +71,28 @@ class PackedSearch:
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
-        settings = self.settings
-        self.study.leaders.widen(settings.keep.top_k)  # the kept models, ranked as they come
-        self.cache = self.executor.cache
-        self.brackets: Sequence[Bracket] = ()  # the whole search (``run`` sets them)
+        # One context every part reads, and the few objects that own state (the study, the
+        # store, the ledger, the clock), handed to the parts that change them.
+        self.context = SearchContext(self.space, self.strategy, self.capacity, self.settings)
+        self.study.leaders.widen(self.settings.keep.top_k)  # the kept models, ranked as they come
+        self.brackets: tuple[Bracket, ...] = ()  # the whole search (``run`` sets them)
         self.stopped: str | None = None  # why the search stopped early; None: to its end
         self._current: dict[str, Trial] = {}  # each trial as it trains next
         self._members: dict[tuple[int, int], list[str]] = {}  # rung -> its plan's trials
         self._keyed = 0  # keyed plans so far: the next one's draw is seeded by this number
+        self.clock = SearchClock(self.started)
         self.store = CheckpointStore(self.study.run_dir / "checkpoints", self.executor.trainer)
-        self.ledger = Ledger(self.study, self._emit, self.store, self.capacity, settings.tags,
-                             settings.continue_on_promotion, settings.probe_seconds,
-                             self.started, self.study.session, keep=settings.keep)
-        self.draws = Draws(self.space, self.sampler, settings.seed, self.study, self.brackets)
-        self.packer = Packer(self.strategy, self.capacity, settings.capacity_source,
-                             self.executor, self.cache, self.space, self.ledger, self._emit,
-                             settings.continue_on_promotion, settings.lr_horizon,
-                             settings.train_size, self.brackets)
+        self.ledger = Ledger(self.study, self._emit, self.store, self.context, self.clock)
+        self.draws = Draws(self.context, self.sampler, self.study)
+        self.packer = Packer(self.context, self.executor.cache, self.ledger, self._emit,
+                             self.executor.view)
         self.dispatch = Dispatch(self.executor, self.ledger, self.packer, self._emit,
-                                 self._bracket)
+                                 self.clock)
+
+    @property
+    def cache(self) -> Any:
+        """The driver's pack cache (``packing.cache.PackCache``), the executor's."""
+        return self.executor.cache
 
     @property
     def seed(self) -> int:
@@ -107,7 +110,7 @@ class PackedSearch:
     @property
     def first_pack_at(self) -> float | None:
         """``time.time()`` when the first pack began; None before."""
-        return self.dispatch.first_pack_at
+        return self.clock.first_pack_at
 
     def searched_s(self) -> float:
         """Seconds searched, every session counted: this session's from its first pack on
@@ -116,7 +119,7 @@ class PackedSearch:
         they are ``results.json``'s ``wall_time_s``, which ``startup_s`` adds up with."""
         if self.first_pack_at is None:
             return self.study.earlier_s
-        return self.study.earlier_s + max(0.0, self.executor.clock() - self.ledger.started)
+        return self.study.earlier_s + max(0.0, self.executor.clock() - self.clock.started)
 
     @property
     def objective(self) -> Objective:
@@ -146,7 +149,7 @@ class PackedSearch:
         carried out in order, the highest rung's packs sent first, each pack committed as it
         comes back (a synchronous rung's in plan order) and its results told to the policy,
         until nothing waits or trains and the policy plans nothing more."""
-        self.brackets = self.draws.brackets = self.packer.brackets = policy.brackets()
+        self.brackets = tuple(policy.brackets())
         policy.start(self)
         queue = self._replay_into(policy)
         try:
@@ -209,7 +212,7 @@ class PackedSearch:
             else:
                 self._exploit(fact, journaled=True)
                 policy.on_exploits(fact)
-        return self.packer.requeue(self.replayed.unfinished(), self._current)
+        return self.packer.requeue(self.replayed.unfinished(), self._current, self.brackets)
 
     def _retire(self, decisions: Sequence[Decision]) -> None:
         """A replayed fact's retirements (a policy decides its plans in ``decide``)."""
@@ -225,7 +228,7 @@ class PackedSearch:
         if plan.sampled is not None:
             drawn = self._known(self.draws.replayed(plan.sampled))
         elif any(i not in self._current for i in ids):
-            drawn = self._known(self.draws.bracket(self._bracket(plan.bracket)))
+            drawn = self._known(self.draws.bracket(self._bracket(plan.bracket), self.brackets))
         else:
             drawn = []
         if plan.key is not None:
@@ -250,7 +253,7 @@ class PackedSearch:
             raise ValueError(f"{plan}: a synchronous plan draws only its bracket's first rung, "
                              f"{bracket.rungs[0].n} configurations")
         if plan.draw:
-            drawn = self._known(self.draws.bracket(bracket) if plan.key is None else
+            drawn = self._known(self.draws.bracket(bracket, self.brackets) if plan.key is None else
                                 self.draws.more(plan.draw, self._keyed, len(self.draws.drawn)))
         if plan.key is not None:
             self._keyed += 1
@@ -259,7 +262,7 @@ class PackedSearch:
         made = Planned(bracket.s, plan.rung, tuple(trials), len(drawn), plan.key)
         if not trials:
             return made, []
-        planned, context = self.packer.pack(trials, bracket, plan.rung)
+        planned, context = self.packer.pack(trials, bracket, plan.rung, self.brackets)
         return made, self.packer.announce(plan.key, bracket, plan.rung, [
             (j, g, f) for j, (g, f) in enumerate(planned)], context, sampled=drawn)
 
@@ -275,7 +278,7 @@ class PackedSearch:
         after = self._known(continued(members, decision.exploits, self.space))
         done = self.replayed.done.get((decision.bracket, decision.rung + 1), {})
         self.ledger.exploit(decision, self._bracket(decision.bracket).rungs[decision.rung].r,
-                            members, after, done, self.settings.train_size, journaled)
+                            members, after, done, journaled)
 
     def finish(self) -> None:
         self.ledger.finish()

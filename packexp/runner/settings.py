@@ -1,12 +1,18 @@
-"""A search's settings (``SearchSettings``): what ``PackedSearch`` takes beyond its parts."""
+"""A search's settings, the context its parts read (``SearchContext``) and its clock."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.keep import NO_MODELS, KeepModels
+
+if TYPE_CHECKING:
+    from packexp.space import SearchSpace
+    from packexp.strategies import Capacity, Strategy
 
 
 @dataclass(frozen=True)
@@ -35,3 +41,30 @@ class SearchSettings:
     train_size: int = 0
     budget: Budget = NO_BUDGET
     keep: KeepModels = NO_MODELS
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """What every part of a search reads and none changes: the space it draws from, the
+    strategy and capacity it packs with, and its settings. ``PackedSearch`` builds it once;
+    its parts (``Draws``, ``Packer``, ``Ledger``) take it, not copies of its fields."""
+
+    space: SearchSpace
+    strategy: Strategy
+    capacity: Capacity
+    settings: SearchSettings = field(default_factory=SearchSettings)
+
+
+@dataclass
+class SearchClock:
+    """The search's clock, owned by the search: it starts when the first pack is sent
+    (``start``), on the executor's clock (``started``) and the wall's (``first_pack_at``)."""
+
+    started: float = 0.0  # the executor's clock until the first pack, then its time then
+    first_pack_at: float | None = None  # time.time() when the first pack began; None before
+
+    def start(self, now: float) -> None:
+        """The first pack is sent at ``now`` (the executor's clock): start-up is over."""
+        if self.first_pack_at is None:
+            self.first_pack_at = time.time()
+            self.started = now

@@ -25,8 +25,8 @@ def test_the_searched_seconds_count_earlier_sessions_and_this_one_s_from_its_fir
     search.study.earlier_s = earlier_s([{"event": "start"}, {"event": "pack", "elapsed_s": 7.0},
                                         {"event": "resume"}])  # a session before
     assert search.searched_s() == 7.0
-    search.dispatch.first_pack_at = time.time() - 2.0
-    search.ledger.started = time.perf_counter() - 2.0
+    search.clock.first_pack_at = time.time() - 2.0
+    search.clock.started = time.perf_counter() - 2.0
     assert 9.0 <= search.searched_s() < 10.0
 
 

@@ -72,9 +72,9 @@ def planned(tmp_path: Path, back: list[int], key: str | None = None, split: bool
     """A search's first plan of six trials in three packs of two, journaled, and a dispatch
     whose workers hand its packs back in the order ``back`` gives; what it was told."""
     trainer = FakeTrainer(failing="")
-    search = fake_search(tmp_path, trainer, brackets=[BRACKET], strategy=Timed())
-    executor = InTheirOrder(trainer, back, split).start(search.cache)
-    search.executor = search.packer.executor = executor
+    search = fake_search(tmp_path, trainer, brackets=[BRACKET], strategy=Timed(),
+                         executor=InTheirOrder(trainer, back, split))
+    executor = search.executor
     six = [Trial(f"t{i}", {"x": 10 * i, "batch_size": 10}, (float(i),)) for i in range(6)]
     search.study.add_trials(0, six)
     packs, context = search.packer.pack(six, BRACKET, 0)
@@ -82,7 +82,7 @@ def planned(tmp_path: Path, back: list[int], key: str | None = None, split: bool
                                     [(j, g, f) for j, (g, f) in enumerate(packs)], context)
     told: list = []
     return search, Dispatch(executor, search.ledger, search.packer, told.append,
-                            lambda s: BRACKET), queued, told
+                            search.clock), queued, told
 
 
 def committed(run_dir: Path) -> list[str]:
@@ -116,13 +116,14 @@ def test_an_asynchronous_plan_is_committed_as_each_pack_comes_back(tmp_path):
 
 def test_each_pack_sent_is_told_and_the_first_starts_the_search_s_clock(tmp_path):
     search, dispatch, queued, told = planned(tmp_path, back=[0, 1, 2])
-    assert dispatch.first_pack_at is None
+    assert search.clock.first_pack_at is None
     before = time.time()
     dispatch.send(queued[0])
-    first, started = dispatch.first_pack_at, search.ledger.started
+    first, started = search.clock.first_pack_at, search.clock.started
     assert before <= first <= time.time() and started == 7.5  # on the executor's clock
     dispatch.send(queued[1])
-    assert (dispatch.first_pack_at, search.ledger.started) == (first, started)
+    assert (search.clock.first_pack_at, search.clock.started) == (first, started)
+    assert search.first_pack_at == first and search.ledger.clock is search.clock  # one clock
     assert told == [PackStarted(0, "b0-r0-p00", queued[0].job.group),
                     PackStarted(1, "b0-r0-p01", queued[1].job.group)]
     assert [job.key for job in search.executor.sent] == ["b0-r0-p00", "b0-r0-p01"]

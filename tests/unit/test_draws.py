@@ -10,10 +10,12 @@ import logging
 from packexp.events import RungResult, TrialRecord
 from packexp.objectives import ACCURACY, Objective
 from packexp.runner.draws import Draws, observed
+from packexp.runner.settings import SearchContext
 from packexp.runner.study import Study
 from packexp.samplers import Observation, Sampler
 from packexp.space import SearchSpace
-from packexp.testing.fake_trainer import HYPERBAND, SPACE, fake_search
+from packexp.strategies import Capacity
+from packexp.testing.fake_trainer import HYPERBAND, SPACE, InOrder, fake_search
 
 LOSS = Objective("val_loss", "min")
 
@@ -58,17 +60,18 @@ def test_observed_is_every_scored_rung_in_order_by_the_objective():
 
 def test_a_bracket_s_draw_is_told_the_scored_rungs_of_the_brackets_before_it():
     sampler, study = Noting(), Study()
-    draws = Draws(SPACE, sampler, 0, study, HYPERBAND.brackets())
-    b2, b1, b0 = HYPERBAND.brackets()  # in the order they run
-    first = draws.bracket(b2)
+    draws = Draws(context(SPACE), sampler, study)
+    brackets = HYPERBAND.brackets()
+    b2, b1, b0 = brackets  # in the order they run
+    first = draws.bracket(b2, brackets)
     assert [t.trial_id for t in first] == [f"b2-t{i:03d}" for i in range(9)]
     assert {t.trial_id: study.trials[t.trial_id].bracket for t in first} == {
         t.trial_id: 2 for t in first}
     study.restore(scored(first[0].trial_id, 2, 0.3))
     study.restore(scored(first[1].trial_id, 2, None))
-    second = draws.bracket(b1)
+    second = draws.bracket(b1, brackets)
     study.restore(scored(second[0].trial_id, 1, 0.6))
-    third = draws.bracket(b0)
+    third = draws.bracket(b0, brackets)
     (s2, h2, d2), (s1, h1, d1), (s0, h0, d0) = sampler.told
     assert (s2, h2, d2) == (2, [], [])  # the first bracket knows nothing
     assert (s1, h1) == (1, [Observation(dict(first[0].hparams), 1.0, 0.3)])
@@ -77,23 +80,23 @@ def test_a_bracket_s_draw_is_told_the_scored_rungs_of_the_brackets_before_it():
     assert d0 == [dict(t.hparams) for t in first + second]
     assert len(set(values(first + second + third))) == 9 + 5 + 3  # none drawn twice
     # Drawn again (a resumed run replays every bracket's results): the same configurations.
-    again = Draws(SPACE, Noting(), 0, Study(), HYPERBAND.brackets())
-    assert values(again.bracket(b2)) == values(first)
+    again = Draws(context(SPACE), Noting(), Study())
+    assert values(again.bracket(b2, brackets)) == values(first)
 
 
 def test_a_space_smaller_than_a_bracket_gives_what_it_has_and_says_so(caplog):
     tiny = SearchSpace({"x": [0, 1, 2], "batch_size": [10]})
     study = Study()
-    draws = Draws(tiny, Sampler(), 0, study, HYPERBAND.brackets())
+    draws = Draws(context(tiny), Sampler(), study)
     caplog.set_level(logging.WARNING, logger="packexp.runner.draws")
-    got = draws.bracket(HYPERBAND.brackets()[0])
+    got = draws.bracket(HYPERBAND.brackets()[0], HYPERBAND.brackets())
     assert sorted(t.hparams["x"] for t in got) == [0, 1, 2] and len(study.trials) == 3
     assert "bracket 2 wants 9 configurations; the space has only 3" in caplog.text
 
 
 def test_more_numbers_its_draws_in_order_told_every_result_and_none_drawn_twice():
     sampler, study = Noting(), Study()
-    draws = Draws(SPACE, sampler, 0, study)
+    draws = Draws(context(SPACE), sampler, study)
     first = draws.more(3, salt=0, first=0)
     assert [(t.trial_id, t.bracket) for t in first] == [("t0000", 0), ("t0001", 0),
                                                          ("t0002", 0)]
@@ -108,13 +111,14 @@ def test_more_numbers_its_draws_in_order_told_every_result_and_none_drawn_twice(
     assert len(set(values(first + later))) == 7
     assert set(draws.drawn) == {t.trial_id for t in first + later}
     # Seeded by the plan that draws them: the same plan draws the same configurations.
-    assert values(Draws(SPACE, Sampler(), 0, Study()).more(3, salt=0, first=0)) == values(first)
+    again = Draws(context(SPACE), Sampler(), Study())
+    assert values(again.more(3, salt=0, first=0)) == values(first)
 
 
 def test_a_resumed_plan_s_draws_are_known_again_and_drawn_no_more():
     four = SearchSpace({"x": [0, 1, 2, 3], "batch_size": [10]})
     study = Study()
-    draws = Draws(four, Sampler(), 0, study)
+    draws = Draws(context(four), Sampler(), study)
     sampled = [{"trial_id": "t0000", "hparams": {"x": 2, "batch_size": 10}, "seed": 11},
                {"trial_id": "t0001", "hparams": {"x": 0, "batch_size": 10}, "seed": 12}]
     back = draws.replayed(sampled)
@@ -126,3 +130,8 @@ def test_a_resumed_plan_s_draws_are_known_again_and_drawn_no_more():
     assert len(draws.configs) == 2
     rest = draws.more(2, salt=1, first=2)
     assert sorted(t.hparams["x"] for t in rest) == [1, 3]  # the two not drawn before
+
+
+def context(space: SearchSpace) -> SearchContext:
+    """A search's context of ``space``, seed 0 (the draws read no strategy or capacity)."""
+    return SearchContext(space, InOrder(), Capacity.members(2))

@@ -19,6 +19,7 @@ from packexp.events import (
 from packexp.runner import PackedSearch
 from packexp.runner.checkpoints import CheckpointStore
 from packexp.runner.ledger import Ledger
+from packexp.runner.settings import SearchContext, SearchSettings
 from packexp.runner.study import Study
 from packexp.samplers import Sampler
 from packexp.schedulers.base import Bracket, Exploits, Rung, continued
@@ -29,6 +30,7 @@ from packexp.testing.fake_trainer import (
     TRAIN_SIZE,
     FakeCache,
     FakeTrainer,
+    InOrder,
     State,
     fake_search,
 )
@@ -82,8 +84,10 @@ def ledger_of(tmp_path: Path, trainer: FakeTrainer, members: list[Trial],
     study = Study()
     study.add_trials(0, members)
     heard = Heard(study, tmp_path)
-    ledger = Ledger(study, heard, CheckpointStore(tmp_path, trainer), Capacity.members(2),
-                    {"strategy": "fake"}, continue_on_promotion)
+    settings = SearchSettings(tags={"strategy": "fake"}, train_size=TRAIN_SIZE,
+                              continue_on_promotion=continue_on_promotion)
+    ledger = Ledger(study, heard, CheckpointStore(tmp_path, trainer),
+                    SearchContext(POPULATION, InOrder(), Capacity.members(2), settings))
     return ledger, heard
 
 
@@ -232,7 +236,7 @@ def test_an_exploited_member_starts_its_next_rung_from_its_donor_s_state(tmp_pat
     decision = Exploits(0, 0, (exploit,))
     after = continued([donor, member], decision.exploits, POPULATION)
     heard.events = []
-    ledger.exploit(decision, 1.0, [donor, member], after, done=(), train_size=TRAIN_SIZE)
+    ledger.exploit(decision, 1.0, [donor, member], after, done=())
     [told] = heard.events
     assert isinstance(told, MembersExploited) and told.exploits == (exploit,)
     assert told.hparams == {"t0": dict(donor.hparams), "t1": {"x": 7, "batch_size": 20}}
@@ -258,7 +262,7 @@ def test_a_member_already_trained_is_not_exploited_again(tmp_path):
     heard.events = []
     ledger.exploit(decision, 1.0, [donor, member],
                    continued([donor, member], decision.exploits, POPULATION), done={"t1"},
-                   train_size=TRAIN_SIZE, journaled=True)
+                   journaled=True)
     [told] = heard.events  # read back from the journal: told, not journaled again
     assert isinstance(told, MembersExploited) and told.journaled
     assert ledger.starts == {}

@@ -89,8 +89,10 @@ def test_a_plan_that_loses_a_trial_or_a_member_too_large_is_refused_before_it_is
     bracket, five = drawn(search, 5)
     with pytest.raises(RuntimeError, match="each trial exactly once"):
         search.packer.pack(five, bracket, 0)
-    costly = dataclasses.replace(search.packer, capacity=Capacity(2**20, lambda t: 3 * 2**20),
-                                 capacity_source="device.memory_budget_mb")
+    costly = dataclasses.replace(search.packer, context=dataclasses.replace(
+        search.context, capacity=Capacity(2**20, lambda t: 3 * 2**20),
+        settings=dataclasses.replace(search.settings,
+                                     capacity_source="device.memory_budget_mb")))
     with pytest.raises(ConfigError, match=r"^device\.memory_budget_mb: 1\.00 MB is smaller "
                                           r"than one member \(t0, batch 10, needs 3\.0 MB\)$"):
         costly.pack(five, bracket, 0)
@@ -104,7 +106,7 @@ def test_a_rung_s_plan_names_its_packs_by_the_rung_and_a_keyed_plan_s_by_its_key
     packs = [(0, four[:2], None), (1, four[2:], "on")]
     rung = search.packer.queued(None, bracket, 1, packs, context)
     assert [(q.plan, q.index, q.bracket, q.rung, q.ordered) for q in rung] == [
-        ("b2-r1", 0, 2, 1, True), ("b2-r1", 1, 2, 1, True)]  # committed in plan order
+        ("b2-r1", 0, bracket, 1, True), ("b2-r1", 1, bracket, 1, True)]  # in plan order
     assert [(q.job.key, q.job.epochs, q.job.fusion) for q in rung] == [
         ("b2-r1-p00", 3.0, None), ("b2-r1-p01", 3.0, "on")]
     assert ids(q.job.group for q in rung) == [["t0", "t1"], ["t2", "t3"]]
@@ -141,8 +143,7 @@ def test_a_plan_is_journaled_before_its_packs_train_unless_a_resume_read_it_back
 
 def test_a_job_carries_its_members_starting_states_and_whether_they_are_needed_again(tmp_path):
     trainer = FakeTrainer(failing="")
-    search = fake_search(tmp_path, trainer)
-    search.packer.lr_horizon = 9.0
+    search = fake_search(tmp_path, trainer, lr_horizon=9.0)
     bracket, pair = drawn(search, 2)
     first = search.packer.job("b2-r0-p00", bracket, 0, pair, None)
     assert first.states == {"t0": None, "t1": None}  # fresh
@@ -154,31 +155,32 @@ def test_a_job_carries_its_members_starting_states_and_whether_they_are_needed_a
     assert (promoted.checkpoint, promoted.fusion, promoted.epochs) == (True, "on", 3.0)
     last = search.packer.job("b2-r2-p00", bracket, 2, pair[:1], None)
     assert last.checkpoint is False  # no rung continues from it, and no model is kept
-    search.ledger.keep = KeepModels()  # the best's weights are handed over
-    assert search.packer.job("b2-r2-p00", bracket, 2, pair[:1], None).checkpoint is True
+    kept = fake_search(tmp_path / "kept", trainer, keep=KeepModels())  # the best's handed over
+    bracket, pair = drawn(kept, 2)
+    assert kept.packer.job("b2-r2-p00", bracket, 2, pair[:1], None).checkpoint is True
 
 
 def test_the_rung_s_context_counts_each_trial_s_steps_left_and_the_trainings_to_come(tmp_path):
     trainer = FakeTrainer(failing="")
     search = fake_search(tmp_path, trainer)
     bracket, pair = drawn(search, 2)
-    start = search.packer.context(pair, 1.0, bracket, 0)
+    start = search.packer.rung_context(pair, bracket, 0, search.brackets)
     assert start.steps == {"t0": 10, "t1": 10} and start.checkpoint
     assert start.future_trials == 3 + 1 + (5 + 1) + 3  # this bracket's later rungs, the rest
     job = search.packer.job("b2-r0-p00", bracket, 0, pair, None)
     [run] = trainer.train_group(pair, search.cache, 1.0, job.states)
     search.ledger.commit(bracket, 0, 1.0, job.key, run)
     search.ledger.starts["t1"] = (State("t9", 5), 5)  # t1 continues from a donor's state
-    promoted = search.packer.context(pair, 3.0, bracket, 1)
+    promoted = search.packer.rung_context(pair, bracket, 1, search.brackets)
     assert promoted.steps == {"t0": 30 - 10, "t1": 30 - 5}  # what each has still to train
     assert (promoted.checkpoint, promoted.future_trials) == (True, 1 + 9)
-    last = search.packer.context(pair[:1], 9.0, bracket, 2)
+    last = search.packer.rung_context(pair[:1], bracket, 2, search.brackets)
     assert (last.checkpoint, last.future_trials) == (False, 9)
     assert last.structures == 40  # the fake's space: 40 values of x, the batch size runtime
     retrained = fake_search(tmp_path / "again", trainer, continue_on_promotion=False)
     retrained.study.add_trials(bracket.s, pair)
     retrained.ledger.commit(bracket, 0, 1.0, job.key, run)
-    again = retrained.packer.context(pair, 3.0, bracket, 1)
+    again = retrained.packer.rung_context(pair, bracket, 1, retrained.brackets)
     assert again.steps == {"t0": 30, "t1": 30} and not again.checkpoint  # from scratch
 
 
@@ -187,15 +189,16 @@ def test_only_a_strategy_that_weighs_costs_predicts_and_with_the_caches_as_they_
     search = fake_search(tmp_path, FakeTrainer())
     bracket, pair = drawn(search, 2)
     job = search.packer.job("b2-r0-p00", bracket, 0, pair, None)
-    context = search.packer.context(pair, 1.0, bracket, 0)
+    context = search.packer.rung_context(pair, bracket, 0, ())
     assert search.packer.predict(job, context) is None  # InOrder weighs none
     timed = Timed()
     assert isinstance(timed, WeighsCosts)
-    search.packer.strategy = timed
     now = CacheView(kept=frozenset({("pack",)}), members={("member",): 2},
                     replayed=frozenset({("fresh",)}))
-    monkeypatch.setattr(search.packer.executor, "view", lambda: now)
-    assert search.packer.predict(job, context) == 2.0
+    weighing = dataclasses.replace(
+        search.packer, context=dataclasses.replace(search.context, strategy=timed),
+        views=lambda: now)
+    assert weighing.predict(job, context) == 2.0
     [told] = timed.told
     assert (told.kept, told.members, told.replayed) == (now.kept, now.members, now.replayed)
     assert told.steps == context.steps and told.future_trials == context.future_trials

@@ -269,8 +269,7 @@ def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, fake_traine
 def test_every_pack_gets_the_searchs_lr_horizon(tmp_path, fake_trainer, horizon):
     """None (lr_horizon=rung): each pack's schedules end at its rung's epochs; 9.0
     (lr_horizon=trial): at R, whatever the rung."""
-    search = new_search(tmp_path, fake_trainer)
-    search.packer.lr_horizon = horizon
+    search = fake_search(tmp_path, fake_trainer, lr_horizon=horizon)
     search_to_the_end(search)
     assert fake_trainer.calls and all(c["lr_horizon"] == horizon for c in fake_trainer.calls)
 

@@ -36,9 +36,8 @@ class LastSentFirst(LocalExecutor):
 
 def search(run_dir: Path, trainer: FakeTrainer, policy: Scheduler,
            records: list | None = None) -> PackedSearch:
-    found = fake_search(run_dir, trainer, policy.brackets())
-    found.executor = found.packer.executor = found.dispatch.executor = LastSentFirst(
-        trainer=trainer).start(found.cache)
+    found = fake_search(run_dir, trainer, policy.brackets(),
+                        executor=LastSentFirst(trainer=trainer))
     assert (records is not None) == found.study.resumed  # a journal there: resumed
     found.run(policy)
     found.finish()

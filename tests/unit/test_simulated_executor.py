@@ -33,10 +33,9 @@ def search(run_dir: Path, policy: Scheduler, workers: int | None,
            durations: dict = DURATIONS) -> PackedSearch:
     """A search of the fake on the local executor (``workers`` None) or a simulated one."""
     trainer = FakeTrainer()
-    found = fake_search(run_dir, trainer, policy.brackets())
-    if workers is not None:
-        found.executor = found.packer.executor = found.dispatch.executor = SimulatedExecutor(
-            num_workers=workers, durations=durations, trainer=trainer).start(found.cache)
+    found = fake_search(run_dir, trainer, policy.brackets(), executor=None if workers is None
+                        else SimulatedExecutor(num_workers=workers, durations=durations,
+                                               trainer=trainer))
     found.run(policy)
     found.finish()
     return found
