@@ -65,8 +65,8 @@ def test_register_as_names_are_strings():
 
 
 def test_a_tracker_that_keeps_no_run_logs_no_model(tmp_path):
-    result = SearchResult.of(tmp_path, {"best": {"trial_id": "b0-t000",
-                                                 "model": "models/b0-t000.keras"}})
+    result = SearchResult.of(tmp_path, {"trials": [], "packs": [], "best": {
+        "trial_id": "b0-t000", "hparams": {}, "epochs": 1, "model": "models/b0-t000.keras"}})
     assert log_best_model(NullTracker(), result, tmp_path, dataset=None) is None
     assert NullTracker().log_model(None) is None
 

@@ -15,6 +15,7 @@ import packexp
 from packexp.app.main import RunDirCheck, check_run_settings
 from packexp.app.tasks.refit import merged, refittable, trial_seed
 from packexp.errors import ConfigError
+from packexp.records.best import Best
 from packexp.runner.journal import Journal
 from packexp.space import SearchSpace
 from packexp.testing.config import compose_config
@@ -29,7 +30,7 @@ def finished_run(run_dir, best=BEST, events=("start", "finished")):
     journal = Journal(run_dir)
     for event in events:
         journal.append(event, **({"config": {}} if event == "start" else {}))
-    (run_dir / "results.json").write_text(json.dumps({"trials": [], "best": best}))
+    (run_dir / "results.json").write_text(json.dumps({"trials": [], "packs": [], "best": best}))
     return run_dir
 
 
@@ -51,7 +52,9 @@ def test_a_missing_or_unfinished_run_is_refused_in_one_line(tmp_path):
         packexp.refit(running)
     with pytest.raises(ConfigError, match="its search was resumed and has not finished"):
         refittable(finished_run(tmp_path / "resumed", events=("start", "finished", "resume")))
-    assert refittable(finished_run(tmp_path / "stopped", events=("start", "stopped"))) == BEST
+    stopped = finished_run(tmp_path / "stopped", events=("start", "stopped"))
+    assert refittable(stopped) == Best.from_dict(BEST) == BEST | {
+        "val_accuracy": None, "metric": "val_accuracy", "value": None}
 
 
 def test_a_run_without_a_best_or_whose_best_is_a_schedule_is_refused(tmp_path):

@@ -20,9 +20,10 @@ from packexp import telemetry
 from packexp.app.main import run
 from packexp.config import fit_dataset_to_model
 from packexp.errors import ConfigError
-from packexp.events import PackRecord, RungResult, TrialRecord
 from packexp.records import plots
+from packexp.records.record import PackRecord, RungResult, TrialRecord
 from packexp.records.results import speedup_metrics
+from packexp.records.search_result import SearchResult
 from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import FakeTrainer
 from packexp.testing.processes import wait_until
@@ -121,7 +122,7 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
     assert metrics["best_val_accuracy"] == pytest.approx(best)
     assert metrics["median_step_time_ms"] > 0 and metrics["max_peak_rss_mb"] > 1
     assert metrics["wall_time_s"] == pytest.approx(results["wall_time_s"], abs=0.01)
-    expected = speedup_metrics(results)
+    expected = speedup(results)
     assert expected, "R=9 under knn has singleton packs to estimate from"
     assert metrics["speedup_vs_sequential_estimate"] == pytest.approx(
         expected["speedup_vs_sequential_estimate"])
@@ -382,6 +383,10 @@ def test_resource_sampler_reads_host_rss_and_the_gpu_when_there_is_one(monkeypat
         telemetry.ResourceSampler(0)
 
 
+def speedup(results):
+    return speedup_metrics(SearchResult.from_json("run", results))
+
+
 def test_speedup_estimate_by_hand():
     def trial(trial_id, batch_size, *rungs):
         return TrialRecord(trial_id, {"batch_size": batch_size}, 0, "finished", [
@@ -398,31 +403,37 @@ def test_speedup_estimate_by_hand():
     results = {"trials": trials, "packs": packs, "continue_on_promotion": True}
     # Alone: a 100 steps x 1 ms, b 50 x 3 ms, c 70 x 2 ms (interpolated), plus p1 and p2.
     sequential = 0.1 + 0.15 + 0.14 + 0.2 + 0.15
-    got = speedup_metrics(results)
+    got = speedup(results)
     assert got["sequential_train_s_estimate"] == pytest.approx(sequential)
     assert got["packed_train_s"] == pytest.approx(0.85)
     assert got["speedup_vs_sequential_estimate"] == pytest.approx(sequential / 0.85)
     results["continue_on_promotion"] = False  # a promoted trial retrains all 300 steps
-    assert speedup_metrics(results)["sequential_train_s_estimate"] == pytest.approx(
+    assert speedup(results)["sequential_train_s_estimate"] == pytest.approx(
         sequential + 0.1)
     packs[1]["members"] = packs[2]["members"] = ["a", "d"]
-    assert speedup_metrics(results) == {}
+    assert speedup(results) == {}
+
+
+def pack_record(**fields) -> PackRecord:
+    """A pack's record of ``fields``, the rest as an older record reads."""
+    return PackRecord.from_dict({"pack_id": "p0", "bracket": 0, "rung": 0, "epochs": 1.0,
+                                 "members": [], **fields})
 
 
 def test_pack_spans_put_a_resumed_session_after_the_first():
-    packs = [{"started_s": 1.0, "elapsed_s": 2.0}, {"started_s": 2.5, "elapsed_s": 4.0},
-             {"started_s": 0.5, "elapsed_s": 1.5},  # the resumed session's clock restarts
-             {"elapsed_s": 3.0, "build_s": 0.5, "train_s": 1.0}]
+    packs = [pack_record(started_s=1.0, elapsed_s=2.0), pack_record(started_s=2.5, elapsed_s=4.0),
+             pack_record(started_s=0.5, elapsed_s=1.5),  # the resumed session's clock restarts
+             pack_record(elapsed_s=3.0, build_s=0.5, train_s=1.0)]
     assert plots.pack_spans(packs) == [(1.0, 2.0), (2.5, 4.0), (4.5, 5.5), (5.5, 7.0)]
 
 
 def test_pack_spans_of_overlapping_packs_keep_each_session_on_one_clock():
     """Two workers: a pack published after another may have started before it ended (and
     under ASHA packs are published as they finish). Sessions come from the records."""
-    packs = [{"started_s": 0.0, "elapsed_s": 2.0, "session": 0},
-             {"started_s": 0.5, "elapsed_s": 3.0, "session": 0},  # overlaps the first
-             {"started_s": 1.0, "elapsed_s": 1.5, "session": 0},  # ended before both
-             {"started_s": 0.2, "elapsed_s": 1.0, "session": 1}]
+    packs = [pack_record(started_s=0.0, elapsed_s=2.0, session=0),
+             pack_record(started_s=0.5, elapsed_s=3.0, session=0),  # overlaps the first
+             pack_record(started_s=1.0, elapsed_s=1.5, session=0),  # ended before both
+             pack_record(started_s=0.2, elapsed_s=1.0, session=1)]
     assert plots.pack_spans(packs) == [(0.0, 2.0), (0.5, 3.0), (1.0, 1.5), (3.2, 4.0)]
 
 
@@ -445,18 +456,20 @@ PHASED = {"build_s": 0.1, "trace_s": 0.2, "train_s": 0.5, "eval_s": 0.05, "check
 
 
 def test_phase_segments_by_hand():
-    got = plots.phase_segments(PHASED, 1.0, 2.0, free_from=0.5)
+    got = plots.phase_segments(pack_record(**PHASED), 1.0, 2.0, free_from=0.5)
     want = [("build_s", 1.0, 0.1), ("trace_s", 1.1, 0.2), ("train_s", 1.3, 0.5),
             ("eval_s", 1.8, 0.05), ("checkpoint_s", 1.85, 0.05), ("other", 1.9, 0.1),
             ("probe_s", 0.7, 0.3)]
     assert [s[0] for s in got] == [w[0] for w in want]
     assert [s[1:] for s in got] == [pytest.approx(w[1:]) for w in want]
     # Clipped to the span, and the probe to the gap before it; zero phases draw nothing.
-    got = plots.phase_segments({**PHASED, "trace_s": 0.0}, 1.0, 1.4, free_from=0.9)
+    got = plots.phase_segments(pack_record(**{**PHASED, "trace_s": 0.0}), 1.0, 1.4,
+                               free_from=0.9)
     assert [s[0] for s in got] == ["build_s", "train_s", "probe_s"]
     assert [s[1:] for s in got] == [pytest.approx(w) for w in ((1.0, 0.1), (1.1, 0.3),
                                                               (0.9, 0.1))]
-    assert plots.phase_segments({"build_s": 0.1, "train_s": 0.5}, 1.0, 2.0) == []  # old record
+    old_record = pack_record(build_s=0.1, train_s=0.5)
+    assert plots.phase_segments(old_record, 1.0, 2.0) == []
 
 
 def test_the_plots_colour_every_phase_the_search_records():
@@ -467,15 +480,16 @@ def test_the_plots_colour_every_phase_the_search_records():
 
 def fake_results(old_second_pack: bool = False) -> dict:
     trial = {"bracket": 0, "hparams": {"batch_size": 32, "optimizer": "sgd"}, "status": "killed"}
-    trials = [{**trial, "trial_id": t, "rungs": [{"pack_id": "p0", "val_accuracy": 0.5}]}
+    rung = {"rung": 0, "epochs": 1, "steps": 10, "val_loss": 1.0, "train_loss": 1.0}
+    trials = [{**trial, "trial_id": t, "rungs": [{**rung, "pack_id": "p0", "val_accuracy": 0.5}]}
               for t in ("a", "b")]
-    trials[0]["rungs"].append({"pack_id": "p1", "val_accuracy": 0.7})
+    trials[0]["rungs"].append({**rung, "pack_id": "p1", "val_accuracy": 0.7})
     second = {"build_s": 0.05, "train_s": 0.6} if old_second_pack else {
         **PHASED, "trace_s": 0.0, "probe_s": 0.0, "reused": True}
     packs = [{**PHASED, "pack_id": "p0", "members": ["a", "b"], "epochs": 1, "started_s": 0.5,
-              "elapsed_s": 1.5},
+              "elapsed_s": 1.5, "bracket": 0, "rung": 0},
              {**second, "pack_id": "p1", "members": ["a"], "epochs": 3, "started_s": 1.5,
-              "elapsed_s": 2.3}]
+              "elapsed_s": 2.3, "bracket": 0, "rung": 0}]
     return {"strategy": "knn", "model": "mlp3", "dataset": "digits", "wall_time_s": 2.5,
             "trials": trials, "packs": packs}
 
@@ -485,7 +499,7 @@ def drawn(fig) -> collections.Counter:
 
 
 def test_the_timeline_splits_each_pack_into_its_phases_on_every_member_row(tmp_path):
-    results = fake_results()
+    results = SearchResult.from_json(tmp_path, fake_results())
     fig = plots.timeline_figure(results)
     # p0 on two rows: five phases, the rest of its span, the probe before it, an outline;
     # p1 (reused: nothing traced, no probe) on one: four phases, the rest, an outline;
@@ -503,24 +517,28 @@ def test_the_timeline_splits_each_pack_into_its_phases_on_every_member_row(tmp_p
     assert plots.timeline(results, tmp_path / "t.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_a_pack_recorded_before_the_phase_timings_draws_as_it_did():
-    fig = plots.timeline_figure(fake_results(old_second_pack=True))
+def test_a_pack_recorded_before_the_phase_timings_draws_as_it_did(tmp_path):
+    fig = plots.timeline_figure(SearchResult.from_json(tmp_path,
+                                                       fake_results(old_second_pack=True)))
     assert drawn(fig)["train_s"] == 2  # p0's two rows only
     assert len(fig.axes[0].patches) == sum(drawn(fig).values()) + 2  # p1: span, steps
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "training steps (train_s), after the build" in labels
 
 
-def test_phase_totals_and_train_share_come_from_the_results_or_their_packs():
+def test_phase_totals_and_train_share_come_from_the_results_or_their_packs(tmp_path):
     results = fake_results(old_second_pack=True)
-    assert plots.phase_totals(results) == {"build_s": 0.15, "trace_s": 0.2, "train_s": 1.1,
-                                           "eval_s": 0.05, "checkpoint_s": 0.05, "probe_s": 0.3}
-    assert plots.train_share(results) == pytest.approx(1.1 / 2.5)
+    result = SearchResult.from_json(tmp_path, results)
+    assert plots.phase_totals(result) == {"build_s": 0.15, "trace_s": 0.2, "train_s": 1.1,
+                                          "eval_s": 0.05, "checkpoint_s": 0.05, "probe_s": 0.3}
+    assert plots.train_share(result) == pytest.approx(1.1 / 2.5)
     results |= {"phases": {"train_s": 2.0}, "train_share": 0.8}
-    assert plots.phase_totals(results)["train_s"] == 2.0
-    assert plots.phase_totals(results)["build_s"] == 0.0
-    assert plots.train_share(results) == 0.8
-    assert plots.train_share({"packs": [], "wall_time_s": 0.0}) is None
+    result = SearchResult.from_json(tmp_path, results)
+    assert plots.phase_totals(result)["train_s"] == 2.0
+    assert plots.phase_totals(result)["build_s"] == 0.0
+    assert plots.train_share(result) == 0.8
+    empty = {"trials": [], "packs": [], "wall_time_s": 0.0}
+    assert plots.train_share(SearchResult.from_json(tmp_path, empty)) is None
 
 
 def test_outside_hydra_there_are_no_sweep_tags():

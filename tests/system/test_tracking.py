@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from packexp.events import PackRecord
+from packexp.records.record import PackRecord
 from packexp.tracking import MlflowTracker, TrackingError, writer_process
 
 
