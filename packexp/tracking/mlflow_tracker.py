@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packexp.events import (
-    MemberScored,
-    MembersExploited,
-    PackFinished,
-    RungPlanned,
-    SearchFinished,
-    Summary,
-    TrialEnded,
-)
 from packexp.records.record import PackRecord
 from packexp.tracking import writer_process
-from packexp.tracking.base import STATUS, Tracker, TrackingError
+from packexp.tracking.base import TrackingError
 from packexp.tracking.datasets import SOURCE, dataset_splits, source_tags, split_inputs
+from packexp.tracking.mlflow_events import MlflowEvents, now_ms
 from packexp.tracking.mlflow_writer import EXPERIMENT_KIND, INTERRUPTED, OUTCOMES, one_line
 from packexp.tracking.models import registered_name
 from packexp.tracking.writer_process import CallFailed, WriterGone
@@ -42,8 +33,9 @@ NO_JOB = frozenset({"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", 
                     "-sc", "--shell-completion"})
 
 
-class MlflowTracker(Tracker):
-    """One parent run per invocation and one nested run per trial.
+class MlflowTracker(MlflowEvents):
+    """One parent run per invocation and one nested run per trial (the search's events as
+    those runs keep them: ``mlflow_events.MlflowEvents``).
 
     Every MLflow call is made by a writer process (``mlflow_writer``) that owns the
     ``MlflowClient``, with explicit run ids, never the fluent active-run stack. ``start``
@@ -99,79 +91,6 @@ class MlflowTracker(Tracker):
     @property
     def run_id(self) -> str | None:
         return self._parent
-
-    # The search's events, each kept as the store keeps it.
-
-    def on_rung_planned(self, event: RungPlanned) -> None:
-        self.log_rung_plan(event.bracket, event.rung, event.epochs, event.packs, event.done,
-                           event.name)
-
-    def on_member_scored(self, event: MemberScored) -> None:
-        result, pack = event.result, event.pack
-        self.log_trial_rung(
-            result.trial_id, event.trial.hparams,
-            {**event.tags, "bracket": result.bracket, "rung": result.rung,
-             "pack_id": result.pack_id, "fused": str(pack.fused).lower(),
-             # Under executor=ray, where the rung trained: the worker, its node and host.
-             "worker": pack.worker, "node": pack.node, "host": pack.host,
-             "xla": str(pack.xla).lower(), "grouped_conv": pack.grouped_conv,
-             "promoted_from": event.promoted_from},
-            result.epochs,
-            {"val_accuracy": result.val_accuracy, "val_loss": result.val_loss,
-             "train_loss": result.train_loss, "val_mse": result.val_mse,
-             "val_mae": result.val_mae, "val_r2": result.val_r2, **(result.metrics or {}),
-             "params": result.params, "flops": result.flops,  # where the objective ranks by
-             "steps": result.steps,
-             "step_time_ms": pack.step_time_ms, "member_memory_mb": event.memory_mb,
-             "peak_rss_mb": pack.peak_rss_mb, "gpu_peak_memory_mb": pack.gpu_peak_memory_mb,
-             "members": len(pack.members), "switch_overhead_s": pack.switch_overhead_s})
-
-    def on_pack_finished(self, event: PackFinished) -> None:
-        self.log_pack(event.index, event.pack, event.best, event.epochs_spent, event.metric)
-
-    def on_members_exploited(self, event: MembersExploited) -> None:
-        """A population's values as stepped metrics of each member's run, ``hparam_<name>``
-        for each numeric one, at the epoch they train from (the first values at step 0),
-        and each exploit as its member's tag ``exploit_<epoch>``: donor, scores and values."""
-        exploits = {e.member: e for e in event.exploits}
-        now, epoch = _now_ms(), round(event.epochs)
-        for e in event.exploits:
-            if e.score is None and e.member in self._logged:  # diverged, and trains on
-                self._post("reopen a member's run", "reopen_trial", e.member)
-        for member, values in event.hparams.items():
-            if member not in self._logged:
-                continue
-            points = [(epoch, values)]
-            if event.rung == 0:
-                points.append((0, exploits[member].before if member in exploits else values))
-            metrics = [(f"hparam_{k}", float(v), now, step) for step, vs in points
-                       for k, v in vs.items()
-                       if isinstance(v, int | float) and not isinstance(v, bool)]
-            tags = {}
-            if member in exploits:
-                e = exploits[member]
-                tags[f"exploit_{epoch}"] = (
-                    f"copied {e.donor} ({_score(e.donor_score)} against its own "
-                    f"{_score(e.score)}); " + " ".join(f"{k}={v}" for k, v in values.items()))
-            self._post("log a population's values", "log_trial_rung", member, {}, tags,
-                       metrics, now)
-
-    def on_trial_ended(self, event: TrialEnded) -> None:
-        self.end_trial(event.trial_id, STATUS[event.status])
-
-    def on_search_finished(self, event: SearchFinished) -> None:
-        """Under several objectives, tags each trial run of the Pareto front
-        ``pareto_front=true``: filter the front in the UI with ``tags.pareto_front = 'true'``."""
-        for point in event.result.front or ():
-            if point.trial_id in self._logged:
-                self._post("tag the Pareto front", "log_trial_rung", point.trial_id, {},
-                           {"pareto_front": "true"}, [], _now_ms())
-
-    def on_summary(self, event: Summary) -> None:
-        if event.metrics or event.tags:
-            self.log_metrics(event.metrics, event.tags)
-        for path, folder in event.artifacts:
-            self.log_artifact(path, folder)
 
     def start(self, run_name: str, params: Mapping[str, Any], tags: Mapping[str, str],
               resume_run_id: str | None = None, config_yaml: str | None = None,
@@ -251,7 +170,7 @@ class MlflowTracker(Tracker):
     def _log_trial_rung(self, trial_id: str, hparams: Mapping[str, Any],
                         tags: Mapping[str, Any], epochs: float,
                         metrics: Mapping[str, float | None]) -> None:
-        now, step = _now_ms(), round(epochs)
+        now, step = now_ms(), round(epochs)
         self._send("log a trial's rung", "log_trial_rung", trial_id,
                    {k: str(v) for k, v in hparams.items()}, _strings(tags),
                    [(k, float(v), now, step) for k, v in metrics.items() if v is not None], now)
@@ -267,7 +186,7 @@ class MlflowTracker(Tracker):
         with the best so far again as ``best_so_far_by_epochs``, whose ``step`` is those
         epochs (rounded), to plot it against the budget used.
         """
-        now = _now_ms()
+        now = now_ms()
         values: dict[str, float | None] = {k: getattr(pack, k) for k in (
             "step_time_ms", "peak_rss_mb", "gpu_peak_memory_mb", "switch_overhead_s",
             "build_s", "trace_s", "train_s", "eval_s", "checkpoint_s", "probe_s",
@@ -292,12 +211,12 @@ class MlflowTracker(Tracker):
             self._pending[trial_id] = status  # retired before its first rung was logged
             return
         self._post("end a trial run", "end_trial", trial_id, status,
-                   OUTCOMES.get(status, status.lower()), _now_ms())
+                   OUTCOMES.get(status, status.lower()), now_ms())
 
     def log_metrics(self, metrics: Mapping[str, float | None],
                     tags: Mapping[str, str] | None = None) -> None:
         """Metrics (and tags) on the parent run."""
-        now = _now_ms()
+        now = now_ms()
         self._post("log metrics", "log_metrics",
                    [(k, float(v), now, 0) for k, v in metrics.items() if v is not None],
                    dict(tags or {}))
@@ -331,7 +250,7 @@ class MlflowTracker(Tracker):
             self._sampler = None
         writer, parent, self._writer, self._parent = self._writer, self._parent, None, None
         try:
-            writer.call("end", status, _now_ms())
+            writer.call("end", status, now_ms())
         except WriterGone as e:
             self._writer_gone("end the run", e)
         except BaseException:  # interrupted while it drains: it goes on, and ends the runs
@@ -393,7 +312,7 @@ class MlflowTracker(Tracker):
             writer.call("start", {**self._spec, "resume_run_id": parent, "config_yaml": None,
                                   "splits": []})
             writer.call("log_metrics", [], {"tracking": "lost"})
-            writer.call("end", "FAILED", _now_ms())
+            writer.call("end", "FAILED", now_ms())
         except (WriterGone, CallFailed, OSError) as e:
             log.warning("MLflow: could not end the runs the lost writer left open (%s)",
                         one_line(e))
@@ -451,14 +370,6 @@ def _prewarm_for_the_command_line() -> None:
 
 def _strings(tags: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in tags.items() if v is not None}
-
-
-def _score(value: float | None) -> str:
-    return "diverged" if value is None else f"{value:.4f}"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _prewarm_for_the_command_line()
