@@ -104,7 +104,7 @@ class PackCache:
     @property
     def bucketed(self) -> bool:
         """Whether packs run compiled (XLA) programs on batches padded to the bucket, so a
-        program is kept per member-count bucket (``pack_options.member_bucket``) and packs
+        program is kept per member-count bucket (``space.options.member_bucket``) and packs
         of fewer members fill idle seats. Known once a member is built: under
         ``jit_compile=auto``, only models without convolutions compile."""
         jit = self.pack_options.get("jit_compile", PACK_DEFAULTS.jit_compile)

@@ -295,7 +295,7 @@ class FusedPack:
 
 
 class FusedProgram:
-    """The fused program (``pack_options.FUSED``): the members as one model with a member
+    """The fused program (``space.options.FUSED``): the members as one model with a member
     axis (``FusedPack``), built when the pack first trains and kept while its membership
     holds. Equal to training alone up to float rounding."""
 

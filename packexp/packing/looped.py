@@ -299,7 +299,7 @@ def looped_evaluator(members: Sequence[Member], data: DeviceData,
 
 
 class LoopedProgram:
-    """The looped program (``pack_options.LOOPED``): one model of the architecture run once
+    """The looped program (``space.options.LOOPED``): one model of the architecture run once
     per member inside one program, the members' state stacked (``LoopedState``) and carried
     from one training call to the next. Bit for bit what each member gets trained alone."""
 

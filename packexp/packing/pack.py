@@ -54,7 +54,7 @@ class Pack:
       needs, and each distinct ``Preprocessing`` runs once per step for all who use it.
       Members then see each other's data order, so results depend on pack-mates.
 
-    ``settings`` are the pack settings (``pack_options.PackSettings``), a run's defaults
+    ``settings`` are the pack settings (``space.options.PackSettings``), a run's defaults
     unless given: fused and compiled where ``auto`` chooses; ``fusion="off",
     jit_compile=False`` gives the plain pack, traced but not compiled. ``batch_bucket``: the
     search's largest batch size, where compiled members' batches are padded to it.

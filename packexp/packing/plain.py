@@ -1,5 +1,5 @@
 """The plain program: every member's own Keras model and optimizer, side by side in one
-traced step (``pack_options.PLAIN``). Bit for bit what each member gets trained alone."""
+traced step (``space.options.PLAIN``). Bit for bit what each member gets trained alone."""
 
 from __future__ import annotations
 
