@@ -22,6 +22,7 @@ from packexp.app.tasks.refit import check_settings as check_refit
 from packexp.app.tasks.refit import keep_run_config
 from packexp.config import check_search, config_errors, fit_dataset_to_model
 from packexp.errors import ConfigError, flag, is_number, positive_int
+from packexp.executors.base import tensorflow_trainer
 from packexp.runner.keep import keep_setting
 from packexp.startup import mark
 
@@ -34,9 +35,9 @@ MAX_SEED = 2**32 - 1
 
 def job(cfg: DictConfig, trainer: Any = None) -> float:
     """A job of ``python -m packexp`` or ``packexp.tune``: the config checked before TensorFlow
-    loads (a bad value is reported at once), TensorFlow started (unless ``trainer``, or the
-    one the executor's config names, measures no device: ``run``), and the task run in
-    Hydra's run directory."""
+    loads (a bad value is reported at once), what trains started (``Trainer.start``: TensorFlow
+    for its trainer, nothing for one that needs none, as ``trainer`` or the one the executor's
+    config names: ``run``), and the task run in Hydra's run directory."""
     with config_errors():
         check(cfg)
         if trainer is None and cfg.get("task") in ("tune", "refit"):
@@ -44,9 +45,12 @@ def job(cfg: DictConfig, trainer: Any = None) -> float:
 
             trainer = named_trainer(cfg)  # executor=simulated's fake: no TensorFlow to start
     mark("composition")
-    if trainer is None or trainer.measures_device:
+
+    def tensorflow() -> None:
         start_tensorflow(use_gpu=trains_here(cfg))
         mark("tensorflow")
+
+    (trainer if trainer is not None else tensorflow_trainer()).start(tensorflow)
     return run(cfg, trainer=trainer)
 
 

@@ -6,6 +6,7 @@ trains the same wherever it trains."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,27 +16,30 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from packexp.config.checks import check_batch_sizes, check_pairing, check_search, head_of
 from packexp.config.choices import component_name
-from packexp.config.device import apply_threads
+from packexp.config.device import ProbeFiles, apply_threads, device_capacity, facts_here
 from packexp.config.preprocessing import check_preprocessing, preprocessing_for
 from packexp.config.probes import probe_model
 from packexp.config.settings import batch_bucket, member_cap, pack_settings, reuse_setting
 from packexp.config.targets import instantiate, load_dataset, model_node
 from packexp.events import Listener
-from packexp.executors.base import Trainer, tensorflow_trainer
+from packexp.executors.base import DeviceReport, Trainer, tensorflow_trainer
 from packexp.objectives import NO_HEAD, Head, Objective
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
 from packexp.space import SearchSpace, Trial
 from packexp.space.options import steps_for
 from packexp.startup import mark
-from packexp.strategies import Capacity, Device, Strategy
+from packexp.strategies import Capacity, Device, Strategy, WeighsCosts
+from packexp.strategies.calibration import kept_directory
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Components:
-    """What a search is made of, instantiated from ``cfg`` and checked.
+    """What a search is made of, instantiated from ``cfg`` and checked. A trainer that measures
+    its device (TensorFlow's) hands its device calls (``executors.Trainer``) to these parts:
+    ``set_up_device``, ``pack_cache``, ``measured_facts``, ``measure_device``.
 
     Attributes:
         names: The config files chosen for strategy, model and dataset (run names, tags).
@@ -58,11 +62,9 @@ class Components:
     def build(cls, cfg: DictConfig, probe: bool = True,
               trainer: Trainer | None = None) -> Components:
         """Instantiates and checks the search's parts; with ``probe``, builds the model for
-        every value of its hyper-parameters so a bad one fails before any training. The
-        thread counts are set here, before TensorFlow's runtime starts. ``trainer`` trains
-        the packs (TensorFlow's when None); one that measures no device builds no model and
-        starts no TensorFlow. Without one, the executor's config may name it
-        (``named_trainer``)."""
+        every value of its hyper-parameters so a bad one fails before any training
+        (``Trainer.set_up``). ``trainer`` trains the packs (TensorFlow's when None); without
+        one, the executor's config may name it (``named_trainer``)."""
         trainer = trainer if trainer is not None else named_trainer(cfg) or tensorflow_trainer()
         space, scheduler, strategy, objective = check_search(cfg)
         sampler = instantiate(cfg.sampler, "sampler")
@@ -72,16 +74,22 @@ class Components:
         head = head_of(cfg, objective)
         check_pairing(cfg, build_model, dataset)
         check_batch_sizes(space, dataset)
-        if trainer.measures_device:
-            apply_threads(cfg.device)
-        if probe and trainer.measures_device:
-            probe_model(build_model, dataset, space)
+        parts = cls(cfg, space, scheduler, strategy, sampler, objective, dataset, build_model,
+                    member_cap(cfg.pack.max_members),
+                    {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}, head,
+                    trainer)
+        trainer.set_up(parts, probe)
         check_preprocessing(cfg.preprocess, space, dataset.input_shape)
         mark("model")
-        return cls(cfg, space, scheduler, strategy, sampler, objective, dataset, build_model,
-                   member_cap(cfg.pack.max_members),
-                   {g: component_name(cfg, g) for g in ("strategy", "model", "dataset")}, head,
-                   trainer)
+        return parts
+
+    def set_up_device(self, probe: bool) -> None:
+        """Readies this process to train on a measured device: TensorFlow's thread counts set
+        before its runtime starts; with ``probe``, the model built for every value of its
+        hyper-parameters."""
+        apply_threads(self.cfg.device)
+        if probe:
+            probe_model(self.build_model, self.dataset, self.space)
 
     def facts(self) -> dict[str, Any]:
         """The search's names, seed and schedule, as ``results.json`` states them."""
@@ -107,20 +115,21 @@ class Components:
                 f"seed{self.cfg.seed}")
 
     def cache(self, dataset: Any = None) -> Any:
-        """A ``PackCache`` on this process's device: the dataset there (``dataset``: another
-        of the same shape instead, a refit's training and validation rows), members built
-        from the config, the model's runtime hyper-parameters left out of structures, and
-        every batch padded to the search's largest where a program is compiled. A trainer
-        that measures no device makes its own (``Trainer.cache``)."""
-        if not self.trainer.measures_device:
-            return self.trainer.cache(self.dataset if dataset is None else dataset)
+        """The trainer's cache in this process for the search's dataset (``dataset``: another
+        of the same shape instead, a refit's training and validation rows):
+        ``Trainer.cache``."""
+        return self.trainer.cache(self, self.dataset if dataset is None else dataset)
+
+    def pack_cache(self, dataset: Any) -> Any:
+        """A ``PackCache`` on this process's device: ``dataset`` there, members built from
+        the config, the model's runtime hyper-parameters left out of structures, and every
+        batch padded to the search's largest where a program is compiled."""
         from packexp.models import runtime_hparams
         from packexp.packing import Member
         from packexp.packing.cache import PackCache
         from packexp.packing.data import device_data
 
         cfg, build_model = self.cfg, self.build_model
-        dataset = self.dataset if dataset is None else dataset
         data = device_data(dataset, head=self.head)
 
         def make_member(trial: Trial) -> Member:
@@ -153,6 +162,29 @@ class Components:
         node = self.cfg.get("listeners") or {}
         return [instantiate(node[name], f"listeners.{name}", run_dir=run_dir)
                 for name in sorted(node) if node[name] is not None]
+
+    def measured_facts(self, executor: Any) -> Any:
+        """The ``telemetry.DeviceFacts`` of where ``executor`` trains packs."""
+        return executor.on_device(facts_here)
+
+    def measure_device(self, cache: Any, executor: Any, facts: Any,
+                       run_dir: Path) -> DeviceReport:
+        """The device's capacity for one pack, measured where ``executor`` trains packs
+        (estimated; probed where it matters, or read from probes kept before), and the
+        strategy readied for the device ``facts`` names (``WeighsCosts.prepare``: a
+        calibration, for one that weighs costs); ``cache`` is this process's."""
+        probes = ProbeFiles(run_dir, kept_directory(self.cfg.device.get("probe_dir")),
+                            self.calibration_facts(facts))
+        capacity, source, probes.seconds = device_capacity(
+            self.cfg.device, self.max_members, cache.make_member, executor.on_device, probes)
+        mark("capacity")
+        started = time.perf_counter()
+        if isinstance(self.strategy, WeighsCosts):
+            self.strategy.prepare(self.device(run_dir, facts, executor.on_device, capacity,
+                                              cache.data.train_size, executor.place()))
+        seconds = time.perf_counter() - started  # within the phase the mark ends
+        mark("calibration")
+        return DeviceReport(capacity, source, probes.seconds, probes.summary, seconds)
 
     def device(self, run_dir: Path, facts: Any, on_device: Callable[..., Any],
                capacity: Capacity, train_size: int,

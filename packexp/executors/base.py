@@ -15,9 +15,11 @@ from packexp.space import Trial
 
 if TYPE_CHECKING:
     from packexp.packing.runs import PackRun
+    from packexp.strategies import Capacity
+    from packexp.telemetry import DeviceFacts
 
-__all__ = ["ATTEMPTS", "CacheView", "Executor", "ExecutorError", "PackJob", "Trainer",
-           "discard_attempts"]
+__all__ = ["ATTEMPTS", "CacheView", "DeviceReport", "Executor", "ExecutorError", "PackJob",
+           "Trainer", "discard_attempts"]
 
 
 @dataclass(frozen=True)
@@ -82,20 +84,66 @@ class CacheView:
         return key in self.kept, built, sum(k in self.replayed for k in member_keys)
 
 
-class Trainer(Protocol):
-    """The seam between the search and what trains its packs. An executor takes one
-    (``Executor(trainer=...)``); the search, its ledger and checkpoint store keep states through
-    it. ``packing.TensorFlowTrainer`` is the default; ``packexp.testing.FakeTrainer`` scores
-    members without TensorFlow, for tests and scheduler research.
+@dataclass(frozen=True)
+class DeviceReport:
+    """The device packs train on, as the search plans for it (``Trainer.prepare_device``).
 
-    A trainer that ``measures_device`` (TensorFlow's) has its capacity, memory probes,
-    calibration and device facts measured where packs train; one that does not gives them
-    itself (``facts``, ``capacity``, ``cache``).
+    Attributes:
+        capacity: One pack's capacity.
+        source: The setting it comes from (``device.memory_budget_mb=...``, ``fake trainer``).
+        probe_seconds: The memory probes' clock: their seconds so far (a pack planned later
+            may still probe).
+        memory_probes: Where the probes the search planned with came from, as
+            ``results.json`` records it (``config.device.ProbeFiles.summary``); None for none.
+        calibration_s: The seconds the strategy took to ready itself for the device.
+    """
+
+    capacity: Capacity
+    source: str
+    probe_seconds: Callable[[], float] = lambda: 0.0
+    memory_probes: Callable[[], dict[str, str] | None] = lambda: None
+    calibration_s: float = 0.0
+
+
+class Trainer(Protocol):
+    """The seam between the search and what trains its packs: every call the search makes of
+    it. An executor takes one (``Executor(trainer=...)``); the search, its ledger and
+    checkpoint store keep states through it. ``packing.TensorFlowTrainer`` is the default;
+    ``packexp.testing.FakeTrainer`` scores members without TensorFlow, for tests and scheduler
+    research.
+
+    The device is the trainer's to answer for: a job has it start what trains (``start``);
+    the search has it ready this process (``set_up``), build the cache packs train with
+    (``cache``), tell the device's facts (``device_facts``) and one pack's capacity
+    (``prepare_device``), each given the search's parts (``parts``: ``config.Components``).
+    TensorFlow's trainer hands these to the parts, which measure the device where packs
+    train (memory probes, calibrations); a trainer that measures none answers them itself.
     """
 
     name: str
+    #: Whether the device is measured where packs train (``executors.ray``'s actors measure
+    #: theirs, so they take no other trainer).
     measures_device: bool
     checkpoint_suffix: str  # the suffix ``write_state`` gives a state file
+
+    def start(self, tensorflow: Callable[[], None]) -> None:
+        """Starts what trains packs in this process before a job's task runs
+        (``app.main.job``); ``tensorflow`` starts TensorFlow as the command does."""
+
+    def set_up(self, parts: Any, probe: bool) -> None:
+        """Readies this process to train the packs of ``parts`` (``Components.build``); with
+        ``probe``, checks the model builds for every value of its hyper-parameters."""
+
+    def cache(self, parts: Any, dataset: Any) -> Any:
+        """The cache this process trains packs of ``dataset`` with (``Components.cache``)."""
+
+    def device_facts(self, parts: Any, executor: Executor) -> DeviceFacts:
+        """The device packs train on (with ``executor``), as ``results.json`` tags it."""
+
+    def prepare_device(self, parts: Any, cache: Any, executor: Executor, facts: DeviceFacts,
+                       run_dir: Path) -> DeviceReport:
+        """One pack's capacity on the device ``facts`` names, and the strategy readied for
+        it: a strategy that weighs costs calibrated (``WeighsCosts.prepare``)."""
 
     def train_group(self, group: Sequence[Trial], cache: Any, epochs: float,
                     states: Mapping[str, Any], fusion: str | None = None,

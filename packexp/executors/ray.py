@@ -93,7 +93,7 @@ class RayExecutor(RayPool, Executor):
                  ready_timeout_s: float = 120, trainer: Any = None,
                  worker_cache: str = WORKER_CACHE) -> None:
         super().__init__(cfg, run_dir, trainer)
-        if not self.trainer.measures_device:
+        if not self.trainer.measures_device:  # an actor's cache and device facts are measured
             raise ConfigError(f"executor=ray: its actors train with TensorFlow's trainer; the "
                               f"{self.trainer.name} trainer runs under executor=local")
         prepare(address)

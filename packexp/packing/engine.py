@@ -4,7 +4,7 @@ the engine's modules when it is first called."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,29 @@ from packexp.space import Trial
 class TensorFlowTrainer:
     """Trains packs with ``packing.trainer.train_group`` on a ``PackCache``; keeps a member's
     state as an ``.npz`` file (``packing.member``) and hands a trained member over as a
-    ``.keras`` file (``packing.export``). It measures the device it trains on: memory probes,
-    calibrations and device facts come from there."""
+    ``.keras`` file (``packing.export``). It measures the device it trains on: its device
+    calls go to the search's parts (``config.Components``), which build the ``PackCache`` and
+    take memory probes, calibrations and device facts where packs train."""
 
     name = "tensorflow"
     measures_device = True
+
+    def start(self, tensorflow: Callable[[], None]) -> None:
+        """TensorFlow started before the job's task (``app.main.start_tensorflow``)."""
+        tensorflow()
+
+    def set_up(self, parts: Any, probe: bool) -> None:
+        parts.set_up_device(probe)
+
+    def cache(self, parts: Any, dataset: Any) -> Any:
+        return parts.pack_cache(dataset)
+
+    def device_facts(self, parts: Any, executor: Any) -> Any:
+        return parts.measured_facts(executor)
+
+    def prepare_device(self, parts: Any, cache: Any, executor: Any, facts: Any,
+                       run_dir: Path) -> Any:
+        return parts.measure_device(cache, executor, facts, run_dir)
 
     @property
     def checkpoint_suffix(self) -> str:

@@ -14,26 +14,27 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from packexp.errors import ConfigError
 from packexp.events import Listener, Listeners, TrialEnded
-from packexp.executors import LocalExecutor
+from packexp.executors import Executor, LocalExecutor
+from packexp.executors.base import DeviceReport
 from packexp.objectives import ACCURACY, Objective
 from packexp.packing.runs import Evaluation, MemberResult, PackRun, PackStats
 from packexp.runner import PackedSearch, SearchSettings, Study
-from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.journal import Journal
-from packexp.runner.keep import NO_MODELS, KeepModels
 from packexp.samplers import Sampler
 from packexp.schedulers import Hyperband
 from packexp.schedulers.base import Bracket
 from packexp.space import SearchSpace, Trial
 from packexp.space.options import member_key, steps_for
-from packexp.strategies import Capacity, Strategy, greedy_fill
+from packexp.startup import mark
+from packexp.strategies import Capacity, Strategy, WeighsCosts, greedy_fill
 
 SPACE = SearchSpace({"x": list(range(40)), "batch_size": [10]})
 TRAIN_SIZE = 100
@@ -63,15 +64,15 @@ class State:
 
 class FakeTrainer:
     """The trainer seam's fake (``executors.Trainer``): ``train_group``, the states, the
-    exported models, and the device facts, capacity and cache of a trainer that measures no
-    device.
+    exported models, and the device of a trainer that measures none: nothing to start or
+    ready, a cache that keeps nothing, no facts, and ``members`` to a pack.
 
     Each call notes what it was given, what it returned and the journal as it stood.
     ``die_at_call`` raises ``KeyboardInterrupt`` at that call, as a Ctrl-C mid-search would.
 
     Args:
         failing: The trial that diverges.
-        members: How many members one pack holds (``capacity``).
+        members: How many members one pack holds (``prepare_device``).
     """
 
     name = "fake"
@@ -135,19 +136,37 @@ class FakeTrainer:
              "hparams": dict(trial.hparams)}, sort_keys=True))
         return SimpleNamespace(file=relative.as_posix(), whole=True, why=None)
 
-    def cache(self, dataset: Any) -> FakeCache:
+    def start(self, tensorflow: Callable[[], None]) -> None:
+        """Starts nothing: no TensorFlow."""
+
+    def set_up(self, parts: Any, probe: bool) -> None:
+        """Readies nothing: no model is built."""
+
+    def cache(self, parts: Any, dataset: Any) -> FakeCache:
         """A cache that keeps nothing, for a search of ``dataset``."""
         return FakeCache(dataset.train_size)
 
-    def capacity(self, max_members: int) -> Capacity:
-        """``members`` to a pack (at most ``max_members``), whatever their size."""
-        return Capacity.members(min(self.members, max_members))
-
-    def facts(self) -> Any:
+    def device_facts(self, parts: Any, executor: Executor) -> Any:
         """The device, as ``telemetry.DeviceFacts`` says it: none measured."""
         from packexp.telemetry import DeviceFacts
 
         return DeviceFacts("fake", None, ())
+
+    def prepare_device(self, parts: Any, cache: Any, executor: Executor, facts: Any,
+                       run_dir: Path) -> DeviceReport:
+        """``members`` to a pack (at most the search's ``max_members``), whatever their size;
+        a strategy that weighs costs, which are measured on a device, is refused."""
+        if isinstance(parts.strategy, WeighsCosts) and executor.simulated:
+            raise ConfigError(f"strategy={parts.names['strategy']}: weighs costs measured on "
+                              f"the device, which executor=simulated's {self.name} trainer "
+                              "does not measure; add strategy=knn (or none, random, "
+                              "batch_size)")
+        if isinstance(parts.strategy, WeighsCosts):
+            raise ConfigError(f"strategy={parts.names['strategy']}: weighs measured costs, "
+                              f"which the {self.name} trainer does not measure")
+        mark("capacity")
+        return DeviceReport(Capacity.members(min(self.members, parts.max_members)),
+                            f"{self.name} trainer")
 
     def trained(self) -> list[tuple[str, float]]:
         return [(i, c["epochs"]) for c in self.calls for i in c["ids"]]
@@ -194,14 +213,17 @@ class FakeCache:
 
 
 def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket] | None = None,
-                strategy: Strategy | None = None, continue_on_promotion: bool = True,
-                sampler: Sampler | None = None, objective: Objective = ACCURACY,
-                budget: Budget = NO_BUDGET, keep: KeepModels = NO_MODELS) -> PackedSearch:
+                strategy: Strategy | None = None, sampler: Sampler | None = None,
+                objective: Objective = ACCURACY, executor: Executor | None = None,
+                **settings: Any) -> PackedSearch:
     """A search of two-member packs over ``SPACE`` on ``trainer``, journaling to ``run_dir``:
     where that holds a journal already, the search there resumed (its study replays it).
     Hyperband's brackets at R=9 unless ``brackets``. Its listener is an ``Ended``. The
     trainer scores a trial of ``x`` with accuracy ``x/100`` and loss ``x/50``: the loss
-    objective ranks trials the other way."""
+    objective ranks trials the other way. ``executor``: where its packs train, started here
+    with the fake's cache (a ``LocalExecutor`` on ``trainer`` unless given); ``settings``:
+    ``SearchSettings``' fields (``continue_on_promotion``, ``budget``, ``keep``,
+    ``lr_horizon``...) other than its seed 0, tags and training size."""
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir)
     study = Study.open(run_dir, objective, resume=journal.exists)
@@ -209,14 +231,12 @@ def fake_search(run_dir: Path, trainer: FakeTrainer, brackets: Sequence[Bracket]
     cache = FakeCache()
     search = PackedSearch(
         space=SPACE, strategy=strategy or InOrder(), capacity=Capacity.members(2),
-        executor=LocalExecutor(trainer=trainer).start(cache), study=study,
+        executor=(executor or LocalExecutor(trainer=trainer)).start(cache), study=study,
         listeners=Listeners([Ended()]),
-        settings=SearchSettings(seed=0, tags={"strategy": "fake"},
-                                continue_on_promotion=continue_on_promotion, budget=budget,
-                                train_size=TRAIN_SIZE, keep=keep),
+        settings=SearchSettings(**{"seed": 0, "tags": {"strategy": "fake"},
+                                   "train_size": TRAIN_SIZE, **settings}),
         sampler=sampler or Sampler())
-    search.brackets = search.draws.brackets = search.packer.brackets = (
-        HYPERBAND.brackets() if brackets is None else brackets)
+    search.brackets = tuple(HYPERBAND.brackets() if brackets is None else brackets)
     return search
 
 

@@ -18,8 +18,6 @@ from packexp.app.tasks.plan import plan_dict
 from packexp.app.tasks.refit import refit_after_search
 from packexp.config import budget_of, task_overrides
 from packexp.config.components import Components
-from packexp.config.device import ProbeFiles, device_capacity, facts_here
-from packexp.errors import ConfigError
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.executors import Trainer
 from packexp.files import write_json
@@ -32,8 +30,7 @@ from packexp.runner.keep import BEST, KeepModels, keep_setting
 from packexp.runner.signals import held
 from packexp.space import Trial
 from packexp.startup import mark
-from packexp.strategies import Capacity, WeighsCosts
-from packexp.strategies.calibration import kept_directory
+from packexp.strategies import WeighsCosts
 from packexp.tracking.models import log_best_model
 
 log = logging.getLogger(__name__)
@@ -54,16 +51,14 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
     cache = parts.cache()  # this process's: the members the memory estimate measures
     mark("data")
     with closing(executor.start(cache)):
-        facts = (executor.on_device(facts_here) if parts.trainer.measures_device
-                 else parts.trainer.facts())  # the device packs train on
+        facts = parts.trainer.device_facts(parts, executor)  # the device packs train on
         log.info("device: %s", facts)
         mark("executor")
         with tracked(cfg, run_dir, dataset=parts.dataset, study=study,
                      run_name=parts.run_name,
                      tags={**parts.names, "task": "tune", **facts.tags()}) as tracker:
             mark("tracker")
-            capacity, source, probes, calibration_s = prepare(
-                parts, cache, executor, facts, run_dir)
+            device = parts.trainer.prepare_device(parts, cache, executor, facts, run_dir)
             calibration = (parts.strategy.calibration_used()
                            if isinstance(parts.strategy, WeighsCosts) else None)
             if calibration:  # on the run now: an interrupted search shows it too
@@ -72,12 +67,12 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
             with SearchProgress(scheduler) as progress:
                 listeners = Listeners([tracker, progress, *own])
                 search = PackedSearch(
-                    space=parts.space, strategy=parts.strategy, capacity=capacity,
+                    space=parts.space, strategy=parts.strategy, capacity=device.capacity,
                     executor=executor, study=study, listeners=listeners,
                     settings=SearchSettings(
-                        seed=cfg.seed, tags=parts.names, capacity_source=source,
+                        seed=cfg.seed, tags=parts.names, capacity_source=device.source,
                         continue_on_promotion=scheduler.continue_on_promotion,
-                        lr_horizon=scheduler.horizon_epochs, probe_seconds=probes.seconds,
+                        lr_horizon=scheduler.horizon_epochs, probe_seconds=device.probe_seconds,
                         train_size=cache.data.train_size, budget=budget_of(cfg),
                         keep=keep_of(cfg, parts.objective)),
                     sampler=parts.sampler)
@@ -94,13 +89,13 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                 wall_time_s=search.searched_s(),  # from the first pack: startup_s adds up
                 models=hand_over(search, cache, run_dir, parts.trainer),
                 mlflow_run_id=tracker.run_id, **parts.facts(),
-                calibration_s=round(calibration_s, 3), calibration=calibration,
+                calibration_s=round(device.calibration_s, 3), calibration=calibration,
                 startup_s=None if search.first_pack_at is None
                 else round(search.first_pack_at - job_started, 3),
                 startup=None if search.first_pack_at is None
                 else startup.phases(job_started, search.first_pack_at),
-                capacity={"bytes": capacity.limit, "max_members": parts.max_members},
-                memory_probes=probes.summary(),
+                capacity={"bytes": device.capacity.limit, "max_members": parts.max_members},
+                memory_probes=device.memory_probes(),
                 workers=executor.usage(), stopped=search.stopped,
                 **simulation_facts(executor, search.first_pack_at))
             if where := log_best_model(tracker, result, run_dir, parts.dataset, cfg):
@@ -164,39 +159,6 @@ def hand_over(search: PackedSearch, cache: Any, run_dir: Path,
         log.info("models: %d kept in %s (%.2f s)", len(kept), run_dir / "models",
                  time.perf_counter() - started)
     return kept
-
-
-def prepare(parts: Components, cache: Any, executor: Any, facts: Any,
-            run_dir: Path) -> tuple[Capacity, str, ProbeFiles, float]:
-    """The device's capacity for one pack (estimated; probed where it matters, or read from
-    probes kept before) and the strategy readied for the device (``WeighsCosts.prepare``: a
-    calibration, for one that weighs costs); also the setting the capacity comes from, the
-    probes' files and clock, and the seconds the strategy took. A trainer that measures no
-    device gives the capacity itself, and a strategy that weighs costs cannot plan on it."""
-    if not parts.trainer.measures_device:
-        if isinstance(parts.strategy, WeighsCosts) and executor.simulated:
-            raise ConfigError(f"strategy={parts.names['strategy']}: weighs costs measured on "
-                              f"the device, which executor=simulated's {parts.trainer.name} "
-                              "trainer does not measure; add strategy=knn (or none, random, "
-                              "batch_size)")
-        if isinstance(parts.strategy, WeighsCosts):
-            raise ConfigError(f"strategy={parts.names['strategy']}: weighs measured costs, "
-                              f"which the {parts.trainer.name} trainer does not measure")
-        mark("capacity")
-        return (parts.trainer.capacity(parts.max_members), f"{parts.trainer.name} trainer",
-                ProbeFiles(run_dir), 0.0)
-    probes = ProbeFiles(run_dir, kept_directory(parts.cfg.device.get("probe_dir")),
-                        parts.calibration_facts(facts))
-    capacity, source, probes.seconds = device_capacity(
-        parts.cfg.device, parts.max_members, cache.make_member, executor.on_device, probes)
-    mark("capacity")
-    started = time.perf_counter()
-    if isinstance(parts.strategy, WeighsCosts):
-        parts.strategy.prepare(parts.device(run_dir, facts, executor.on_device, capacity,
-                                            cache.data.train_size, executor.place()))
-    seconds = time.perf_counter() - started  # within the phase the mark ends
-    mark("calibration")
-    return capacity, source, probes, seconds
 
 
 def simulation_facts(executor: Any, first_pack_at: float | None) -> dict[str, Any]:
