@@ -21,16 +21,15 @@ from packexp.app.tasks import TASKS
 from packexp.app.tasks.refit import check_settings as check_refit
 from packexp.app.tasks.refit import keep_run_config
 from packexp.config import check_search, config_errors, fit_dataset_to_model
-from packexp.errors import ConfigError, flag, is_number, positive_int
+from packexp.config.run import RunSettings
+from packexp.errors import ConfigError, flag, is_number
 from packexp.executors.base import tensorflow_trainer
-from packexp.runner.keep import keep_setting
 from packexp.startup import mark
 
 __all__ = ["TASKS", "RunDirCheck", "check", "job", "run"]
 
 log = logging.getLogger("packexp")
 
-MAX_SEED = 2**32 - 1
 
 
 def job(cfg: DictConfig, trainer: Any = None) -> float:
@@ -54,28 +53,24 @@ def job(cfg: DictConfig, trainer: Any = None) -> float:
     return run(cfg, trainer=trainer)
 
 
-def check(cfg: DictConfig) -> None:
-    """The checks that need no TensorFlow: the seed, the task, and a search's settings
+def check(cfg: DictConfig) -> RunSettings:
+    """The checks that need no TensorFlow: the run's settings read once (``RunSettings``:
+    the seed, the task, keep, refit, summary, budget), a search's settings, and the device's
     (``python -m packexp`` makes them before TensorFlow loads; the search checks its
-    settings again as it instantiates them)."""
-    if check_task(cfg) in ("tune", "plan"):
+    settings again as it instantiates them). Returns the run's settings."""
+    settings = RunSettings.of(cfg)
+    if settings.task in ("tune", "plan"):
         check_search(cfg)
     check_run_settings(cfg)
+    return settings
 
 
 def check_run_settings(cfg: DictConfig) -> None:
     """Top-level, preprocessing and device settings a library would otherwise meet late
-    (after the search, for the summary; once TensorFlow has started) or only on some machines
-    (a GPU's memory share on a CPU: ``packing.memory`` checks the share of the device at hand
-    again). A key the config leaves out or null is not checked."""
-    positive_int("summary_top_k", cfg.get("summary_top_k"), minimum=0, optional=True,
-                 error=ConfigError)
+    (once TensorFlow has started) or only on some machines (a GPU's memory share on a CPU:
+    ``packing.memory`` checks the share of the device at hand again), beyond ``RunSettings``'
+    own. A key the config leaves out or null is not checked."""
     check_refit(cfg)
-    if (keep := cfg.get("keep_models")) is not None:
-        try:
-            keep_setting(keep)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
     if (flip := OmegaConf.select(cfg, "preprocess.flip")) is not None:
         flag("preprocess.flip", flip, error=ConfigError)
     if ((fraction := OmegaConf.select(cfg, "device.gpu_memory_fraction")) is not None
@@ -84,18 +79,6 @@ def check_run_settings(cfg: DictConfig) -> None:
     if ((budget := OmegaConf.select(cfg, "device.memory_budget_mb")) is not None
             and not (is_number(budget) and budget > 0)):  # null: a GPU's share only
         raise ConfigError(f"device.memory_budget_mb={budget!r}: must be a positive number of MB")
-
-
-def check_task(cfg: DictConfig) -> str:
-    """The seed and the task, checked; returns the task."""
-    seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"seed={seed!r}: must be an integer from 0 to {MAX_SEED} (NumPy's "
-                          "and scikit-learn's seeds are unsigned 32-bit)")
-    task = cfg.get("task")
-    if task not in TASKS:
-        raise ConfigError(f"task={task!r}: must be one of {sorted(TASKS)}")
-    return task
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None, trainer: Any = None) -> float:
@@ -112,8 +95,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, trainer: Any = None)
         The task's objective: for ``tune``, the best validation accuracy found.
     """
     with config_errors():
-        check(cfg)
-        task = cfg.task
+        task = check(cfg).task
         if run_dir is None:
             from hydra.core.hydra_config import HydraConfig
 

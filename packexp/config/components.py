@@ -5,6 +5,7 @@ trains the same wherever it trains."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ from packexp.config.choices import component_name
 from packexp.config.device import ProbeFiles, apply_threads, device_capacity, facts_here
 from packexp.config.preprocessing import check_preprocessing, preprocessing_for
 from packexp.config.probes import probe_model
+from packexp.config.run import RunSettings
 from packexp.config.settings import batch_bucket, member_cap, pack_settings, reuse_setting
 from packexp.config.targets import instantiate, load_dataset, model_node
 from packexp.events import Listener
@@ -58,6 +60,12 @@ class Components:
     head: Head = NO_HEAD  # the model's own loss and metrics
     trainer: Trainer = field(default_factory=tensorflow_trainer)  # what trains the packs
 
+    @functools.cached_property
+    def run(self) -> RunSettings:
+        """The config's top-level settings (seed, budget, keep, refit, summary, probes,
+        resume), read once."""
+        return RunSettings.of(self.cfg)
+
     @classmethod
     def build(cls, cfg: DictConfig, probe: bool = True,
               trainer: Trainer | None = None) -> Components:
@@ -96,7 +104,7 @@ class Components:
         scheduler = self.scheduler
         return {**self.names, "sampler": component_name(self.cfg, "sampler"),
                 "scheduler": component_name(self.cfg, "scheduler"),
-                "seed": self.cfg.seed, "R": scheduler.R, "eta": scheduler.eta,
+                "seed": self.run.seed, "R": scheduler.R, "eta": scheduler.eta,
                 "continue_on_promotion": scheduler.continue_on_promotion,
                 "lr_horizon": scheduler.lr_horizon}
 
@@ -112,7 +120,7 @@ class Components:
         objective = "+".join(name.removeprefix("val_") for name, _ in self.objective.goals)
         return (f"{n['strategy']}-{n['model']}-{n['dataset']}{f'-{data}' if data else ''}-"
                 f"{objective}-{component_name(self.cfg, 'scheduler')}-{budget}-"
-                f"seed{self.cfg.seed}")
+                f"seed{self.run.seed}")
 
     def cache(self, dataset: Any = None) -> Any:
         """The trainer's cache in this process for the search's dataset (``dataset``: another
@@ -173,7 +181,7 @@ class Components:
         (estimated; probed where it matters, or read from probes kept before), and the
         strategy readied for the device ``facts`` names (``WeighsCosts.prepare``: a
         calibration, for one that weighs costs); ``cache`` is this process's."""
-        probes = ProbeFiles(run_dir, kept_directory(self.cfg.device.get("probe_dir")),
+        probes = ProbeFiles(run_dir, kept_directory(self.run.probe_dir),
                             self.calibration_facts(facts))
         capacity, source, probes.seconds = device_capacity(
             self.cfg.device, self.max_members, cache.make_member, executor.on_device, probes)

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from packexp.errors import ConfigError, flag, is_number
+from packexp.config.run import epochs_setting
+from packexp.errors import ConfigError, flag
 from packexp.files import write_json
 from packexp.records.best import Best
 from packexp.runner.replay import Recorded
@@ -54,14 +55,6 @@ def check_settings(cfg: DictConfig) -> None:
         raise ConfigError("dataset.cache=none: refit=true trains on the training and "
                           "validation rows merged in memory, and this dataset streams them "
                           "from its files; use dataset.cache=memory (or auto)")
-
-
-def epochs_setting(key: str, epochs: Any) -> float | None:
-    """``epochs`` if it is null or a positive number; a ``ConfigError`` naming ``key``."""
-    if epochs is not None and not (is_number(epochs) and epochs > 0):
-        raise ConfigError(f"{key}={epochs!r}: must be a positive number of epochs, or null "
-                          "(the epochs the best trial trained)")
-    return epochs
 
 
 def explores(cfg: DictConfig) -> bool:

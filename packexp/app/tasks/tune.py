@@ -16,7 +16,7 @@ from packexp.app.interrupts import job_resume_command
 from packexp.app.session import command_started, comparable, tracked
 from packexp.app.tasks.plan import plan_dict
 from packexp.app.tasks.refit import refit_after_search
-from packexp.config import budget_of, task_overrides
+from packexp.config import task_overrides
 from packexp.config.components import Components
 from packexp.events import Listeners, SearchFinished, Summary
 from packexp.executors import Trainer
@@ -26,7 +26,7 @@ from packexp.records.report import print_summary
 from packexp.records.search_result import SearchResult
 from packexp.runner import PackedSearch, SearchSettings, Study
 from packexp.runner.budget import unscored
-from packexp.runner.keep import BEST, KeepModels, keep_setting
+from packexp.runner.keep import KeepModels
 from packexp.runner.signals import held
 from packexp.space import Trial
 from packexp.startup import mark
@@ -45,8 +45,10 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
     parts = Components.build(cfg, trainer=trainer)
     scheduler, executor = parts.scheduler, parts.executor(run_dir)
     own = parts.listeners(run_dir)  # the config's, built before anything is written
-    study = open_study(cfg, run_dir, parts.objective)
-    write_json(run_dir / "plan.json", plan_dict(scheduler))
+    stated = parts.facts()  # the names, seed and schedule, as results.json states them
+    study = open_study(cfg, run_dir, parts)
+    plan = plan_dict(scheduler)  # the brackets as planned, before anything trains
+    write_json(run_dir / "plan.json", plan)
     mark("tracker")
     cache = parts.cache()  # this process's: the members the memory estimate measures
     mark("data")
@@ -70,11 +72,11 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                     space=parts.space, strategy=parts.strategy, capacity=device.capacity,
                     executor=executor, study=study, listeners=listeners,
                     settings=SearchSettings(
-                        seed=cfg.seed, tags=parts.names, capacity_source=device.source,
+                        seed=parts.run.seed, tags=parts.names, capacity_source=device.source,
                         continue_on_promotion=scheduler.continue_on_promotion,
                         lr_horizon=scheduler.horizon_epochs, probe_seconds=device.probe_seconds,
-                        train_size=cache.data.train_size, budget=budget_of(cfg),
-                        keep=keep_of(cfg, parts.objective)),
+                        train_size=cache.data.train_size, budget=parts.run.budget,
+                        keep=KeepModels(parts.run.keep_models, parts.objective)),
                     sampler=parts.sampler)
                 if study.resumed:
                     log.info("resuming: %d member results from %s", study.replayed.members,
@@ -88,7 +90,7 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
             result = study.result(
                 wall_time_s=search.searched_s(),  # from the first pack: startup_s adds up
                 models=hand_over(search, cache, run_dir, parts.trainer),
-                mlflow_run_id=tracker.run_id, **parts.facts(),
+                mlflow_run_id=tracker.run_id, **stated,
                 calibration_s=round(device.calibration_s, 3), calibration=calibration,
                 startup_s=None if search.first_pack_at is None
                 else round(search.first_pack_at - job_started, 3),
@@ -106,23 +108,18 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                                      or f"resume=true hydra.run.dir={run_dir}"))
             if search.stopped is None:  # journaled as finished: no resume needs them
                 shutil.rmtree(search.store.kept_root, ignore_errors=True)
-    print_summary(result, tracker.location, cfg.get("summary_top_k", 5), lost=tracker.lost)
-    if cfg.get("refit"):
+    print_summary(result, tracker.location, parts.run.summary_top_k, lost=tracker.lost)
+    if parts.run.refit:
         refit_after_search(cfg, run_dir, parts)
     return float(result.metrics()["best_value"])
 
 
-def open_study(cfg: DictConfig, run_dir: Path, objective: Any) -> Study:
+def open_study(cfg: DictConfig, run_dir: Path, parts: Components) -> Study:
     """The search's study in ``run_dir``: a fresh one, or on ``resume=true`` the run there
     continued; either checked against ``run_dir`` first (``Study.open``: a fresh run refuses
     a directory with a journal, a resume one whose config differs)."""
-    return Study.open(run_dir, objective, config=comparable(cfg), overrides=task_overrides(),
-                      resume=bool(cfg.get("resume", False)))
-
-
-def keep_of(cfg: DictConfig, objective: Any) -> KeepModels:
-    """``keep_models`` for the search's objective (``runner.keep``)."""
-    return KeepModels(keep_setting(cfg.get("keep_models", BEST)), objective)
+    return Study.open(run_dir, parts.objective, config=comparable(cfg),
+                      overrides=task_overrides(), resume=parts.run.resume)
 
 
 def hand_over(search: PackedSearch, cache: Any, run_dir: Path,
