@@ -33,7 +33,7 @@ class Dispatch:
         """Sends a planned pack to a free worker."""
         raise_if_interrupted()  # a Ctrl-C that a finalizer swallowed stops the search here
         self.emit(PackStarted(queued.index, queued.job.key, queued.job.group))
-        self.clock.start(self.executor.clock())  # the first pack's: start-up is over
+        self.clock.start(self.executor.clock)  # the first pack's: start-up is over
         self._sent[queued.job.key] = queued, self.packer.predict(queued.job, queued.context)
         if queued.ordered:
             self._order.setdefault(queued.plan, []).append(queued.job.key)

@@ -63,8 +63,8 @@ class SearchClock:
     started: float = 0.0  # the executor's clock until the first pack, then its time then
     first_pack_at: float | None = None  # time.time() when the first pack began; None before
 
-    def start(self, now: float) -> None:
-        """The first pack is sent at ``now`` (the executor's clock): start-up is over."""
+    def start(self, now: Callable[[], float]) -> None:
+        """The first pack is sent at ``now()`` (the executor's clock): start-up is over."""
         if self.first_pack_at is None:
             self.first_pack_at = time.time()
-            self.started = now
+            self.started = now()

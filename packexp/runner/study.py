@@ -13,6 +13,7 @@ front back from it. Optuna's ``Study`` with its storage and frozen trials is the
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -109,10 +110,10 @@ class Study:
     def resumed(self) -> bool:
         return bool(self.journaled)
 
-    @property
+    @functools.cached_property
     def session(self) -> int:
         """How many sessions this one continues: 0 for a fresh run (``started_s`` and
-        ``elapsed_s`` restart each session)."""
+        ``elapsed_s`` restart each session). Counted once: each pack's record asks."""
         return (1 + sum(r["event"] == "resume" for r in self.journaled)) if self.journaled else 0
 
     def checkpoints(self) -> set[str]:
