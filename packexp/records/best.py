@@ -23,8 +23,12 @@ class _AsDict(Mapping):
     def __len__(self) -> int:
         return len(self.to_dict())
 
+    def __repr__(self) -> str:
+        """Its JSON form, as a notebook showed ``result.best`` before it was typed."""
+        return repr(self.to_dict())
 
-@dataclass(frozen=True, eq=False)  # equal as their JSON: to a Best, or to the dict it was
+
+@dataclass(frozen=True, eq=False, repr=False)  # equal and shown as their JSON, as before
 class Best(_AsDict):
     """The trial and rung best by the search's objective, and the values it trained with; in
     a population, also the schedule (``schedulers.base.schedule``) that made its weights.
@@ -67,7 +71,7 @@ class Best(_AsDict):
         return hash((self.trial_id, self.epochs, self.metric, self.value))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class FrontPoint(_AsDict):
     """A trial on the Pareto front (several objectives), at its last scored rung: each goal's
     value (``values``) and, where its weights were kept, its model's file. Its JSON form is an

@@ -151,6 +151,7 @@ def test_best_and_front_points_read_as_their_json():
     best = Best("t0", {"x": 1}, 0.9, 3, model="models/t0.keras")
     assert dict(best) == best.to_dict() and best["value"] == 0.9 and best.get("schedule") is None
     assert Best.from_dict(best.to_dict()) == best
+    assert repr(best) == repr(best.to_dict())  # shown as before: a notebook reads it back
     point = FrontPoint("t0", {"x": 1}, 3, {"val_accuracy": 0.9, "params": 100})
     assert point.to_dict() == {"trial_id": "t0", "hparams": {"x": 1}, "epochs": 3,
                                "val_accuracy": 0.9, "params": 100}
