@@ -12,7 +12,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from packexp.config.choices import component_name
 from packexp.config.hparams import PREPROCESS_KEYS, REQUIRED_HPARAMS
-from packexp.config.settings import budget_of, member_cap, pack_settings, reuse_setting
+from packexp.config.settings import (
+    budget_of,
+    member_cap,
+    pack_settings,
+    reuse_setting,
+    surrogate_of,
+)
 from packexp.config.targets import instantiate, space_node
 from packexp.errors import ConfigError, positive_int
 from packexp.objectives import METRICS, Head, Objective
@@ -109,6 +115,11 @@ def check_search(cfg: DictConfig) -> tuple[SearchSpace, Any, Any, Objective]:
     space: SearchSpace = instantiate(space_node(cfg.search_space), "search_space")
     check_space(space)
     scheduler = instantiate(cfg.scheduler, "scheduler")
+    surrogate = surrogate_of(cfg)
+    if surrogate.on:  # the search over stand-ins, then its best at full width
+        from packexp.surrogate.transfer import Transfer
+
+        scheduler = Transfer(scheduler, surrogate.transfer)
     scheduler.check_space(space)
     scheduler.check_schedule()
     strategy = instantiate(cfg.strategy, "strategy")

@@ -5,6 +5,7 @@ trains the same wherever it trains."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -21,10 +22,17 @@ from packexp.config.device import ProbeFiles, apply_threads, device_capacity, fa
 from packexp.config.preprocessing import check_preprocessing, preprocessing_for
 from packexp.config.probes import probe_model
 from packexp.config.run import RunSettings
-from packexp.config.settings import batch_bucket, member_cap, pack_settings, reuse_setting
+from packexp.config.settings import (
+    batch_bucket,
+    member_cap,
+    pack_settings,
+    reuse_setting,
+    surrogate_of,
+)
 from packexp.config.targets import instantiate, load_dataset, model_node
 from packexp.events import Listener
 from packexp.executors.base import DeviceReport, Trainer, tensorflow_trainer
+from packexp.models.narrowed import narrowed
 from packexp.objectives import NO_HEAD, Head, Objective
 from packexp.samplers import Sampler
 from packexp.schedulers import Scheduler
@@ -79,6 +87,7 @@ class Components:
         dataset = load_dataset(cfg, objective)
         mark("data")
         build_model = instantiate(model_node(cfg), "model")
+        build_model = narrowed(build_model, surrogate_of(cfg))  # stand-ins but the transfer's
         head = head_of(cfg, objective)
         check_pairing(cfg, build_model, dataset)
         check_batch_sizes(space, dataset)
@@ -106,7 +115,9 @@ class Components:
                 "scheduler": component_name(self.cfg, "scheduler"),
                 "seed": self.run.seed, "R": scheduler.R, "eta": scheduler.eta,
                 "continue_on_promotion": scheduler.continue_on_promotion,
-                "lr_horizon": scheduler.lr_horizon}
+                "lr_horizon": scheduler.lr_horizon,
+                **({"surrogate": dataclasses.asdict(s)} if (s := self.run.surrogate).on
+                   else {})}
 
     @property
     def run_name(self) -> str:

@@ -7,10 +7,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from packexp.config.settings import budget_of
+from packexp.config.settings import budget_of, surrogate_of
 from packexp.errors import ConfigError, flag, is_number, positive_int
 from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.keep import BEST, keep_setting
+from packexp.surrogate import OFF, Surrogate
 
 MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's seeds are unsigned 32-bit
 TASKS = ("tune", "plan", "profile", "refit")
@@ -32,6 +33,7 @@ class RunSettings:
         summary_top_k: The configurations the summary lists.
         budget: When a search stops early (``budget.time_s``, ``budget.trials``).
         probe_dir: Where memory probes are kept across runs; None: the run directory only.
+        surrogate: How the search uses narrow stand-ins (``surrogate``).
     """
 
     task: str = "tune"
@@ -43,6 +45,7 @@ class RunSettings:
     summary_top_k: int = 5
     budget: Budget = NO_BUDGET
     probe_dir: str | None = None
+    surrogate: Surrogate = OFF
 
     @classmethod
     def of(cls, cfg: Any) -> RunSettings:
@@ -67,7 +70,7 @@ class RunSettings:
         return cls(task, seed, bool(cfg.get("resume", False)), keep, bool(refit),
                    epochs_setting("refit_epochs", cfg.get("refit_epochs")),
                    5 if top_k is None else top_k, budget_of(cfg),
-                   OmegaConf.select(cfg, "device.probe_dir"))
+                   OmegaConf.select(cfg, "device.probe_dir"), surrogate_of(cfg))
 
 
 def epochs_setting(key: str, epochs: Any) -> float | None:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from packexp.errors import ConfigError
 from packexp.runner.budget import Budget
 from packexp.space.options import PackSettings
+from packexp.surrogate import Surrogate
 
 
 def budget_of(cfg: DictConfig) -> Budget:
@@ -20,6 +21,21 @@ def budget_of(cfg: DictConfig) -> Budget:
         return Budget(**OmegaConf.to_container(cfg.get("budget") or {}, resolve=True))
     except (ValueError, TypeError) as e:
         raise ConfigError(f"budget.{' '.join(str(e).split())}") from None
+
+
+def surrogate_of(cfg: DictConfig) -> Surrogate:
+    """How the search uses narrow stand-ins (``surrogate.scale``, ``surrogate.transfer``),
+    checked: one line naming the key."""
+    node = cfg.get("surrogate") or {}
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    unknown = sorted(set(values) - {"scale", "transfer", "readout_zero_init"})
+    if unknown:
+        raise ConfigError(f"surrogate.{unknown[0]}: no such setting (scale, transfer, "
+                          "readout_zero_init)")
+    try:
+        return Surrogate(**values)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def reuse_setting(pack: DictConfig) -> int:

@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a def
 
 # The keras.applications models' activations, image inputs and runtime hyper-parameter (the
 # activation, a SelectActivation's choice: trials that differ only in it share one model).
-__all__ = ["ACTIVATIONS", "NEEDS_IMAGES", "RUNTIME_HPARAMS", "build"]
+__all__ = ["ACTIVATIONS", "NEEDS_IMAGES", "RUNTIME_HPARAMS", "WIDTH", "build"]
+# The setting a stand-in divides (surrogate.scale, packexp.models.stand_in).
+WIDTH = "width"
 
 
 def build(

@@ -18,6 +18,8 @@ NEEDS_IMAGES = False
 # Hyper-parameters a built model takes at run time (``SelectActivation``): trials that differ
 # only in these share one built model and one traced step.
 RUNTIME_HPARAMS = ("activation",)
+# The setting a stand-in divides (surrogate.scale, packexp.models.stand_in).
+WIDTH = "width"
 
 
 def build(

@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # Keras is imported where a model is built, not to read a def
 NEEDS_IMAGES = True
 # The activation is a SelectActivation's choice (keras_apps): runtime data, not structure.
 RUNTIME_HPARAMS = keras_apps.RUNTIME_HPARAMS
+# The setting a stand-in divides (surrogate.scale, packexp.models.stand_in).
+WIDTH = "alpha"
 
 
 def build(

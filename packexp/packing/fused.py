@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp import optim, telemetry
+from packexp.models.stand_in import stand_in_of
 from packexp.packing.data import DeviceData
 from packexp.packing.fused_base import Context, Unfusable
 from packexp.packing.fused_graph import (
@@ -55,6 +56,9 @@ def grouped_conv_path(setting: str) -> str:
 def why_unfusable(members: Sequence[Member]) -> str | None:
     """Why ``members`` cannot train as one fused model whatever the settings (their layers,
     update rules or inputs); None when they can (``PackFacts.unfusable``)."""
+    if any(stand_in_of(m.model) for m in members):
+        return ("stand-ins (surrogate.scale) train in plain packs: a fused step has no "
+                "per-weight rates")
     try:
         fused_ops([m.model for m in members])
     except Unfusable as e:

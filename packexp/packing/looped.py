@@ -27,10 +27,11 @@ import tensorflow as tf
 
 from packexp import optim
 from packexp.models.activation import choosing
+from packexp.models.stand_in import stand_in_of
 from packexp.packing.data import DeviceData, Preprocessing
 from packexp.packing.looped_state import LoopedState, architecture_key, stack_members, write_members
 from packexp.packing.member import Member
-from packexp.packing.optimizers import RuleOptimizer, general_update
+from packexp.packing.optimizers import RuleOptimizer, general_update, group_rates, scaled_delta
 from packexp.packing.schedules import fraction, profile
 from packexp.packing.stats import PackStats, account
 from packexp.packing.targets import error_sums, squared_errors
@@ -59,6 +60,8 @@ class ArchitectureProgram:
         weights = self.model.trainable_variables
         self._shapes = [tuple(v.shape) for v in weights]
         self._sizes = [int(np.prod(s)) for s in self._shapes]
+        stand_in = stand_in_of(self.model)
+        self._rates = group_rates(self.groups, self._sizes, stand_in and stand_in.rates)
         x = data.x_train
         stacked = [tf.TensorSpec([None, *v.shape], v.dtype) for v in weights]
         frozen = [tf.TensorSpec([None, *v.shape], v.dtype)
@@ -149,10 +152,11 @@ class ArchitectureProgram:
         lr = hp["lr"] * self._profile(hp["schedule"], fraction(iterations, hp["horizon"]))
         step = tf.cast(iterations + 1, tf.float32)
         new_m, new_v = [], []
-        for group, m, v in zip(self.groups, m_slots, v_slots, strict=True):
+        for group, m, v, rated in zip(self.groups, m_slots, v_slots, self._rates, strict=True):
             g = (tf.reshape(grads[group[0]], [-1]) if len(group) == 1 else
                  tf.concat([tf.reshape(grads[i], [-1]) for i in group], axis=0))
             delta, m, v = general_update(g, m, v, coefficients, lr, step)
+            delta = scaled_delta(delta, rated, coefficients)
             new_m.append(m)
             new_v.append(v)
             deltas = ([delta] if len(group) == 1 else

@@ -254,8 +254,44 @@ def optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str | None:
     return optimizer.rule if isinstance(optimizer, RuleOptimizer) else None
 
 
+def group_rates(groups: Sequence[Sequence[int]], sizes: Sequence[int],
+                rates: Sequence[tuple[float, float]] | None
+                ) -> list[tuple[Any, Any] | None]:
+    """A stand-in's learning-rate multipliers (``models.stand_in.StandIn.rates``: each
+    weight's under an Adam-like rule and an SGD-like one) per group of joined weights: two
+    numbers where the group's weights share them, two vectors of the group's length where they
+    do not, None where every one is 1 (and for a model that is no stand-in)."""
+    if rates is None:
+        return [None] * len(groups)
+    out: list[tuple[Any, Any] | None] = []
+    for group in groups:
+        pairs = [rates[i] for i in group]
+        if all(p == (1.0, 1.0) for p in pairs):
+            out.append(None)
+        elif len(set(pairs)) == 1:
+            out.append((np.float32(pairs[0][0]), np.float32(pairs[0][1])))
+        else:
+            out.append(tuple(np.concatenate([np.full(sizes[i], p[k], np.float32)
+                                             for i, p in zip(group, pairs, strict=True)])
+                             for k in (0, 1)))
+    return out
+
+
+def scaled_delta(delta: tf.Tensor, rates: tuple[Any, Any] | None,
+                 coefficients: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    """A group's decrement times its stand-in multipliers (``group_rates``): the Adam-like
+    ones where the member's rule keeps a second moment (``v_gain`` > 0), else the SGD-like
+    ones. For every rule the update is linear in the learning rate, so this is muP's
+    per-weight learning rate. ``delta`` as it is where ``rates`` is None."""
+    if rates is None:
+        return delta
+    adaptive, sgd = (tf.constant(r) for r in rates)
+    return delta * tf.where(coefficients["v_gain"] > 0.0, adaptive, sgd)
+
+
 def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Tensor],
-                    variables: Sequence[keras.Variable]) -> None:
+                    variables: Sequence[keras.Variable],
+                    rates: Sequence[tuple[float, float]] | None = None) -> None:
     """``optimizer.apply(grads, variables)`` in a few operations per step.
 
     A ``RuleOptimizer`` updates each group of weights at once: the group's gradients are
@@ -264,29 +300,34 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
     the layout, so this is its per-weight ``update_step`` bit for bit, and every member of
     every plain pack and every member trained alone takes this path. Keras classes, and
     variables with constraints (Keras applies them), go through ``optimizer.apply``.
+    ``rates``: a stand-in's multipliers (``group_rates``), which only the joined path applies.
     """
     if (not isinstance(optimizer, RuleOptimizer) or not variables
             or any(v.dtype != "float32" for v in variables) or any(g is None for g in grads)
             or any(v.constraint is not None for v in variables)):
-        optimizer.apply(grads, variables)
+        _per_weight(optimizer, grads, variables, rates)
         return
     if not optimizer.built:
         optimizer.build(variables)
     index = [optimizer._get_variable_index(v) for v in variables]
     if sorted(index) != list(range(len(optimizer._where))):  # not every weight: per weight
-        optimizer.apply(grads, variables)
+        _per_weight(optimizer, grads, variables, rates)
         return
+    scaled = group_rates(optimizer._groups, [optimizer._where[i][2] for i in range(len(index))],
+                         None if rates is None else [rates[index.index(i)]
+                                                     for i in range(len(index))])
     by_index = dict(zip(index, zip(grads, variables, strict=True), strict=True))
     with tf.name_scope(optimizer.name):
         lr = tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
         step = tf.cast(optimizer.iterations + 1, tf.float32)
         coefficients = optimizer.coefficient_map()
-        for group, m_slot, v_slot in zip(optimizer._groups, optimizer._m, optimizer._v,
-                                         strict=True):
+        for group, m_slot, v_slot, rated in zip(optimizer._groups, optimizer._m, optimizer._v,
+                                                scaled, strict=True):
             pairs = [by_index[i] for i in group]
             g = (tf.reshape(pairs[0][0], [-1]) if len(pairs) == 1 else
                  tf.concat([tf.reshape(grad, [-1]) for grad, _ in pairs], axis=0))
             delta, m, v = general_update(g, m_slot.value, v_slot.value, coefficients, lr, step)
+            delta = scaled_delta(delta, rated, coefficients)
             m_slot.value.assign(m)
             v_slot.value.assign(v)
             deltas = ([delta] if len(pairs) == 1 else
@@ -296,3 +337,15 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Te
             for (_, var), d in zip(pairs, deltas, strict=True):
                 var.value.assign_sub(tf.reshape(d, var.shape))
         optimizer.iterations.value.assign_add(1)
+
+
+def _per_weight(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Tensor],
+                variables: Sequence[keras.Variable],
+                rates: Sequence[tuple[float, float]] | None) -> None:
+    """Keras's own ``optimizer.apply``, which has no per-weight rates: refused for a stand-in
+    whose rates are not all 1."""
+    if rates is not None and any(r != (1.0, 1.0) for r in rates):
+        raise ValueError(f"surrogate.scale: optimizer {type(optimizer).__name__} of a stand-in "
+                         "takes no per-weight learning rates; use one of packexp's update "
+                         "rules (sgd, momentum, adagrad, adam) without Keras-only options")
+    optimizer.apply(grads, variables)

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from packexp.models.activation import choosing
+from packexp.models.stand_in import stand_in_of
 from packexp.packing.data import DeviceData, batch_indices
 from packexp.packing.fused_graph import couples_rows
 from packexp.packing.member import Member
@@ -245,6 +246,8 @@ class PlainProgram:
         x, y = (None, None) if streamed else (self.data.x_train, self.data.y_train)
         loss_fn = self._loss
         variables = [m.model.trainable_variables for m in members]
+        rates = [stand_in.rates if (stand_in := stand_in_of(m.model)) else None
+                 for m in members]
         sliced = self.sliced
 
         def member_batches(idxs, starts, seeds, t, x, y):
@@ -294,7 +297,7 @@ class PlainProgram:
             with tf.GradientTape() as tape:
                 loss = member_loss(i, batch, sizes)
             apply_gradients(members[i].optimizer, tape.gradient(loss, variables[i]),
-                            variables[i])
+                            variables[i], rates[i])
             return loss
 
         def joint_step(batches, sizes, active=None):

@@ -45,10 +45,12 @@ class SearchFacts:
     real_wall_time_s: float | None = None
     mlflow_model: str | None = None
     refit: Mapping[str, Any] | None = None
+    surrogate: Mapping[str, Any] | None = None  # a search over stand-ins: scale, transfer
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     SIMULATED = ("simulated", "simulation", "real_wall_time_s")
     MADE = ("mlflow_model", "refit")
+    WHERE_SET = ("surrogate",)  # written only where set
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> SearchFacts:
@@ -59,7 +61,8 @@ class SearchFacts:
     def head(self) -> dict[str, Any]:
         """The keys ``results.json`` opens with."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("extra", *self.MADE)}
+               if f.name not in ("extra", *self.MADE)
+               and (f.name not in self.WHERE_SET or getattr(self, f.name) is not None)}
         if not self.simulated:
             for k in self.SIMULATED:
                 del out[k]

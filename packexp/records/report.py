@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.objectives import REGRESSION_METRICS, measured
 from packexp.records.plots import PARETO
+from packexp.records.transfer import rank_correlation
 
 if TYPE_CHECKING:
     from packexp.records.search_result import SearchFacts, SearchResult
@@ -49,6 +50,8 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
                       f"{run_dir.resolve() / PARETO}): " + ", ".join(
                           f"{e.trial_id} (" + ", ".join(f"{e.values[n]:.4g}" for n in names)
                           + ")" for e in result.front))
+    if facts.surrogate:
+        console.print(transfer_line(result))
     if facts.stopped:
         console.print(f"stopped early ({facts.stopped}); resume=true with a larger budget "
                       "goes on where it stopped")
@@ -106,6 +109,22 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
                       "results.json has every result")
     elif store:
         console.print(f"MLflow store: {store}  (open with: mlflow ui --backend-store-uri {store})")
+
+
+def transfer_line(result: SearchResult) -> str:
+    """A search over stand-ins: each transferred configuration's stand-in and full-width
+    score, and their rank correlation, so a user sees whether the transfer held."""
+    pairs, metric = result.transfer, result.tuned_for.metric
+    scale = (result.facts.surrogate or {}).get("scale")
+    if not pairs:
+        return (f"stand-ins at 1/{scale} width: nothing was trained at full width (the search "
+                "stopped first?); resume=true with a larger budget transfers its best")
+    rho = rank_correlation(pairs)
+    shown = ", ".join(f"{p.stand_in} {_metric_cell(p.stand_in_value)} -> "
+                      f"{_metric_cell(p.full_value)}" for p in pairs)
+    return (f"stand-ins at 1/{scale} width, the best {len(pairs)} trained at full width "
+            f"({metric}, stand-in -> full): {shown}; rank correlation (Spearman) "
+            + ("n/a" if rho is None else f"{rho:.2f}"))
 
 
 def simulated_line(facts: SearchFacts) -> str:

@@ -17,6 +17,7 @@ from packexp.objectives import ACCURACY, Objective
 from packexp.records.best import Best, FrontPoint
 from packexp.records.facts import SearchFacts, SearchTotals
 from packexp.records.record import PackRecord, TrialRecord
+from packexp.records.transfer import Transferred, rank_correlation, transferred
 
 # One row per trial and rung: these columns, then the trial's hyper-parameters.
 TRIAL_COLUMNS = ("trial_id", "bracket", "status", "rung", "epochs", "steps", "val_accuracy",
@@ -26,7 +27,8 @@ RANKED_COLUMNS = ("params", "flops")  # before pack_id, where the objective rank
 
 
 # results.json's keys that are neither facts nor totals: the typed record's own.
-RECORD_KEYS = ("pareto_front", "objective", "wall_time_s", "trials", "packs", "best", "models")
+RECORD_KEYS = ("pareto_front", "objective", "wall_time_s", "trials", "packs", "best", "models",
+               "transfer")
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,8 +100,17 @@ class SearchResult:
                     "packs": [p.to_dict() for p in self.pack_records],
                     "best": None if self.best is None else self.best.to_dict(),
                     "models": {k: dict(v) for k, v in self.kept.items()},
+                    **({"transfer": {"trials": [p.to_dict() for p in self.transfer],
+                                     "rank_correlation": rank_correlation(self.transfer)}}
+                       if self.facts.surrogate else {}),
                     **self.facts.tail()})
         return _copied(out)
+
+    @functools.cached_property
+    def transfer(self) -> tuple[Transferred, ...]:
+        """In a search over stand-ins (``surrogate``), each configuration trained again at
+        full width beside its stand-in, with both scores (``records.transfer``)."""
+        return transferred(self.trial_records, self.tuned_for)
 
     @functools.cached_property
     def results(self) -> Mapping[str, Any]:

@@ -68,6 +68,14 @@ class Draws:
         self.adopt(trials)
         return trials
 
+    def given(self, configs: Sequence[tuple[str, Any, int]]) -> list[Trial]:
+        """Configurations started as they are (``Plan.given``: trial id, values, seed), known
+        as drawn so a resume reads them back as it reads ``more``'s."""
+        trials = [Trial(trial_id, dict(hparams), self.space.features(hparams), seed, 0)
+                  for trial_id, hparams, seed in configs]
+        self.adopt(trials)
+        return trials
+
     def adopt(self, trials: list[Trial]) -> None:
         """Known as drawn by ``more``: ``trials`` a resume read back from the journal."""
         self.study.add_trials(0, trials)

@@ -12,7 +12,7 @@ it is looked at again.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,7 +24,8 @@ Standing = tuple[float, float, int]
 
 
 class Leaders:
-    """Each trial's best result by ``objective.score`` and the ``k`` best trials.
+    """Each trial's best result by ``objective.score`` and the ``k`` best trials, of those
+    it ``admits`` (every trial, but in a search over stand-ins: the full-width ones).
 
     Args:
         objective: What ranks the results (its ``score``: under several goals, the first's).
@@ -34,6 +35,7 @@ class Leaders:
     def __init__(self, objective: Objective, k: int = 1) -> None:
         self.objective = objective
         self.k = max(1, k)
+        self.admits: Callable[[str], bool] = lambda trial_id: True  # whose results rank
         self._drawn: dict[str, int] = {}  # trial -> its place in the draw order
         self._best: dict[str, tuple[Standing, RungResult]] = {}
         self._top: list[tuple[Standing, str]] = []  # ascending: the best last
@@ -48,7 +50,7 @@ class Leaders:
 
     def standing(self, result: RungResult) -> Standing | None:
         score = self.objective.score(result)
-        if score is None:
+        if score is None or not self.admits(result.trial_id):
             return None
         return score, float(result.epochs), -self._drawn[result.trial_id]
 

@@ -39,6 +39,7 @@ from packexp.schedulers.base import (
 )
 from packexp.space import SearchSpace, Trial
 from packexp.strategies import Capacity, Strategy
+from packexp.surrogate import is_full
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class PackedSearch:
         # store, the ledger, the clock), handed to the parts that change them.
         self.context = SearchContext(self.space, self.strategy, self.capacity, self.settings)
         self.study.leaders.widen(self.settings.keep.top_k)  # the kept models, ranked as they come
+        if (surrogate := self.settings.surrogate).on:  # the stand-ins only choose the transfer's
+            self.study.leaders.admits = lambda i: is_full(self.study.trials[i].hparams, surrogate)
         self.brackets: tuple[Bracket, ...] = ()  # the whole search (``run`` sets them)
         self.stopped: str | None = None  # why the search stopped early; None: to its end
         self._current: dict[str, Trial] = {}  # each trial as it trains next
@@ -252,9 +255,13 @@ class PackedSearch:
         if plan.draw and plan.key is None and (plan.rung, plan.draw) != (0, bracket.rungs[0].n):
             raise ValueError(f"{plan}: a synchronous plan draws only its bracket's first rung, "
                              f"{bracket.rungs[0].n} configurations")
+        if plan.given and plan.key is None:
+            raise ValueError(f"{plan}: only a keyed plan starts given configurations")
         if plan.draw:
             drawn = self._known(self.draws.bracket(bracket, self.brackets) if plan.key is None else
                                 self.draws.more(plan.draw, self._keyed, len(self.draws.drawn)))
+        if plan.given:
+            drawn += self._known(self.draws.given(plan.given))
         if plan.key is not None:
             self._keyed += 1
         trials = [self._current[i] for i in plan.trial_ids] + drawn

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from packexp.runner.budget import NO_BUDGET, Budget
 from packexp.runner.keep import NO_MODELS, KeepModels
+from packexp.surrogate import OFF, Surrogate
 
 if TYPE_CHECKING:
     from packexp.space import SearchSpace
@@ -30,6 +31,8 @@ class SearchSettings:
         train_size: Training examples: a rung's steps per trial, for the strategy.
         budget: When to stop early.
         keep: Whose trained weights the search hands over (``keep.py``).
+        surrogate: Its trials' stand-ins: in a search over them only the full-width trials
+            rank for the best, the front and the kept models.
     """
 
     seed: int = 0
@@ -41,6 +44,7 @@ class SearchSettings:
     train_size: int = 0
     budget: Budget = NO_BUDGET
     keep: KeepModels = NO_MODELS
+    surrogate: Surrogate = OFF
 
 
 @dataclass(frozen=True)

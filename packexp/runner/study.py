@@ -209,8 +209,9 @@ class Study:
         objective = self.objective
         if not objective.several:
             return None
-        last = [(t, scored[-1]) for t in self.trials.values()
-                if (scored := [r for r in t.rungs if objective.scores(r) is not None])]
+        admits = self.leaders.admits
+        last = [(t, scored[-1]) for t in self.trials.values() if admits(t.trial_id)
+                and (scored := [r for r in t.rungs if objective.scores(r) is not None])]
         if not last:
             return []
         front = fronts([objective.scores(r) for _, r in last])[0]

@@ -51,6 +51,10 @@ class Plan:
     order, and its draw is its bracket's, told the brackets before it. Else the plan's own name
     (its packs are ``<key>-p<j>``); its draw is told every result so far, seeded by the plan's
     number among the keyed plans, and named ``t<i>`` on from the configurations drawn so far.
+
+    ``given``: configurations to start as they are, not drawn (a keyed plan's), each
+    ``(trial_id, hparams, seed)``: the full-width trials of a search over stand-ins
+    (``surrogate.transfer``). A resume knows them again as it knows a keyed plan's draws.
     """
 
     bracket: int
@@ -58,6 +62,7 @@ class Plan:
     trial_ids: tuple[str, ...] = ()
     draw: int = 0
     key: str | None = None
+    given: tuple[tuple[str, Mapping[str, Any], int], ...] = ()
 
 
 @dataclass(frozen=True)

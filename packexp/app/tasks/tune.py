@@ -76,7 +76,8 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
                         continue_on_promotion=scheduler.continue_on_promotion,
                         lr_horizon=scheduler.horizon_epochs, probe_seconds=device.probe_seconds,
                         train_size=cache.data.train_size, budget=parts.run.budget,
-                        keep=KeepModels(parts.run.keep_models, parts.objective)),
+                        keep=KeepModels(parts.run.keep_models, parts.objective),
+                        surrogate=parts.run.surrogate),
                     sampler=parts.sampler)
                 if study.resumed:
                     log.info("resuming: %d member results from %s", study.replayed.members,
