@@ -12,7 +12,7 @@ from typing import Any
 
 from packexp.errors import ConfigError
 from packexp.records.record import Exploit, PackRecord, PlanRecord, RungResult
-from packexp.runner.journal import Journal, JournalError, first_difference
+from packexp.runner.journal import Journal, JournalError, as_journaled, first_difference
 from packexp.schedulers.base import Exploits
 
 
@@ -98,9 +98,10 @@ class Recorded:
         if self.finished:
             raise ConfigError(f"resume=true: the run in {self.run_dir} has finished already")
         start = self.lines[0]
-        differs = first_difference({k: v for k, v in start["config"].items()
+        differs = first_difference({k: v for k, v in as_journaled(start["config"]).items()
                                     if k not in unsettled},
-                                   {k: v for k, v in config.items() if k not in unsettled})
+                                   {k: v for k, v in as_journaled(config).items()
+                                    if k not in unsettled})
         if differs:
             started = " ".join(start.get("overrides") or []) or "no overrides"
             raise ConfigError(f"resume=true: {differs}; resume with the overrides the run "

@@ -155,3 +155,20 @@ def test_a_key_on_one_side_only_is_unset_on_the_other():
         "pack.fusion='auto' here, but the journal has pack.fusion='<unset>'")
     assert first_difference({"seed": 0, "pack.fusion": None}, {"seed": 0}) == (
         "pack.fusion='<unset>' here, but the journal has pack.fusion=None")
+
+
+def test_a_journal_of_a_release_before_the_stand_ins_resumes_and_a_changed_key_is_still_refused(
+        tmp_path):
+    """The earlier release journaled no ``surrogate.*``: it ran at scale 1, which a resume
+    now composes; asking a stand-in of it names the key."""
+    from packexp.errors import ConfigError
+    from packexp.runner.replay import Recorded
+
+    old = {"seed": 0, "scheduler.R": 9}
+    Journal(tmp_path).append("start", config=old, overrides=[])
+    now = {**old, "surrogate.scale": 1, "surrogate.transfer": 3,
+           "surrogate.readout_zero_init": False}
+    assert Recorded.read(tmp_path).to_continue(now, resume=True)[0]["config"] == old
+    with pytest.raises(ConfigError, match=r"surrogate\.scale=4 here, but the journal has "
+                                          r"surrogate\.scale=1"):
+        Recorded.read(tmp_path).to_continue({**now, "surrogate.scale": 4}, resume=True)
