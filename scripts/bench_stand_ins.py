@@ -4,6 +4,9 @@ mnist1d, and the Spearman correlation of their validation accuracies; with the t
 width took. A measurement, not a test.
 
     .venv/bin/python scripts/bench_stand_ins.py --configs 20 --width 512 --epochs 9 --scales 2 4 8
+    .venv/bin/python scripts/bench_stand_ins.py --model cnn --width 64 --epochs 9 --scales 2 4 8
+
+``--model cnn`` trains the CNN (``--depth``: its blocks) on digits as 8x8 images.
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ import pandas as pd
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["mlp3", "cnn"], default="mlp3")
     parser.add_argument("--configs", type=int, default=20)
     parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--depth", type=int, default=None, help="mlp3: 3, cnn: 2 blocks")
     parser.add_argument("--epochs", type=float, default=9)
     parser.add_argument("--scales", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from packexp.data import mnist1d
-    from packexp.models import mlp3
+    from packexp.data import digits, mnist1d
+    from packexp.models import cnn, mlp3
     from packexp.models.narrowed import Narrowed
     from packexp.packing import DeviceData, Member, Pack
     from packexp.space import SearchSpace, derive_seed
@@ -40,9 +44,17 @@ def main() -> None:
                          "activation": ["sigmoid", "leaky_relu", "tanh", "relu"]},
                         categorical=["optimizer", "activation"])
     trials = space.sample(args.configs, args.seed, 0)
-    data = DeviceData(mnist1d.load(seed=args.seed))
+    if args.model == "mlp3":
+        depth = 3 if args.depth is None else args.depth
+        data = DeviceData(mnist1d.load(seed=args.seed))
+        build = functools.partial(mlp3.build, width=args.width, depth=depth)
+        shown = f"mnist1d, mlp3 width {args.width} depth {depth}"
+    else:
+        depth = 2 if args.depth is None else args.depth
+        data = DeviceData(digits.load(images=True, seed=args.seed))
+        build = functools.partial(cnn.build, width=args.width, blocks=depth)
+        shown = f"digits (8x8 images), cnn width {args.width} blocks {depth}"
     ds = data.dataset
-    build = functools.partial(mlp3.build, width=args.width, depth=args.depth)
     settings = PackSettings(fusion="off", jit_compile=False)
     scores: dict[int, list[float]] = {}
     seconds: dict[int, float] = {}
@@ -60,7 +72,7 @@ def main() -> None:
             scores[scale].append(pack.evaluate()[member.trial_id].val_accuracy or 0.0)
         seconds[scale] = time.perf_counter() - t0
     full = pd.Series(scores[1])
-    print(f"mnist1d, mlp3 width {args.width} depth {args.depth}, {args.configs} configurations, "
+    print(f"{shown}, {args.configs} configurations, "
           f"{args.epochs:g} epochs each, plain packs of one")
     print(f"full width: {seconds[1]:.1f} s, best {full.max():.4f}")
     for scale in args.scales:

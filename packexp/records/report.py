@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from packexp.objectives import REGRESSION_METRICS, measured
 from packexp.records.plots import PARETO
-from packexp.records.transfer import rank_correlation
+from packexp.records.transfer import PREFIX, SCALE_KEY, rank_correlation
 
 if TYPE_CHECKING:
     from packexp.records.search_result import SearchFacts, SearchResult
@@ -28,9 +28,12 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
 
     run_dir, facts, totals = result.run_dir, result.facts, result.totals
     trials, packs, objective = result.trial_records, result.pack_records, result.tuned_for
+    # Over stand-ins the full-width trials rank first: the search's best is one of them.
+    scale = (facts.surrogate or {}).get("scale")
     rows = sorted(((objective.score(t.last), t.last.epochs, t) for t in trials
                    if t.last and objective.score(t.last) is not None),
-                  key=lambda row: (-row[0], -row[1]))[:top_k]
+                  key=lambda row: (not (scale and row[2].trial_id.startswith(PREFIX)),
+                                   -row[0], -row[1]))[:top_k]
     table = Table(title=f"Best configurations ({facts.strategy} packing, "
                         f"{facts.model} on {facts.dataset}, seed {facts.seed})")
     names = list(dict.fromkeys(k for t in trials for k in t.hparams))  # a conditional's too
@@ -39,6 +42,8 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
         table.add_column(column, justify="right" if column != "trial" else "left")
     for _, epochs, trial in rows:
         values = trial.hparams_at(epochs)  # a population's member: those it ended with
+        if scale and SCALE_KEY in names and SCALE_KEY not in values:  # a stand-in
+            values = {**values, SCALE_KEY: scale}
         table.add_row(trial.trial_id, *(_cell(values[n]) if n in values else "-"
                                         for n in names),
                       f"{epochs:g}", *(_metric_cell(measured(trial.last, m)) for m in shown))
@@ -122,7 +127,8 @@ def transfer_line(result: SearchResult) -> str:
     rho = rank_correlation(pairs)
     shown = ", ".join(f"{p.stand_in} {_metric_cell(p.stand_in_value)} -> "
                       f"{_metric_cell(p.full_value)}" for p in pairs)
-    return (f"stand-ins at 1/{scale} width, the best {len(pairs)} trained at full width "
+    when = " (after the budget stopped the stand-ins' search)" if result.facts.stopped else ""
+    return (f"stand-ins at 1/{scale} width, the best {len(pairs)} trained at full width{when} "
             f"({metric}, stand-in -> full): {shown}; rank correlation (Spearman) "
             + ("n/a" if rho is None else f"{rho:.2f}"))
 

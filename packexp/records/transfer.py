@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 #: A full-width trial's id: ``full-`` and its stand-in's, so the two read side by side.
 PREFIX = "full-"
+#: A trial's hyper-parameter naming the width divisor it trains at: absent, the search's
+#: ``surrogate.scale``; 1 for the full-width trials the transfer trains.
+SCALE_KEY = "surrogate_scale"
 
 
 @dataclass(frozen=True)

@@ -151,16 +151,18 @@ class PackedSearch:
         plans' packs left queued); then, whenever a worker is free, the policy's decisions
         carried out in order, the highest rung's packs sent first, each pack committed as it
         comes back (a synchronous rung's in plan order) and its results told to the policy,
-        until nothing waits or trains and the policy plans nothing more."""
+        until nothing waits or trains and the policy plans nothing more; a search its budget
+        stopped then carries out the policy's closing step (``on_stop``)."""
         self.brackets = tuple(policy.brackets())
         policy.start(self)
         queue = self._replay_into(policy)
+        closing: list[Decision] = []  # a stopped search's closing step (Scheduler.on_stop)
         try:
             while True:
                 while self.executor.free():
-                    decisions = policy.decide(len(queue))
-                    if (decisions or queue) and (stop := self.settings.budget.out_of_time(
-                            self.searched_s())):
+                    decisions = [] if closing else policy.decide(len(queue))
+                    if not closing and (decisions or queue) and (
+                            stop := self.settings.budget.out_of_time(self.searched_s())):
                         self.stopped = stop  # the packs in flight finish; nothing new starts
                         break
                     made = self._carry_out(decisions, policy, queue)
@@ -172,7 +174,11 @@ class PackedSearch:
                     elif not made:
                         break
                 if not self.executor.busy():
-                    break
+                    if not self.stopped or closing or not (closing := policy.on_stop()):
+                        break
+                    queue.clear()  # the stopped search's own packs wait for a resume
+                    self._carry_out(closing, policy, queue)
+                    continue
                 for result in self.dispatch.collect():
                     self._carry_out(policy.on_result(result), policy, queue)
         finally:

@@ -187,6 +187,12 @@ class Scheduler(abc.ABC):
         """A population's exploits were made (or a resume read them back)."""
         raise NotImplementedError(f"{type(self).__name__} makes no exploits")
 
+    def on_stop(self) -> list[Decision]:
+        """What a search its budget stopped still carries out once its packs in flight are
+        in, the budget no longer counted: its closing step (a search over stand-ins trains
+        its best so far at full width); none for most policies."""
+        return []
+
     def epochs(self, bracket: Bracket, continued: bool | None = None) -> float:
         """Epochs a bracket trains in all, with or without continuation on promotion."""
         return bracket_epochs(bracket, self.continue_on_promotion if continued is None

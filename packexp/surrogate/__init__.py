@@ -10,10 +10,7 @@ from dataclasses import dataclass
 
 from packexp.errors import positive_int
 from packexp.records.transfer import PREFIX as FULL_PREFIX  # noqa: F401 (re-exported)
-
-#: A trial's hyper-parameter naming the width divisor it trains at: absent, the search's
-#: ``scale``; 1 for the full-width trials the transfer trains.
-SCALE_KEY = "surrogate_scale"
+from packexp.records.transfer import SCALE_KEY
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,9 @@ class Transfer(Scheduler):
         self._order: dict[str, int] = {}  # each one's place in that order
         self._best: dict[str, tuple[float, float, int]] = {}  # standing: score, epochs, order
         self._pending: set[tuple[str, int]] = set()  # (trial, rung) planned, not yet scored
-        self._transferred = False
+        self._transferred = False  # the last step planned: the search has ended
+        self._full: set[str] = set()  # full-width trials planned (a budget's closing ones too)
+        self._closings = 0  # closing transfers planned (``on_stop``), each session's
 
     def decide(self, queued: int) -> list[Decision]:
         if self._transferred:
@@ -77,18 +79,34 @@ class Transfer(Scheduler):
         decisions = self.inner.decide(queued)
         if decisions or queued or self._pending:
             return decisions
-        ranked = sorted(self._best, key=self._best.__getitem__, reverse=True)[:self.k]
-        if not ranked:  # nothing scored: nothing to transfer
+        plan = self._plan(KEY)
+        if plan is None:  # nothing scored, or the best already trained at full width
+            self._transferred = True
             return []
-        self._transferred = True
-        return [Plan(BRACKET, 0, key=KEY, given=tuple(
-            (full_id(i), full_width(dict(self._trials[i].hparams)), self._trials[i].seed)
-            for i in ranked))]
+        return [plan]
+
+    def on_stop(self) -> list[Decision]:
+        """A budget stopped the stand-ins' search: its best so far train at full width, so
+        the search still hands over a full model. A resume with a larger budget goes on with
+        the stand-ins, and its last step trains those of its best not trained yet."""
+        plan = None if self._transferred else self._plan(f"{KEY}-stop{self._closings + 1}")
+        return [] if plan is None else [plan]
+
+    def _plan(self, key: str) -> Plan | None:
+        """The best ``k`` stand-ins scored so far, those not yet trained at full width."""
+        ranked = sorted(self._best, key=self._best.__getitem__, reverse=True)[:self.k]
+        given = tuple((full_id(i), full_width(dict(self._trials[i].hparams)),
+                       self._trials[i].seed) for i in ranked if full_id(i) not in self._full)
+        return Plan(BRACKET, 0, key=key, given=given) if given else None
 
     def on_plan(self, plan: Planned) -> list[Retire]:
         self._pending.update((t.trial_id, plan.rung) for t in plan.trials)
         if plan.bracket == BRACKET:
-            self._transferred = True
+            self._full.update(t.trial_id for t in plan.trials)
+            if plan.key == KEY:
+                self._transferred = True
+            else:
+                self._closings += 1
             return []
         for t in plan.trials:
             if t.trial_id not in self._trials:

@@ -172,3 +172,40 @@ def test_the_stand_in_rules_change_how_it_trains():
     [unruled], _ = pack_of([(0, CONFIGS[0])], {}, scale=1)
     assert stand_in_of(ruled.model) and not stand_in_of(unruled.model)
     assert shapes(ruled.model) != shapes(unruled.model)
+
+
+
+def own_model_on_rows(input_shape, num_classes, hparams):
+    """``own_model`` on 2-D rows (digits' 64 features read as 16 steps of 4)."""
+    x = inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Reshape((16, 4))(x)
+    x = keras.layers.Conv1D(32, 3, padding="same")(x)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Activation("relu")(x)
+    x = keras.layers.Add()([x, keras.layers.MultiHeadAttention(2, 16)(x, x)])
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(256, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x), name="own")
+
+
+@pytest.mark.slow
+def test_the_handed_over_model_is_the_full_width_one_and_reproduces_its_score(tmp_path):
+    """``packexp.tune`` over stand-ins of a user's functional model (Conv1D, BatchNorm,
+    attention, a wide Dense): its best model is the full-width one, and its predictions on the
+    validation rows score what the search recorded for it."""
+    import packexp
+    from packexp.data import digits
+
+    data = digits.load(seed=0)
+    result = packexp.tune(own_model_on_rows, (data.x_train, data.y_train, data.x_val,
+                                              data.y_val),
+                          experiment="quick", surrogate={"scale": 4, "transfer": 2},
+                          run_dir=tmp_path)
+    best = result.best
+    assert best["trial_id"].startswith("full-")
+    assert len(result.results["transfer"]["trials"]) == 2
+    model = result.best_model()
+    full = own_model_on_rows(data.x_train.shape[1:], 10, best["hparams"])
+    assert shapes(model) == shapes(full)  # the full width, not the stand-in's
+    accuracy = (model.predict(data.x_val, verbose=0).argmax(1) == data.y_val).mean()
+    assert accuracy == pytest.approx(best["val_accuracy"], abs=1e-6)

@@ -14,6 +14,7 @@ import pytest
 from packexp.objectives import ACCURACY
 from packexp.records.best import Best, FrontPoint
 from packexp.records.record import Exploited, PackRecord, RungResult, Status, TrialRecord
+from packexp.records.report import print_summary
 from packexp.records.search_result import SearchFacts, SearchResult
 from packexp.runner.study import load
 from packexp.testing.searches import search_on_fake
@@ -122,10 +123,32 @@ def test_an_older_release_s_results_json_loads(tmp_path, capsys):
     assert result.to_json()["packed_with"] == "an old key"
     assert len(result.trials) == 2 and math.isnan(result.trials["val_accuracy"][1])
     assert result.metrics()["wall_time_s"] == 12.5
-    from packexp.records.report import print_summary
-
     print_summary(result, None, top_k=3)
     assert "b0-t000" in capsys.readouterr().out
+
+
+def test_over_stand_ins_the_summary_ranks_the_full_width_trials_first(tmp_path, capsys):
+    """The stand-in scores better than its full-width run, yet the table's first row is the
+    full-width trial (the search's best), and the stand-in's scale cell reads the search's."""
+    rung = {"rung": 0, "epochs": 3, "steps": 40, "val_loss": 0.6, "train_loss": 0.7,
+            "pack_id": "b0-r0-p0"}
+    results = {**OLD_RESULTS, "surrogate": {"scale": 4, "transfer": 1},
+               "trials": [{"trial_id": "b0-t000", "hparams": {"learning_rate": 0.01},
+                           "bracket": 0, "status": "finished",
+                           "rungs": [{**rung, "val_accuracy": 0.9}]},
+                          {"trial_id": "full-b0-t000",
+                           "hparams": {"learning_rate": 0.01, "surrogate_scale": 1},
+                           "bracket": 0, "status": "finished",
+                           "rungs": [{**rung, "val_accuracy": 0.8}]}]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    print_summary(load(tmp_path), None, top_k=2)
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines()
+            if "b0-t000" in line and "│" in line]
+    assert [row[1] for row in rows] == ["full-b0-t000", "b0-t000"]
+    scale = rows[0].index("1")  # the scale column: 1 at full width, the search's 4 else
+    assert rows[1][scale] == "4"
+    assert "b0-t000 0.9000 -> 0.8000" in out.replace("\n", " ")  # the transfer line
 
 
 def test_the_records_are_frozen_and_the_study_keeps_the_newest():

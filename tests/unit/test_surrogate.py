@@ -12,8 +12,11 @@ from omegaconf import OmegaConf
 
 from packexp.config.settings import surrogate_of
 from packexp.errors import ConfigError
+from packexp.objectives import Objective
 from packexp.records.transfer import Transferred, rank_correlation
+from packexp.runner.budget import Budget
 from packexp.runner.journal import Journal
+from packexp.samplers.tpe import TpeSampler
 from packexp.schedulers import Asha, Hyperband, Pbt
 from packexp.surrogate import SCALE_KEY, Surrogate, is_full
 from packexp.surrogate.rules import (
@@ -112,10 +115,13 @@ def test_a_population_scheduler_is_refused_its_best_is_a_schedule():
         Transfer(Pbt(population=4, interval=1, epochs=4))
 
 
-def transfer_search(run_dir: Path, trainer: FakeTrainer, k: int = 3, inner=None):
+def transfer_search(run_dir: Path, trainer: FakeTrainer, k: int = 3, inner=None,
+                    searched_s=None, **settings):
     policy = Transfer(inner or Hyperband(9, 3), k)
     search = fake_search(run_dir, trainer, brackets=policy.brackets(),
-                         surrogate=Surrogate(scale=4, transfer=k))
+                         surrogate=Surrogate(scale=4, transfer=k), **settings)
+    if searched_s is not None:  # the search's clock, as a function of the search
+        search.searched_s = lambda: searched_s(search)
     search.run(policy)
     search.finish()
     return search
@@ -179,3 +185,67 @@ def test_asha_s_search_over_stand_ins_ends_with_its_best_at_full_width(tmp_path,
     assert len(full) == 2 and list(search.trials)[-2:] == full  # drawn last
     assert all([r.epochs for r in search.trials[i].rungs] == [9.0] for i in full)
     assert search.best().trial_id in full
+
+
+def stand_ins_of(search) -> dict:
+    return {i: v for i, v in outcome(search, ("checkpoint", "pack_id")).items()
+            if not i.startswith("full-")}
+
+
+def best_stand_ins(search, k: int) -> list[str]:
+    scored = {i: max((r.val_accuracy, r.epochs) for r in t.rungs if r.val_accuracy is not None)
+              for i, t in search.trials.items()
+              if not i.startswith("full-") and any(r.val_accuracy is not None for r in t.rungs)}
+    return sorted(scored, key=scored.__getitem__, reverse=True)[:k]
+
+
+@pytest.mark.parametrize("budget", ["trials", "time"])
+def test_a_budget_s_stop_still_trains_the_best_so_far_at_full_width(
+        tmp_path, fake_trainer, budget):
+    # The trials budget stops before Hyperband's second bracket; the time budget once the
+    # first pack is in, with other packs of its rung still queued.
+    limits = ({"budget": Budget(trials=9)} if budget == "trials" else
+              {"budget": Budget(time_s=60), "searched_s": lambda s: 100.0 if s.packs else 0.0})
+    search = transfer_search(tmp_path, fake_trainer, **limits)
+    assert search.stopped is not None and search.stopped.startswith(f"budget.{budget}")
+    full = [i for i in search.trials if i.startswith("full-")]
+    assert sorted(full) == sorted(f"full-{i}" for i in best_stand_ins(search, 3))
+    assert all([r.epochs for r in search.trials[i].rungs] == [9.0] for i in full)
+    assert search.best().trial_id in full  # the budget still hands over a full model
+    plans = [r for r in Journal(tmp_path).read() if r["event"] == "plan"]
+    assert plans[-1]["key"] == "transfer-stop1"
+
+
+def test_a_resume_past_a_budget_s_transfer_goes_on_with_the_stand_ins(tmp_path, fake_trainer):
+    whole = transfer_search(tmp_path / "whole", fake_trainer)
+    first = transfer_search(tmp_path / "run", fake_trainer, budget=Budget(trials=9))
+    closing = {i for i in first.trials if i.startswith("full-")}
+    assert first.stopped and len(closing) == 3
+    fake_trainer.calls = []
+    resumed = transfer_search(tmp_path / "run", fake_trainer)  # no budget: to its end
+    assert resumed.stopped is None
+    # The stand-ins' search is the unbroken run's; its last step trains those of its best
+    # the budget's closing step did not, none twice.
+    assert stand_ins_of(resumed) == stand_ins_of(whole)
+    best = {f"full-{i}" for i in best_stand_ins(whole, 3)}
+    trained_now = [i for c in fake_trainer.calls for i in c["ids"] if i.startswith("full-")]
+    assert sorted(trained_now) == sorted(best - closing)
+    assert {i for i in resumed.trials if i.startswith("full-")} == closing | best
+    assert resumed.best().trial_id in closing | best
+
+
+def test_tpe_s_search_over_stand_ins_learns_from_the_stand_ins_and_ends_at_full_width(
+        tmp_path, fake_trainer):
+    search = transfer_search(tmp_path, fake_trainer, sampler=TpeSampler(min_points=3))
+    full = [i for i in search.trials if i.startswith("full-")]
+    assert sorted(full) == sorted(f"full-{i}" for i in best_stand_ins(search, 3))
+    assert list(search.trials)[-3:] == full and search.best().trial_id in full
+
+
+def test_a_pareto_front_over_stand_ins_holds_full_width_trials_only(tmp_path, fake_trainer):
+    objective = Objective(metrics=[{"name": "val_accuracy", "mode": "max"},
+                                   {"name": "val_loss", "mode": "max"}])  # a trade-off
+    search = transfer_search(tmp_path, fake_trainer, objective=objective)
+    front = search.study.front()
+    assert front and all(p.trial_id.startswith("full-") for p in front)
+    assert len([i for i in search.trials if i.startswith("full-")]) == 3
