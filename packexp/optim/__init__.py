@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 from types import ModuleType
 from typing import Any
 
@@ -49,6 +49,10 @@ class Coefficients:
     step_const: float = 0.0
     eps_in: float = 1.0
     eps_out: float = 0.0
+    # Not in the update: 1 where it is entrywise normalised from the first step (a second
+    # moment that starts at zero: Adam), which muP's Adam-like rules are for; 0 where it is
+    # SGD-like (``coefficients`` sets it; a stand-in's per-weight rates read it).
+    normalised: float = 0.0
 
     def values(self) -> tuple[float, ...]:
         return astuple(self)
@@ -74,8 +78,15 @@ def options_of(rule: str, hparams: Mapping[str, Any] | None = None) -> dict[str,
 
 
 def coefficients(rule: str, hparams: Mapping[str, Any] | None = None) -> Coefficients:
-    """The coefficients of ``rule`` with the trial's options (``options_of``)."""
-    return RULES[rule].coefficients(**options_of(rule, hparams))
+    """The coefficients of ``rule`` with the trial's options (``options_of``).
+
+    ``normalised`` is 1 where the rule keeps a second moment that starts at zero. Adagrad's
+    accumulator starts at Keras's 0.1: while the squared gradients summed stay below it, as
+    a wide layer's small gradients do, its update is SGD's times ``1/sqrt(0.1)``, and
+    muP's SGD-like rules transfer it (measured, docs/stand-ins.md)."""
+    out = RULES[rule].coefficients(**options_of(rule, hparams))
+    return replace(out, normalised=float(out.v_gain > 0
+                                         and second_slot_start(rule, hparams) == 0.0))
 
 
 def second_slot_start(rule: str, hparams: Mapping[str, Any] | None = None) -> float:

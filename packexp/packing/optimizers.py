@@ -280,13 +280,13 @@ def group_rates(groups: Sequence[Sequence[int]], sizes: Sequence[int],
 def scaled_delta(delta: tf.Tensor, rates: tuple[Any, Any] | None,
                  coefficients: Mapping[str, tf.Tensor]) -> tf.Tensor:
     """A group's decrement times its stand-in multipliers (``group_rates``): the Adam-like
-    ones where the member's rule keeps a second moment (``v_gain`` > 0), else the SGD-like
-    ones. For every rule the update is linear in the learning rate, so this is muP's
-    per-weight learning rate. ``delta`` as it is where ``rates`` is None."""
+    ones where the member's update is entrywise normalised (``Coefficients.normalised``),
+    else the SGD-like ones. For every rule the update is linear in the learning rate, so
+    this is muP's per-weight learning rate. ``delta`` as it is where ``rates`` is None."""
     if rates is None:
         return delta
     adaptive, sgd = (tf.constant(r) for r in rates)
-    return delta * tf.where(coefficients["v_gain"] > 0.0, adaptive, sgd)
+    return delta * tf.where(coefficients["normalised"] > 0.0, adaptive, sgd)
 
 
 def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence[tf.Tensor],

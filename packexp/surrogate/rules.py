@@ -71,14 +71,15 @@ def role(full: Sequence[int], stand_in: Sequence[int], name: str = "weight") -> 
 
 
 def adaptive_rate(r: Role) -> float:
-    """The learning-rate multiplier under an Adam-like rule (entrywise normalised: Adam,
-    Adagrad): ``MuAdam`` divides a hidden weight's by its fan-in's multiplier, and keeps the
-    others'."""
+    """The learning-rate multiplier under an Adam-like rule (entrywise normalised: Adam, and
+    Adagrad from an accumulator at zero): ``MuAdam`` divides a hidden weight's by its
+    fan-in's multiplier, and keeps the others'."""
     return 1.0 / r.fan_in_mult if r.kind == HIDDEN else 1.0
 
 
 def sgd_rate(r: Role) -> float:
-    """The learning-rate multiplier under an SGD-like rule (SGD, momentum): ``MuSGD``
+    """The learning-rate multiplier under an SGD-like rule (SGD, momentum, and Adagrad from
+    Keras's accumulator of 0.1, ``optim.coefficients``): ``MuSGD``
     multiplies a vector-like weight's by its width's multiplier and a hidden weight's by its
     fan-out's over its fan-in's."""
     if r.kind == VECTOR:

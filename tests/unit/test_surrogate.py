@@ -54,6 +54,17 @@ def test_each_weight_takes_mup_s_learning_rate_multipliers(weight, kind, adam, s
     assert adaptive_rate(r) == pytest.approx(adam) and sgd_rate(r) == pytest.approx(sgd)
 
 
+@pytest.mark.parametrize(("rule", "hparams", "normalised"), [
+    ("adam", {}, 1.0), ("sgd", {}, 0.0), ("momentum", {}, 0.0),
+    ("adagrad", {}, 0.0),  # Keras's accumulator starts at 0.1: SGD-like while gradients are small
+    ("adagrad", {"initial_accumulator_value": 0.0}, 1.0),  # PyTorch's: entrywise normalised
+])
+def test_each_rule_takes_the_adam_like_or_the_sgd_like_rates(rule, hparams, normalised):
+    from packexp import optim
+
+    assert optim.coefficients(rule, hparams).normalised == normalised
+
+
 def test_at_full_width_every_multiplier_is_one():
     for shape in FULL.values():
         r = role(shape, shape)
