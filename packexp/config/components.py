@@ -229,7 +229,8 @@ class Components:
         shape, the batch bucket and the pack settings, and where packs train when that is
         not this process (``place``: a Ray worker's CPUs and GPU share, and how many share
         the machine, change a pack's speed on the same device). Not R, the seed or the
-        space's other values: every search of the architecture on the device reuses it."""
+        space's other values: every search of the architecture on the device reuses it. A
+        search over stand-ins (``surrogate.scale``) keeps its own, of the stand-in."""
         import tensorflow as tf
 
         from packexp.models import runtime_hparams
@@ -255,6 +256,9 @@ class Components:
             "threads": [cfg.device.get("intra_op_threads"), cfg.device.get("inter_op_threads")],
             # A local run's calibrations, kept before places were told apart, still hold.
             **({"place": dict(place)} if place and place.get("executor") != "local" else {}),
+            # A search over stand-ins measures the stand-in: not the full model's figures.
+            **({"surrogate_scale": scale} if (scale := OmegaConf.select(
+                cfg, "surrogate.scale", default=1)) != 1 else {}),
         }
 
 

@@ -209,3 +209,23 @@ def test_the_handed_over_model_is_the_full_width_one_and_reproduces_its_score(tm
     assert shapes(model) == shapes(full)  # the full width, not the stand-in's
     accuracy = (model.predict(data.x_val, verbose=0).argmax(1) == data.y_val).mean()
     assert accuracy == pytest.approx(best["val_accuracy"], abs=1e-6)
+
+
+def test_a_search_over_stand_ins_keeps_its_own_calibration():
+    """The cost model's calibration measures the stand-in under ``surrogate.scale``: its
+    facts (and so the kept file's key) are not the full model's, and at scale 1 they are
+    what every run had before stand-ins, so kept calibrations still hold."""
+    from packexp.config.components import Components
+    from packexp.config.targets import fit_dataset_to_model
+    from packexp.strategies.calibration import calibration_key
+    from packexp.telemetry import device_facts
+    from packexp.testing.config import compose_config
+
+    def facts(*overrides: str) -> dict:
+        cfg = compose_config(["experiment=quick", *overrides])
+        fit_dataset_to_model(cfg)
+        return Components.build(cfg, probe=False).calibration_facts(device_facts())
+
+    full, narrow = facts(), facts("surrogate.scale=4")
+    assert "surrogate_scale" not in full and narrow == {**full, "surrogate_scale": 4}
+    assert calibration_key(narrow) != calibration_key(full)

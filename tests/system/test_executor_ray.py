@@ -400,3 +400,22 @@ def test_ray_workers_stream_a_folder_from_its_paths_as_a_local_run_does(tmp_path
     runs = {executor: scores(tmp_path / executor) for executor in ("local", "ray")}
     assert runs["ray"] == runs["local"]
     assert all(rung[3] is not None for t in runs["ray"]["trials"].values() for rung in t[3])
+
+
+def test_a_search_over_stand_ins_under_ray_gives_local_s_stand_ins_and_full_model(
+        tmp_path, ray_env):
+    """``surrogate.scale=2`` under Ray: a worker narrows each trial as the driver's local
+    run does, so the stand-ins and the full-width transfer score as locally, bit for bit
+    (plain packs), and the best handed over is a full-width trial."""
+    stand_ins = ("surrogate.scale=2", "surrogate.transfer=2")
+    local = tmp_path / "local" / "run"
+    local.parent.mkdir()
+    search(local, *QUICK, *stand_ins)
+    run_dir = tmp_path / "ray" / "run"
+    run_dir.parent.mkdir()
+    code, err = finish(packexp(run_dir, ray_env, "executor=ray", ONE_WORKER, *stand_ins))
+    assert code == 0, err
+    assert scores(run_dir) == scores(local)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["best"]["trial_id"].startswith("full-")
+    assert len(results["transfer"]["trials"]) == 2
