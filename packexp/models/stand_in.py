@@ -189,13 +189,19 @@ def _with_readout(model: keras.Model) -> keras.Model:
     readout = _readout_layer(model)
 
     def clone(layer: keras.layers.Layer) -> keras.layers.Layer:
-        config = layer.get_config()
         if layer is readout:
+            config = layer.get_config()
             config.pop("lora_rank", None)
             return MuReadout.from_config(config)
+        if isinstance(layer, keras.Model) and _holds(layer, readout):  # a model it wraps
+            return _with_readout(layer)
         return _copy(layer)
 
     return keras.models.clone_model(model, clone_function=clone)
+
+
+def _holds(model: keras.Model, layer: keras.layers.Layer) -> bool:
+    return any(inner is layer for inner in model._flatten_layers(include_self=False))
 
 
 def _copy(layer: keras.layers.Layer) -> keras.layers.Layer:
@@ -216,6 +222,10 @@ def _readout_layer(model: keras.Model) -> keras.layers.Dense:
              else model.outputs[0]._keras_history[0])
     seen = 0
     while not isinstance(layer, keras.layers.Dense):
+        if isinstance(layer, keras.Model) and layer.outputs:  # a model it wraps: its own
+            layer = layer.outputs[0]._keras_history[0]
+            seen += 1
+            continue
         if layer.weights or seen > 16:
             raise ValueError(f"model {model.name}: its output does not come from a Dense "
                              f"layer ({layer.name}, {type(layer).__name__}); a stand-in needs "

@@ -65,12 +65,18 @@ def test_hidden_widths_are_divided_and_the_input_and_readout_kept(build, input_s
     assert tuple(out.shape) == (2, 5)
 
 
-def test_mobilenet_narrows_by_its_alpha():
+@pytest.mark.parametrize("image", [[32, 32, 3], [8, 8, 1]])  # digits': resized in a wrapper
+def test_mobilenet_narrows_by_its_alpha(image):
     build = functools.partial(mobilenet.build, alpha=0.5)
-    full = Narrowed(build, 2)([32, 32, 3], 10, {"activation": "relu", SCALE_KEY: 1})
-    narrow = Narrowed(build, 2)([32, 32, 3], 10, {"activation": "relu"})
-    assert shapes(narrow)[0][-1] < shapes(full)[0][-1]
+    full = Narrowed(build, 2)(image, 10, {"activation": "relu", SCALE_KEY: 1})
+    narrow = Narrowed(build, 2)(image, 10, {"activation": "relu"})
+    assert shapes(narrow)[0][-1] < shapes(full)[0][-1] or shapes(narrow)[1][-1] < shapes(
+        full)[1][-1]
     assert stand_in_of(narrow).scale == 2
+    readouts = [layer for layer in narrow._flatten_layers(include_self=False)
+                if isinstance(layer, MuReadout)]
+    assert len(readouts) == 1  # its fan-in, MobileNetV2's 1280 features, is no width
+    assert narrow(np.zeros([1, *image], np.float32)).shape == (1, 10)
 
 
 def test_a_layer_that_cannot_be_narrowed_is_named_in_one_line():
