@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from packexp import moved
 from packexp.app import muted
 
 # TensorFlow's C++ log lines stay off a terminal and a notebook unless asked for: this holds
@@ -18,6 +19,7 @@ from packexp.app import muted
 # its start-up banner is muted whoever imports it (packexp.app.muted).
 muted.install()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+moved.install()  # the paths an earlier release named import, with a warning (packexp.moved)
 
 from packexp.errors import ConfigError, ExecutorError  # noqa: E402
 

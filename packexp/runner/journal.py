@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from packexp.files import naming
+from packexp.moved import MOVED
 
 log = logging.getLogger(__name__)
 
@@ -104,5 +105,15 @@ ADDED_KEYS: Mapping[str, Any] = {"surrogate.scale": 1, "surrogate.transfer": 3,
 
 def as_journaled(config: Mapping[str, Any]) -> dict[str, Any]:
     """A flat config with the keys added since an earlier release at their old values where
-    it lacks them: the two sides a resume compares (a test's search journals no config)."""
-    return {**ADDED_KEYS, **config}
+    it lacks them, and each ``_target_`` an earlier release named (``packexp.moved``) at its
+    new path with the keywords that path takes: the two sides a resume compares (a test's
+    search journals no config)."""
+    flat = {**ADDED_KEYS, **config}
+    for key, value in config.items():
+        if key.rsplit(".", 1)[-1] == "_target_" and value in MOVED:
+            new, keywords = MOVED[value]
+            node = key.rsplit(".", 1)[0]
+            flat[key] = new
+            for name, given in keywords.items():
+                flat.setdefault(f"{node}.{name}", given)
+    return flat
