@@ -155,6 +155,7 @@ def _in_memory(path: str | None, target: str | None, features: Sequence[str] | N
             raise ConfigError(
                 f"{source}: column {name!r} is not numeric (e.g. {frame[name].iloc[0]!r}); "
                 f"encode it as numbers, or leave it out with dataset.features=[{numeric}]")
+    _say_booleans(frame, names, source)
     x = frame[names].to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(x)
     if bad.any():
@@ -169,6 +170,17 @@ def _in_memory(path: str | None, target: str | None, features: Sequence[str] | N
     return from_arrays(x, frame[target].to_numpy(), name="table", source=source,
                        val_fraction=val_fraction, standardize=standardize, seed=seed,
                        regression=regression, standardize_target=standardize_target)
+
+
+def _say_booleans(frame: pd.DataFrame, names: Sequence[str], source: str) -> None:
+    """One line naming the True/False feature columns, which train as 1/0: a flag a user may
+    have meant as a label or left in by mistake is a feature, and is said to be."""
+    flags = [n for n in names if pd.api.types.is_bool_dtype(frame[n])]
+    if flags:
+        kept = ",".join(n for n in names if n not in flags)
+        log.warning("%s: True/False column%s %s used as 1/0 features; to leave %s out: "
+                    "dataset.features=[%s]", source, "s" if len(flags) > 1 else "",
+                    ", ".join(map(repr, flags)), "them" if len(flags) > 1 else "it", kept)
 
 
 def _read(path: str | None, source: str) -> pd.DataFrame:

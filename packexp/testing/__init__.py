@@ -23,6 +23,12 @@ Importing the package, or any module but ``fixtures``, imports neither TensorFlo
 (the modules that build a model import Keras inside their functions).
 """
 
+__all__ = ["FakeTrainer"]
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
 
 def __getattr__(name: str):
     # ``packexp.testing.FakeTrainer``, as the docs name it: imported when asked for, so that

@@ -317,6 +317,21 @@ class TestTable:
             "DataFrame.to_csv writes one unless index=False); dataset.features=[...] naming "
             "it keeps it")
 
+    def test_a_true_false_column_is_said_once_and_trains_as_0_1(self, tmp_path, caplog):
+        x, y = small()
+        flag = x[:, 0] > np.median(x[:, 0])
+        frame = pd.DataFrame({"a": x[:, 1], "flag": flag, "b": x[:, 2], "label": y})
+        path = tmp_path / "t.csv"
+        frame.to_csv(path, index=False)
+        assert "True" in path.read_text()
+        with caplog.at_level("WARNING", logger="packexp.data.table"):
+            data = table.load(str(path), "label")
+        assert_same(data, make(np.column_stack([x[:, 1], flag.astype(float), x[:, 2]]), y))
+        [record] = caplog.records
+        assert record.getMessage() == (
+            f"dataset.path={path}: True/False column 'flag' used as 1/0 features; to leave it "
+            "out: dataset.features=[a,b]")
+
     def test_an_index_column_named_in_features_is_kept(self, tmp_path, caplog):
         x, y = small()
         frame = pd.DataFrame(x, columns=["a", "b", "c"])
