@@ -4,9 +4,12 @@ Jupyter notebook; silent elsewhere (a pipe, a log file, CI)."""
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+import logging
+import sys
+from typing import IO, Any
 
 from rich.console import Console
+from rich.file_proxy import FileProxy
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from packexp.events import Listener, PackFinished, PackStarted, RungPlanned
@@ -33,6 +36,7 @@ class SearchProgress(Listener):
         self._progress: Progress | None = None
         self._task = None
         self._rung = ""
+        self._moved: list[tuple[logging.StreamHandler, IO[str]]] = []  # (handler, stream)
 
     @property
     def enabled(self) -> bool:
@@ -49,11 +53,33 @@ class SearchProgress(Listener):
                 TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=self.console,
                 transient=True)
             self._progress.start()
+            if self.console.is_terminal:  # a notebook draws its bar as a widget apart
+                self._log_above()
         return self
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
+            for handler, stream in self._moved:
+                handler.setStream(stream)
+            self._moved.clear()
             self._progress.stop()
+
+    def _log_above(self) -> None:
+        """Sends the log's handlers to the terminal (Hydra's console handler, the warnings of
+        ``packexp.tune``) through rich's redirected ``sys.stdout`` and ``sys.stderr`` while
+        the bar shows, so each record is printed above the bar on a line of its own: a
+        handler holds the stream it was given, not ``sys.stdout``, and would write into the
+        bar's line. Handlers to files, pipes and other streams are left alone."""
+        proxies = {id(proxy.rich_proxied_file): proxy for proxy in (sys.stdout, sys.stderr)
+                   if isinstance(proxy, FileProxy)}
+        loggers = [logging.root, *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                   if isinstance(logger, logging.Logger))]
+        for handler in {id(h): h for logger in loggers for h in logger.handlers}.values():
+            if not isinstance(handler, logging.StreamHandler):
+                continue
+            stream = handler.stream
+            if id(stream) in proxies and (stream is self.console.file or stream.isatty()):
+                self._moved.append((handler, handler.setStream(proxies[id(stream)])))
 
     def on_rung_planned(self, event: RungPlanned) -> None:
         if self._progress is None:
