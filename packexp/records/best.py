@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 
 class _AsDict(Mapping):
@@ -33,8 +33,10 @@ class Best(_AsDict):
     """The trial and rung best by the search's objective, and the values it trained with; in
     a population, also the schedule (``schedulers.base.schedule``) that made its weights.
     ``value``: its objective's ``metric`` there (Optuna's ``best_value``); ``model``: its kept
-    model's file, where its weights were kept. ``results.json``'s ``best`` is
-    ``to_dict()``."""
+    model's file, where its weights were kept; ``metrics``: every metric the rung recorded,
+    by name (``RungResult.recorded``: ``val_loss``, ``train_loss``, a regression's
+    ``val_mse``, ``val_mae`` and ``val_r2``, each goal's). ``results.json``'s ``best`` is
+    ``to_dict()``, the metrics among its keys (``best["val_r2"]``)."""
 
     trial_id: str
     hparams: Mapping[str, Any]
@@ -44,6 +46,10 @@ class Best(_AsDict):
     metric: str = "val_accuracy"
     value: float | None = None
     model: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    OWN: ClassVar[tuple[str, ...]] = ("trial_id", "hparams", "val_accuracy", "epochs",
+                                      "schedule", "metric", "value", "model")
 
     def __post_init__(self) -> None:
         if self.value is None and self.metric == "val_accuracy":
@@ -51,8 +57,9 @@ class Best(_AsDict):
 
     def to_dict(self) -> dict[str, Any]:
         out = {"trial_id": self.trial_id, "hparams": dict(self.hparams),
-               "val_accuracy": self.val_accuracy, "epochs": self.epochs,
-               "metric": self.metric, "value": self.value}
+               "val_accuracy": self.val_accuracy,
+               **{k: v for k, v in self.metrics.items() if k not in self.OWN},
+               "epochs": self.epochs, "metric": self.metric, "value": self.value}
         if self.schedule is not None:
             out["schedule"] = [dict(s) for s in self.schedule]
         if self.model is not None:
@@ -61,11 +68,15 @@ class Best(_AsDict):
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> Best:
-        """``to_dict``'s form read back; an older run's best has no ``metric`` or ``value``."""
+        """``to_dict``'s form read back; an older run's best has no ``metric`` or ``value``,
+        and no metrics but ``val_accuracy``."""
+        metrics = {k: v for k, v in record.items() if k not in cls.OWN}
+        if record.get("val_accuracy") is not None:
+            metrics = {"val_accuracy": record["val_accuracy"], **metrics}
         return cls(record["trial_id"], dict(record["hparams"]), record.get("val_accuracy"),
                    record["epochs"], record.get("schedule"),
                    record.get("metric", "val_accuracy"), record.get("value"),
-                   record.get("model"))
+                   record.get("model"), metrics)
 
     def __hash__(self) -> int:
         return hash((self.trial_id, self.epochs, self.metric, self.value))

@@ -66,8 +66,18 @@ class RungResult:
         return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)
                       if f.name in record})
 
+    def recorded(self) -> dict[str, float]:
+        """Every metric it recorded, by name (``METRIC_FIELDS`` where measured, then the
+        model's own): what ``Best`` carries of its rung."""
+        values = {k: v for k in METRIC_FIELDS if (v := getattr(self, k)) is not None}
+        return {**values, **(self.metrics or {})}
+
 
 WHERE_RECORDED = ("val_mse", "val_mae", "val_r2", "params", "flops", "metrics")  # or absent
+# A rung's metrics: its validation and training scores, a regression's errors, and the
+# parameter count and FLOPs where the objective ranks by them.
+METRIC_FIELDS = ("val_accuracy", "val_loss", "train_loss", "val_mse", "val_mae", "val_r2",
+                 "params", "flops")
 
 
 def shallow(record: Any) -> dict[str, Any]:

@@ -83,13 +83,17 @@ def session_offsets(ends: Sequence[tuple[int | None, float | None]]) -> dict[int
 
 
 def search_metrics(result: Searched) -> dict[str, float | None]:
-    """The parent run's summary metrics of a search (``SearchResult.metrics``)."""
+    """The parent run's summary metrics of a search (``SearchResult.metrics``): the best's
+    every recorded metric as ``best_<name>`` (``best_val_loss``, a regression's
+    ``best_val_r2``) beside ``best_value``, the search's times and totals."""
     best, facts, totals = result.best, result.facts, result.totals
     value = None if best is None else best.value
     return {"wall_time_s": result.wall_time_s,
             "best_val_accuracy": math.nan if best is None or best.val_accuracy is None
             else best.val_accuracy,
             "best_value": math.nan if value is None else value,
+            **({} if best is None else {f"best_{k}": float(v) for k, v in best.metrics.items()
+                                        if k != "val_accuracy"}),
             "startup_s": facts.startup_s, "train_share": totals.train_share,
             **{f"startup_{k}_s": v for k, v in (facts.startup or {}).items()},
             "calibration_s": facts.calibration_s,

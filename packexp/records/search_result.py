@@ -42,8 +42,10 @@ class SearchResult:
         pack_records: Every trained pack (``PackRecord``), in the order published.
         best: The best trial and rung by the search's objective (``Best``: ``trial_id``,
             ``hparams``, ``val_accuracy``, ``epochs``, ``metric`` and ``value``, the
-            objective's metric there; it reads as a dict too, ``best["hparams"]``); None if
-            no trial was scored.
+            objective's metric there, and every metric the rung recorded: ``val_loss``,
+            ``train_loss``, a regression's ``val_mse``, ``val_mae`` and ``val_r2``; it reads
+            as a dict too, ``best["hparams"]``, ``best["val_r2"]``); None if no trial was
+            scored.
         front: Under several objectives, the Pareto front (``FrontPoint``); None under one.
         objective: What the search ranked by.
         wall_time_s: Its search's seconds, from the first pack.

@@ -186,9 +186,9 @@ class Study:
     # What the runner and the task read back.
 
     def best(self) -> Best | None:
-        """The trial and rung best by the objective (of two as good, the later epoch), and
-        the values it trained with; where trials continued from others' states, also the
-        schedule of values that made its weights."""
+        """The trial and rung best by the objective (of two as good, the later epoch), the
+        values it trained with and every metric the rung recorded; where trials continued
+        from others' states, also the schedule of values that made its weights."""
         objective = self.objective
         result = self.leaders.best()
         if result is None:
@@ -200,7 +200,8 @@ class Study:
                                {t.trial_id: t.lineage for t in self.trials.values()},
                                {t.trial_id: t.hparams for t in self.trials.values()})
         return Best(trial.trial_id, trial.hparams_at(epochs), result.val_accuracy,
-                    whole(epochs), lineage, objective.metric, objective.value(result))
+                    whole(epochs), lineage, objective.metric, objective.value(result),
+                    metrics=result.recorded())
 
     def front(self) -> list[FrontPoint] | None:
         """Under several objectives, the Pareto front of the trials at their last scored

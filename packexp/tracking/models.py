@@ -109,8 +109,9 @@ def log_best_model(tracker: Tracker, result: SearchResult, run_dir: Path, datase
                        (int(dataset.num_classes),),
                        {"trial_id": best.trial_id, "file": file, "epochs": best.epochs,
                         "rung": result.kept.get(best.trial_id, {}).get("rung"),
-                        # the best's objective value; a front point's, each goal's
-                        **({best.metric: best.value} if isinstance(best, Best)
+                        # the best's every recorded metric and objective value; a front
+                        # point's, each goal's
+                        **({**best.metrics, best.metric: best.value} if isinstance(best, Best)
                            else dict(best.values))})
     return tracker.log_model(model) or None
 

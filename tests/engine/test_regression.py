@@ -284,3 +284,32 @@ def test_a_reused_regression_program_ends_where_a_fresh_one_does(values):
     for a, b in zip(fresh, reused, strict=True):
         assert_same(a, b)
     assert fresh_evaluation == reused_evaluation
+
+
+@pytest.mark.tf
+def test_the_best_carries_every_metric_its_rung_recorded(tmp_path):
+    """``best`` in results.json, on the result and on the MLflow parent run: a regression's
+    val_mse, val_mae and val_r2 and its losses, as its rung recorded them."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    import packexp
+
+    x, y = friedman(300)
+    store = tmp_path / "store"
+    result = packexp.tune(data=(x, y), objective="regression", scheduler={"R": 3},
+                          tracking="mlflow", overrides=[f"tracking.store_dir={store}"],
+                          run_dir=tmp_path / "run")
+    best, table = result.best, result.trials
+    [rung] = table[(table.trial_id == best.trial_id) & (table.epochs == best.epochs)
+                   & (table.val_mse == best.value)].to_dict("records")
+    names = ("val_mse", "val_mae", "val_r2", "val_loss", "train_loss")
+    assert {k: best[k] for k in names} == {k: rung[k] for k in names}
+    assert dict(best.metrics) == {k: rung[k] for k in names}  # no val_accuracy: a regression's
+    written = json.loads((result.run_dir / "results.json").read_text())["best"]
+    assert written == dict(best) and written["val_r2"] == rung["val_r2"]
+    assert packexp.load(result.run_dir).best == best
+    logged = MlflowClient(f"sqlite:///{store / 'mlflow.db'}").get_run(
+        result.mlflow_run_id).data.metrics
+    assert {k: logged[f"best_{k}"] for k in names} == pytest.approx({k: rung[k] for k in names})
