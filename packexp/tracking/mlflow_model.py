@@ -1,5 +1,4 @@
-"""A kept ``.keras`` file logged as an MLflow Model of the Keras flavor, and registered: the
-writer's side of ``tracking.models``, with MLflow and without Keras."""
+"""A kept ``.keras`` file logged as an MLflow Model, registered: the writer's, without Keras."""
 
 from __future__ import annotations
 
@@ -18,6 +17,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLAVOR, DATA, MODEL_FILE, MODULE_FILE = "keras", "data", "model.keras", "keras_module.txt"
+# The pyfunc loader, copied into the model's code/ folder under a name no package has.
+LOADER, CODE = "packexp_keras_pyfunc", "code"
 
 
 def log_keras_file(client: Any, run_id: str, model: KerasFile, register_as: str | None = None,
@@ -83,9 +84,12 @@ def save_keras_file(model: KerasFile, path: Path, mlflow_model: Any) -> None:
     copied where it would call ``model.save``: ``mlflow.keras`` imports Keras, and with it
     TensorFlow, which costs this process seconds for a file that is already saved.
 
-    Also unlike it, the folder is made before the input example is written into it: its
-    ``log_model`` with an ``input_example`` fails (``FileNotFoundError: .../input_example.json``)
-    on MLflow 3.17 because it writes the example into a folder it has not made yet.
+    Unlike it, pyfunc loads the model with ``keras_pyfunc`` (in ``code/``), which takes the
+    user's rows (any number type; a table by its column names) where ``mlflow.keras``'s takes
+    the signature's one dtype and ignores names; and the folder is made before the input
+    example is written into it: its ``log_model`` with an ``input_example`` fails
+    (``FileNotFoundError: .../input_example.json``) on MLflow 3.17 because it writes the
+    example into a folder it has not made yet.
     """
     import yaml
     from mlflow import pyfunc
@@ -101,15 +105,21 @@ def save_keras_file(model: KerasFile, path: Path, mlflow_model: Any) -> None:
     )
     from mlflow.utils.file_utils import get_total_file_size
 
+    from packexp.tracking import keras_pyfunc
+
     (path / DATA).mkdir(parents=True)
     mlflow_model.signature = signature(model)
     _save_example(mlflow_model, input_example(model), str(path))
     shutil.copyfile(model.path, path / DATA / MODEL_FILE)
     (path / DATA / MODULE_FILE).write_text("keras")
+    (path / CODE).mkdir()
+    shutil.copyfile(Path(keras_pyfunc.__file__), path / CODE / f"{LOADER}.py")
     mlflow_model.add_flavor(FLAVOR, data=DATA, keras_version=model.keras_version,
                             keras_backend=model.keras_backend, save_exported_model=False)
-    pyfunc.add_to_model(mlflow_model, loader_module="mlflow.keras",
-                        conda_env=_CONDA_ENV_FILE_NAME, python_env=_PYTHON_ENV_FILE_NAME)
+    pyfunc.add_to_model(mlflow_model, loader_module=LOADER, data=DATA, code=CODE,
+                        conda_env=_CONDA_ENV_FILE_NAME, python_env=_PYTHON_ENV_FILE_NAME,
+                        model_config=None if model.columns is None else {
+                            keras_pyfunc.COLUMNS: list(model.columns)})
     if size := get_total_file_size(str(path)):
         mlflow_model.model_size_bytes = size
     mlflow_model.save(str(path / MLMODEL_FILE_NAME))
@@ -125,18 +135,18 @@ def save_keras_file(model: KerasFile, path: Path, mlflow_model: Any) -> None:
 
 
 def signature(model: KerasFile) -> Any:
-    """One unnamed float64 tensor in, the example's row shape (float64: NumPy's and pandas'
-    own, so a user's arrays and tables pass MLflow's type check as they are; the model casts
-    to float32 as packexp did before training); one float32 out, when its shape is known.
-    The Keras flavor takes tensor specs only; the scoring server casts a request's columns to
-    the input's type, so a ``dataframe_split`` of any column names works."""
+    """One float32 tensor out, when its shape is known; no input schema. MLflow enforces an
+    input schema before the model sees the rows: a tensor's refuses every dtype but its own
+    (float32 and int64 arrays, uint8 images), named columns refuse arrays, unnamed ones a
+    missing column without naming it. The model's own ``predict`` checks and casts instead,
+    and the input example (with the feature columns' names) says what goes in."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
-    outputs = None if model.outputs is None else Schema(
-        [TensorSpec(np.dtype(np.float32), (-1, *model.outputs))])
-    return ModelSignature(
-        Schema([TensorSpec(np.dtype(np.float64), (-1, *model.example.shape[1:]))]), outputs)
+    if model.outputs is None:
+        return None
+    return ModelSignature(outputs=Schema([TensorSpec(np.dtype(np.float32),
+                                                     (-1, *model.outputs))]))
 
 
 def input_example(model: KerasFile) -> Any:

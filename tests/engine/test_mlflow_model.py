@@ -1,31 +1,23 @@
 """The search's best model as an MLflow Model: the settings, the input example, the folder
-against ``mlflow.keras``'s, and served by ``mlflow models serve`` from a CSV search. Logged on
-the parent run by the MLflow writer, registered and loaded back through pyfunc:
-tests/system/test_mlflow_model.py."""
+against ``mlflow.keras``'s, and what its pyfunc takes (a wine-like CSV's model in a sqlite
+store: tables by name, arrays of any number type, images, every served body form through the
+scoring server's own parser). Logged by the MLflow writer, registered, served by ``mlflow
+models serve``: tests/system/test_mlflow_model.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 import pytest
 import yaml
 from omegaconf import OmegaConf
-from sklearn.datasets import load_digits
+from sklearn.datasets import load_digits, load_wine
 
-from packexp.data import Dataset, Scaling
+from packexp.data import Dataset, Scaling, table
 from packexp.records.search_result import SearchResult
-from packexp.testing.command import packexp as run_cli
-from packexp.testing.processes import free_port
 from packexp.tracking import MlflowTracker, NullTracker, keras_file
 from packexp.tracking.models import (
     EXAMPLE_VALUES,
@@ -34,7 +26,6 @@ from packexp.tracking.models import (
     log_best_model,
     registered_name,
 )
-from tests.system.test_mlflow_server import group_members, stop_group
 
 
 def digits_rows() -> tuple[np.ndarray, np.ndarray]:
@@ -42,10 +33,10 @@ def digits_rows() -> tuple[np.ndarray, np.ndarray]:
     return digits.data, digits.target
 
 
-def keras_predictions(path: Path, rows: np.ndarray) -> np.ndarray:
-    import keras
-
-    return keras.saving.load_model(path).predict(np.asarray(rows, np.float32), verbose=0)
+def wine_table() -> pd.DataFrame:
+    """A wine-like table: 13 named feature columns of different scales, and its class."""
+    wine = load_wine(as_frame=True)
+    return wine.data.assign(cultivar=wine.target)
 
 
 # The settings and the input example, without MLflow or TensorFlow.
@@ -123,24 +114,44 @@ def test_a_kept_file_must_be_a_whole_model_with_rows_to_show(tmp_path):
 # The MLflow Model folder, against the one mlflow.keras writes.
 
 
+def dense_model(path: Path, shape: tuple[int, ...], scaling: Scaling | None, classes: int,
+                images: bool = False) -> Path:
+    """A kept model as ``packing.export.servable`` builds it (float32 ``rows``, then the
+    standardisation or the pixels' rescaling, a network, ``Softmax``), saved whole."""
+    import keras
+
+    x = inputs = keras.Input(shape, dtype="float32", name="rows")
+    if scaling is not None:
+        x = keras.layers.Normalization(mean=scaling.mean, variance=np.square(
+            scaling.std.astype(np.float64)), name="standardize")(x)
+    if images:
+        x = keras.layers.Normalization(mean=0.0, variance=255.0 ** 2, name="rescale")(x)
+        x = keras.layers.Flatten()(keras.layers.Conv2D(4, 3, activation="relu")(x))
+    x = keras.layers.Dense(16, activation="tanh")(x)
+    model = keras.Model(inputs, keras.layers.Softmax(name="probabilities")(
+        keras.layers.Dense(classes)(x)))
+    model.save(path)
+    return path
+
+
 @pytest.mark.tf
-def test_the_folder_is_the_one_mlflow_keras_save_model_writes(tmp_path):
+def test_the_folder_is_mlflow_keras_s_with_packexp_s_loader(tmp_path):
     import keras
     import mlflow.keras
     import mlflow.pyfunc
     from mlflow.models import Model
 
-    from packexp.tracking.mlflow_model import save_keras_file, signature
+    from packexp.tracking.mlflow_model import CODE, LOADER, save_keras_file, signature
 
-    inputs = keras.Input((4,), name="rows")
-    net = keras.Model(inputs, keras.layers.Softmax()(keras.layers.Dense(3)(inputs)))
-    net.save(tmp_path / "m.keras")
+    file = dense_model(tmp_path / "m.keras", (4,), None, 3)
     frame = pd.DataFrame(np.arange(8, dtype=np.float64).reshape(2, 4), columns=list("abcd"))
-    model = keras_file(tmp_path / "m.keras", frame, outputs=(3,))
+    model = keras_file(file, frame, outputs=(3,))
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     save_keras_file(model, ours, Model())
     theirs.mkdir()  # its save_model writes the example before it makes the folder
-    mlflow.keras.save_model(net, str(theirs), signature=signature(model), input_example=frame,
+    net = keras.saving.load_model(file)
+    # its save_model takes a signature with an input schema only: ours has none (signature())
+    mlflow.keras.save_model(net, str(theirs), input_example=frame,
                             pip_requirements=list(model.requirements))
 
     def files(root: Path) -> dict[str, bytes]:
@@ -148,84 +159,175 @@ def test_the_folder_is_the_one_mlflow_keras_save_model_writes(tmp_path):
                 for p in sorted(root.rglob("*")) if p.is_file()}
 
     mine, reference = files(ours), files(theirs)
-    assert mine.keys() == reference.keys()
-    for name in mine.keys() - {"MLmodel", "data/model.keras"}:
+    assert mine.keys() == reference.keys() | {f"{CODE}/{LOADER}.py"}
+    for name in reference.keys() - {"MLmodel", "data/model.keras"}:
         assert mine[name] == reference[name], name
     a, b = (yaml.safe_load(mine["MLmodel"]), yaml.safe_load(reference["MLmodel"]))
-    for key in ("flavors", "signature", "saved_input_example_info", "mlflow_version"):
+    for key in ("saved_input_example_info", "mlflow_version"):
         assert a[key] == b[key], key
-    loaded = mlflow.pyfunc.load_model(str(ours))
-    np.testing.assert_array_equal(loaded.predict(frame), net.predict(frame.values, verbose=0))
+    assert a["signature"] == signature(model).to_dict() | {"params": None}
+    assert a["flavors"]["keras"] == b["flavors"]["keras"]
+    assert a["flavors"]["python_function"] == {
+        **b["flavors"]["python_function"], "loader_module": LOADER, "code": CODE, "data": "data",
+        "config": {"feature_columns": list("abcd")}}
+    assert a["signature"]["inputs"] is None  # the model's predict checks them
+    np.testing.assert_array_equal(mlflow.keras.load_model(str(ours)).predict(frame.values),
+                                  net.predict(frame.values, verbose=0))
+    np.testing.assert_array_equal(mlflow.pyfunc.load_model(str(ours)).predict(frame),
+                                  net.predict(frame.values, verbose=0))
 
 
-# The command line's CSV search, its registered model served by mlflow models serve.
+# What the logged model of a wine-like CSV takes: in a real sqlite store, loaded by pyfunc.
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory):
+    """The logged model of a search on a wine-like CSV, its ``.keras`` file and the CSV's
+    feature rows: the columns' names from the file, the example its validation rows."""
+    import keras
+    import mlflow.pyfunc
+    from mlflow import MlflowClient
+
+    from packexp.tracking.mlflow_model import log_keras_file
+
+    root = tmp_path_factory.mktemp("wine")
+    wine_table().to_csv(root / "wine.csv", index=False)
+    cfg = OmegaConf.create({"dataset": {"_target_": "packexp.data.table.load",
+                                        "path": str(root / "wine.csv"), "target": "cultivar"}})
+    data = table.load(str(root / "wine.csv"), "cultivar")
+    file = dense_model(root / "b0-t000.keras", data.input_shape, data.inputs, data.num_classes)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("wine"))
+    model = keras_file(file, example_rows(data), "model", feature_columns(cfg, data), (3,))
+    logged = log_keras_file(client, run.info.run_id, model)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MLFLOW_TRACKING_URI", uri)
+        served = mlflow.pyfunc.load_model(logged["uri"])
+    rows = pd.read_csv(root / "wine.csv").drop(columns="cultivar")
+    return served, keras.saving.load_model(file), rows
+
+
 @pytest.mark.tf
-def test_a_csv_search_s_served_model_answers_as_the_run_s_file(tmp_path):
-    x, y = digits_rows()
-    columns = [f"px{i}" for i in range(64)]
-    table = pd.DataFrame(x, columns=columns).assign(digit=y)
-    table.to_csv(tmp_path / "digits.csv", index=False)
-    store = tmp_path / "store"
-    out = run_cli("dataset=table", f"dataset.path={tmp_path / 'digits.csv'}",
-                  "dataset.target=digit", "experiment=quick", "strategy=knn", "tracking=mlflow",
-                  f"tracking.store_dir={store}", "tracking.register_as=digits-csv",
-                  f"hydra.run.dir={tmp_path / 'run'}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "registered as models:/digits-csv/1" in out.stdout + out.stderr
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["mlflow_model"]["registered_as"] == "digits-csv"
-    [example] = (store / "mlartifacts").rglob("serving_input_example.json")
-    example = json.loads(example.read_text())  # the CSV's feature columns, by name
-    assert example["dataframe_split"]["columns"] == columns
-    rows = table[columns].iloc[:12]
-    file = tmp_path / "run" / results["best"]["model"]
-    served, served_example = serve_and_predict(
-        f"sqlite:///{store / 'mlflow.db'}", "models:/digits-csv/1",
-        [{"dataframe_split": rows.to_dict(orient="split", index=False)}, example], tmp_path)
-    np.testing.assert_array_equal(np.asarray(served["predictions"], np.float32),
-                                  keras_predictions(file, rows.values))
-    np.testing.assert_array_equal(np.asarray(served_example["predictions"], np.float32),
-                                  keras_predictions(file, example["dataframe_split"]["data"]))
+def test_a_reordered_table_predicts_as_the_ordered_one_and_the_keras_file(wine):
+    served, keras_model, rows = wine
+    expected = keras_model.predict(rows.to_numpy(), verbose=0)
+    columns = list(rows.columns)
+    np.testing.assert_array_equal(served.predict(rows), expected)
+    np.testing.assert_array_equal(served.predict(rows[columns[::-1]]), expected)
+    shuffled = list(np.random.default_rng(0).permutation(columns))
+    np.testing.assert_array_equal(served.predict(rows[shuffled]), expected)
+    # taken in order, the reordered columns would answer otherwise: the names are what match
+    assert not np.allclose(keras_model.predict(rows[columns[::-1]].to_numpy(), verbose=0),
+                           expected, atol=1e-3)
 
 
-def serve_and_predict(uri: str, model_uri: str, bodies: list[dict], where: Path) -> list[dict]:
-    """``mlflow models serve`` on a loopback port: its ``/invocations`` answer to each body;
-    the server's whole process group ended after."""
-    port = free_port()
-    venv_bin = str(Path(sys.executable).parent)  # the server starts uvicorn by name
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "TF_CPP_MIN_LOG_LEVEL": "2",
-           "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")}
-    log = open(where / "serve.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [str(Path(venv_bin, "mlflow")), "models", "serve", "-m", model_uri, "--env-manager",
-         "local", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=where, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url, started = f"http://127.0.0.1:{port}", []
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None, (where / "serve.log").read_text()[-3000:]
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/ping",
-                                                                      timeout=5) as r:
-                if r.status == 200:
-                    break
-            assert time.monotonic() < deadline, "mlflow models serve did not answer /ping"
-            time.sleep(0.5)
-        started = psutil.Process(proc.pid).children(recursive=True)
-        answers = []
-        for body in bodies:
-            request = urllib.request.Request(f"{url}/invocations",
-                                             data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=120) as r:
-                answers.append(json.loads(r.read()))
-        return answers
-    finally:
-        with contextlib.suppress(psutil.Error):
-            started = started or psutil.Process(proc.pid).children(recursive=True)
-        stop_group(proc, started)
-        log.close()
-        assert not group_members(proc.pid), "mlflow models serve outlived the test"
+@pytest.mark.tf
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "uint16"])
+def test_arrays_of_every_number_type_predict_as_the_keras_file(wine, dtype):
+    served, keras_model, rows = wine
+    x = rows.to_numpy().round().astype(dtype) if dtype[0] in "iu" else \
+        rows.to_numpy().astype(dtype)
+    np.testing.assert_array_equal(served.predict(x), keras_model.predict(x, verbose=0))
+    np.testing.assert_array_equal(served.predict(pd.DataFrame(x, columns=rows.columns)),
+                                  keras_model.predict(x, verbose=0))
+
+
+@pytest.mark.tf
+def test_a_table_without_names_is_taken_in_order(wine):
+    served, keras_model, rows = wine
+    expected = keras_model.predict(rows.to_numpy(), verbose=0)
+    np.testing.assert_array_equal(served.predict(pd.DataFrame(rows.to_numpy())), expected)
+    np.testing.assert_array_equal(served.predict(rows.to_numpy().tolist()), expected)
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda t: t.drop(columns="alcohol"), r"^missing column 'alcohol': the model takes the "
+                                          r"columns 'alcohol', 'malic_acid', .* in any order$"),
+    (lambda t: t.rename(columns={"hue": "Hue"}), r"^missing column 'hue'; unknown column 'Hue'"),
+    (lambda t: t.assign(cultivar=0), r"^unknown column 'cultivar'"),
+    (lambda t: t.assign(hue="pale"), r"^column 'hue' holds values that are not numbers"),
+    (lambda t: t.to_numpy()[:, :12], r"^input of shape \[178, 12\]: the model takes \[n, 13\]"),
+    (lambda t: t.to_numpy()[0], r"^input of shape \[13\]: the model takes \[n, 13\]"),
+    (lambda t: t.iloc[:0], r"^no rows"),
+])
+def test_what_does_not_fit_is_refused_in_one_line_naming_it(wine, change, says):
+    from mlflow.exceptions import MlflowException
+
+    served, _, rows = wine
+    with pytest.raises(MlflowException, match=says) as e:
+        served.predict(change(rows))
+    assert "\n" not in e.value.message
+    assert e.value.error_code == "INVALID_PARAMETER_VALUE"  # a served request's 400
+
+
+@pytest.mark.tf
+def test_the_signature_and_the_example_say_what_goes_in(wine):
+    import mlflow.artifacts
+
+    served, keras_model, rows = wine
+    meta = served.metadata
+    assert meta.get_input_schema() is None  # any number type reaches the model's predict
+    assert [(s.type, s.shape) for s in meta.get_output_schema().inputs] == [(np.float32, (-1, 3))]
+    pyfunc = meta.flavors["python_function"]
+    assert pyfunc["config"] == {"feature_columns": list(rows.columns)}
+    example = json.loads(Path(mlflow.artifacts.download_artifacts(
+        f"{meta.artifact_path}/serving_input_example.json")).read_text())["dataframe_split"]
+    assert example["columns"] == list(rows.columns)  # the CSV's header but the target
+    frame = pd.DataFrame(example["data"], columns=example["columns"])
+    np.testing.assert_array_equal(served.predict(frame),
+                                  keras_model.predict(frame.to_numpy(), verbose=0))
+
+
+@pytest.mark.tf
+def test_every_served_body_form_answers_as_the_keras_file(wine):
+    """The scoring server's own parse and predict (``mlflow models serve``'s, in this
+    process): the same rows in each of its four JSON forms, by name or in order."""
+    from mlflow.pyfunc.scoring_server import invocations
+
+    served, keras_model, rows = wine
+    rows = rows.iloc[:7]
+    backwards = rows[list(rows.columns)[::-1]]
+    bodies = {
+        "dataframe_split": {"dataframe_split": backwards.to_dict(orient="split", index=False)},
+        "dataframe_split in order": {"dataframe_split": {"data": rows.to_numpy().tolist()}},
+        "dataframe_records": {"dataframe_records": backwards.to_dict(orient="records")},
+        "instances": {"instances": rows.to_numpy().tolist()},
+        "instances as records": {"instances": backwards.to_dict(orient="records")},
+        "inputs": {"inputs": rows.to_numpy().tolist()},
+        "inputs as columns": {"inputs": backwards.to_dict(orient="list")},
+    }
+    expected = keras_model.predict(rows.to_numpy(), verbose=0)
+    for form, body in bodies.items():
+        answer = invocations(json.dumps(body), "application/json", served, None)
+        assert answer.status == 200, (form, answer.response)
+        np.testing.assert_array_equal(
+            np.asarray(json.loads(answer.response)["predictions"], np.float32), expected,
+            err_msg=form)
+
+
+@pytest.mark.tf
+def test_an_image_model_takes_uint8_and_float_images_as_the_keras_file(tmp_path):
+    import keras
+    import mlflow.pyfunc
+    from mlflow.models import Model
+
+    from packexp.tracking.mlflow_model import save_keras_file
+
+    x, _ = digits_rows()
+    images = (x.reshape(-1, 8, 8, 1) * 255 / 16).round().astype(np.uint8)[:20]
+    file = dense_model(tmp_path / "i.keras", (8, 8, 1), None, 10, images=True)
+    save_keras_file(keras_file(file, images[:2].astype(np.float32), outputs=(10,)),
+                    tmp_path / "model", Model())
+    served, net = mlflow.pyfunc.load_model(str(tmp_path / "model")), keras.saving.load_model(file)
+    for dtype in ("uint8", "float32", "float64", "int64"):
+        np.testing.assert_array_equal(served.predict(images.astype(dtype)),
+                                      net.predict(images.astype(dtype), verbose=0), dtype)
+    column = pd.DataFrame({"image": list(images)})  # a served dataframe of one image column
+    np.testing.assert_array_equal(served.predict(column), net.predict(images, verbose=0))
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException, match=r"^input of shape \[20, 8, 8\]: the model "
+                                              r"takes \[n, 8, 8, 1\]$"):
+        served.predict(images[..., 0])
