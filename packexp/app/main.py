@@ -39,7 +39,7 @@ def job(cfg: DictConfig, trainer: Any = None) -> float:
     config names: ``run``), and the task run in Hydra's run directory."""
     with config_errors():
         check(cfg)
-        if trainer is None and cfg.get("task") in ("tune", "refit"):
+        if trainer is None and cfg.get("task") in ("tune", "refit", "plan"):
             from packexp.config.components import named_trainer
 
             trainer = named_trainer(cfg)  # executor=simulated's fake: no TensorFlow to start
@@ -87,7 +87,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, trainer: Any = None)
     Args:
         cfg: The composed config.
         run_dir: Where outputs go; Hydra's run directory when None.
-        trainer: What trains the packs of a search or a refit (``executors.Trainer``):
+        trainer: What trains the packs of a search, its plan or a refit (``executors.Trainer``):
             TensorFlow's when None; ``packexp.testing.FakeTrainer`` runs a whole search
             without TensorFlow.
 
@@ -105,7 +105,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, trainer: Any = None)
         run_dir.mkdir(parents=True, exist_ok=True)
         if trainer is None:
             return TASKS[task](cfg, run_dir)
-        if task not in ("tune", "refit"):
+        if task not in ("tune", "refit", "plan"):
             raise ConfigError(f"task={task}: trains with TensorFlow's trainer only")
         return TASKS[task](cfg, run_dir, trainer=trainer)
 

@@ -267,17 +267,6 @@ def device_limit(device: DictConfig) -> tuple[int, str]:
 
 
 
-def planning_capacity(device: DictConfig, build_model: Callable, dataset: Any,
-                      max_members: int) -> tuple[Capacity, str]:
-    """The device capacity with estimated member costs (no probe: planning trains nothing)."""
-    from packexp.packing.memory import MemoryModel
-
-    limit, source = device_limit(device)
-    memory = MemoryModel(lambda t: build_model(dataset.input_shape, dataset.num_classes,
-                                               t.hparams), architecture=architecture)
-    return Capacity(limit=float(limit), cost=memory.cost, max_members=max_members), source
-
-
 def device_capacity_bytes(memory_budget_mb: float | None,
                           gpu_fraction: float = 0.9) -> tuple[int, str]:
     """Memory one pack may use: a share of the GPU memory this process may hold (NVML's

@@ -145,8 +145,9 @@ def simulated_line(facts: SearchFacts) -> str:
 
 
 def print_plan(payload: dict, path: Path, title: str) -> None:
-    """``task=plan``'s bracket table and first-rung packs (``payload`` is ``plan.json``),
-    under the title its scheduler gives (``Scheduler.plan_title``)."""
+    """``task=plan``'s bracket table, first-rung packs and what can make the search's differ
+    (``payload`` is ``plan.json``), under the title its scheduler gives
+    (``Scheduler.plan_title``)."""
     from rich.table import Table
 
     console = _console(160)
@@ -172,12 +173,18 @@ def print_plan(payload: dict, path: Path, title: str) -> None:
     evaluations = sum(r["n"] for b in payload["brackets"] for r in b["rungs"])
     console.print(f"{evaluations} evaluations in all")
     capacity = payload["capacity"]
-    console.print(f"First-rung packs under strategy {payload['strategy']} "
-                  f"({capacity['source']}, at most {capacity['max_members']} members):")
+    calibration = payload.get("calibration")
+    console.print(f"First-rung packs, as the search forms them, under strategy "
+                  f"{payload['strategy']} ({capacity['source']}"
+                  + (f", at most {most} members" if (most := capacity["max_members"]) else "")
+                  + (f", calibration {calibration['digest']}" if calibration else "") + "):")
     for record in payload["brackets"]:
         sizes = [len(p) for p in record["first_rung_packs"]]
         console.print(f"  bracket {record['s']}: {len(sizes)} packs of {sizes}; batch sizes "
                       f"{record['first_rung_pack_batch_sizes']}")
+    if differ := payload.get("run_may_differ"):
+        console.print(f"The search can form other packs with: {'; '.join(differ)} (its later "
+                      "rungs it packs from their results).")
     console.print(f"plan written to {path.resolve()}")
 
 

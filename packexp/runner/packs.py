@@ -98,11 +98,8 @@ class Packer:
                                                        RungContext]:
         """The strategy's packs of ``trials`` for ``rung``, checked, and the rung's context
         (``brackets``: the search's, for how much of it is still to come)."""
-        check_fits(trials, self.capacity, self.context.settings.capacity_source)
         context = self.rung_context(trials, bracket, rung, brackets)
-        planned = self.strategy.plan(trials, self.capacity, context)
-        check_partition(trials, [g for g, _ in planned], self.capacity)
-        return planned, context
+        return form_packs(self.context, trials, context), context
 
     def requeue(self, unfinished: Sequence[tuple[PlanRecord,
                                                  list[tuple[int, list[str], str | None]],
@@ -140,21 +137,46 @@ class Packer:
 
     def rung_context(self, todo: list[Trial], bracket: Bracket, rung: int,
                      brackets: Sequence[Bracket]) -> RungContext:
-        """What strategies that weigh costs know of the rung: each trial's steps, what the
-        cache keeps, and how much of the search (``brackets``) is still to come."""
-        settings, epochs = self.context.settings, bracket.rungs[rung].r
-        steps = {}
-        for t in todo:
-            total = steps_for(epochs, t.batch_size, settings.train_size or 1)
-            steps[t.trial_id] = max(0, total - self.ledger.start_step(t.trial_id))
-        view = self.views()  # where packs train: one cache, or each worker's
-        future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
-            r.n for b in brackets if b.s < bracket.s for r in b.rungs)
-        return RungContext(steps, view.kept, view.members,
-                           checkpoint=rung + 1 < len(bracket.rungs)
-                           and settings.continue_on_promotion,
-                           future_trials=future,
-                           structures=self.context.space.count_structures(
-                               self.cache.model_runtime),
-                           replayed=view.replayed, model_runtime=self.cache.model_runtime,
-                           bucketed=self.cache.bucketed)
+        """What strategies that weigh costs know of the rung (``rung_context``), where packs
+        train now and each trial starting where the ledger has it."""
+        return rung_context(self.context, self.cache, self.views(), todo, bracket, rung,
+                            brackets, self.ledger.start_step)
+
+
+def most_members(capacity: Capacity) -> int:
+    """The most members a pack may hold: the capacity's count, else 8 (an asynchronous
+    scheduler's draws at once, by default)."""
+    return capacity.max_members or 8
+
+
+def form_packs(context: SearchContext, trials: list[Trial],
+               rung: RungContext) -> list[tuple[list[Trial], str | None]]:
+    """The packs ``context``'s strategy forms of ``trials`` within its capacity, checked: what
+    a search trains and what ``task=plan`` shows."""
+    check_fits(trials, context.capacity, context.settings.capacity_source)
+    planned = context.strategy.plan(trials, context.capacity, rung)
+    check_partition(trials, [g for g, _ in planned], context.capacity)
+    return planned
+
+
+def rung_context(context: SearchContext, cache: Any, view: CacheView, todo: list[Trial],
+                 bracket: Bracket, rung: int, brackets: Sequence[Bracket],
+                 start_step: Callable[[str], int] = lambda trial_id: 0) -> RungContext:
+    """What strategies that weigh costs know of ``bracket``'s ``rung``: each trial's steps
+    from where it starts (``start_step``: 0 for a fresh one), what the caches where packs
+    train keep (``view``; ``cache``: the driver's, for its structures), and how much of the
+    search (``brackets``, in the order they run) is still to come."""
+    settings, epochs = context.settings, bracket.rungs[rung].r
+    steps = {}
+    for t in todo:
+        total = steps_for(epochs, t.batch_size, settings.train_size or 1)
+        steps[t.trial_id] = max(0, total - start_step(t.trial_id))
+    future = sum(r.n for r in bracket.rungs[rung + 1:]) + sum(
+        r.n for b in brackets if b.s < bracket.s for r in b.rungs)
+    return RungContext(steps, view.kept, view.members,
+                       checkpoint=rung + 1 < len(bracket.rungs)
+                       and settings.continue_on_promotion,
+                       future_trials=future,
+                       structures=context.space.count_structures(cache.model_runtime),
+                       replayed=view.replayed, model_runtime=cache.model_runtime,
+                       bucketed=cache.bucketed)

@@ -22,7 +22,7 @@ from packexp.runner.dispatch import Dispatch
 from packexp.runner.draws import Draws
 from packexp.runner.keep import KeepModels
 from packexp.runner.ledger import Ledger
-from packexp.runner.packs import Packer, Queued
+from packexp.runner.packs import Packer, Queued, most_members
 from packexp.runner.replay import Replayed
 from packexp.runner.settings import SearchClock, SearchContext, SearchSettings
 from packexp.runner.study import Study
@@ -144,7 +144,7 @@ class PackedSearch:
     @property
     def max_members(self) -> int:
         """The most members a pack may hold (8 when the capacity sets no count)."""
-        return self.capacity.max_members or 8
+        return most_members(self.capacity)
 
     def run(self, policy: Scheduler) -> None:
         """Runs the search ``policy`` decides, to its end: a resume's facts told first (its

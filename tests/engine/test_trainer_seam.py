@@ -38,9 +38,9 @@ def test_a_strategy_that_weighs_measured_costs_is_refused_on_the_fake(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
-def test_only_a_search_or_a_refit_takes_a_trainer(tmp_path):
-    with pytest.raises(ConfigError, match=r"task=plan: trains with TensorFlow's trainer only"):
-        run(compose_config(["task=plan"]), run_dir=tmp_path, trainer=FakeTrainer())
+def test_only_a_search_its_plan_or_a_refit_takes_a_trainer(tmp_path):
+    with pytest.raises(ConfigError, match=r"task=profile: trains with TensorFlow's trainer only"):
+        run(compose_config(["task=profile"]), run_dir=tmp_path, trainer=FakeTrainer())
 
 
 def test_packexp_tune_takes_the_trainer_and_returns_the_search_it_drove(tmp_path):
