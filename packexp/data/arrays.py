@@ -1,4 +1,4 @@
-"""A user's arrays: features or uint8 images and their labels, from a .npz file or memory."""
+"""A user's arrays: features, sequences or uint8 images and their labels, from .npz or memory."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from packexp.data import Dataset, Scaling, split, split_values
 from packexp.errors import ConfigError, flag
 
 KEYS = ("x", "y", "x_val", "y_val")
-SHAPES = "[n, features] numbers or [n, height, width, channels] uint8 images"
+SHAPES = ("[n, features] numbers, [n, steps, features] sequences of numbers or [n, height, width, "
+          "channels] uint8 images")
 SAVE = "np.savez(path, x=..., y=...)"
 REGRESSION = "objective=regression"  # what makes a search read real-valued targets
 
@@ -30,10 +31,12 @@ def load(
     """Loads the arrays ``x`` and ``y`` (and optionally ``x_val``, ``y_val``) of a .npz file.
 
     Args:
-        path: A file written by ``np.savez(path, x=..., y=...)``.
+        path: A file written by ``np.savez(path, x=..., y=...)``; ``x`` as ``from_arrays``
+            takes it.
         val_fraction: Share held out for validation, stratified by class, when the file has
             no ``x_val``.
-        standardize: Scale each feature by the training split's mean and std (not images).
+        standardize: Scale each feature by the training split's mean and std (a sequence's
+            over its examples and steps; not images).
         seed: Seed of the split.
         regression: ``y`` holds real values, not classes (``objective=regression`` sets it).
         standardize_target: A regression's targets scaled by the training split's mean and
@@ -85,7 +88,8 @@ def from_arrays(
     """A Dataset of checked arrays; every problem is a one-line ConfigError naming ``source``.
 
     Args:
-        x: ``[n, d]`` numeric features or ``[n, h, w, c]`` uint8 images.
+        x: ``[n, d]`` numeric features, ``[n, steps, d]`` numeric sequences or
+            ``[n, h, w, c]`` uint8 images.
         y: ``[n]`` labels, integers or strings; classes are their sorted distinct values.
         x_val: Validation inputs, given with ``y_val``; without them a stratified
             ``val_fraction`` of ``x`` is held out.
@@ -93,7 +97,8 @@ def from_arrays(
         name: The Dataset's name.
         source: Where the arrays come from, as error messages name it.
         val_fraction: Share held out for validation when ``x_val`` is not given.
-        standardize: Scale each feature by the training split's mean and std (not images).
+        standardize: Scale each feature by the training split's mean and std (a sequence's
+            over its examples and steps; not images).
         seed: Seed of the split.
         regression: ``y`` (and ``y_val``) are real-valued targets: float32, split at random
             (not stratified).
@@ -102,8 +107,9 @@ def from_arrays(
             targets of unit scale; ignored for classes.
 
     Returns:
-        float32 features (or the uint8 images as given) and int32 labels in ``0..k-1``, or
-        with ``regression`` float32 targets (standardised ones with ``standardize_target``).
+        float32 features or sequences (or the uint8 images as given) and int32 labels in
+        ``0..k-1``, or with ``regression`` float32 targets (standardised ones with
+        ``standardize_target``).
     """
     flag("standardize", standardize)
     flag("standardize_target", standardize_target)
@@ -122,18 +128,18 @@ def from_arrays(
                                                                                source)
         data = (split_values(name, x, y, val_fraction, seed) if x_val is None
                 else Dataset(name, x, y, x_val, y_val, num_classes=1, regression=True))
-        data = _standardized(data) if standardize and x.ndim == 2 else _as_float32(data)
+        data = _standardized(data) if standardize and x.dtype != np.uint8 else _as_float32(data)
         return _standardized_targets(data) if standardize_target else data
     classes, codes = _classes(y, y_val, source)
     if x_val is None:
         data = _split(name, x, codes[: len(y)], classes, val_fraction, seed, source)
     else:
         data = Dataset(name, x, codes[: len(y)], x_val, codes[len(y):], len(classes))
-    return _standardized(data) if standardize and x.ndim == 2 else _as_float32(data)
+    return _standardized(data) if standardize and x.dtype != np.uint8 else _as_float32(data)
 
 
 def _inputs(x: Any, key: str, source: str) -> np.ndarray:
-    """``x`` as float64 features or uint8 images, checked."""
+    """``x`` as float64 features or sequences, or uint8 images, checked."""
     x = np.asarray(x)
     if x.size == 0:
         raise ConfigError(f"{source}: {key} is empty (shape {x.shape})")
@@ -141,17 +147,34 @@ def _inputs(x: Any, key: str, source: str) -> np.ndarray:
         raise ConfigError(f"{source}: {key} has dtype {x.dtype}; must be {SHAPES}")
     if x.ndim == 4 and x.dtype == np.uint8:
         return x
-    if x.ndim != 2:
-        hint = "; add a channel axis with x[..., None]" if x.ndim == 3 else ""
+    if x.ndim not in (2, 3) or (x.ndim == 3 and x.dtype == np.uint8):
         raise ConfigError(f"{source}: {key} has shape {x.shape} and dtype {x.dtype}; must be "
-                          f"{SHAPES}{hint}")
+                          f"{SHAPES}{reshape_hint(x.shape, x.dtype, key)}")
     x = x.astype(np.float64)
     bad = ~np.isfinite(x)
     if bad.any():
-        row, column = np.argwhere(bad)[0]
-        raise ConfigError(f"{source}: {key} has {x[row, column]} at row {row}, column {column}; "
-                          "features must be finite numbers")
+        where = np.argwhere(bad)[0]
+        axes = ("row", "column") if x.ndim == 2 else ("row", "step", "feature")
+        at = ", ".join(f"{axis} {i}" for axis, i in zip(axes, where, strict=True))
+        raise ConfigError(f"{source}: {key} has {x[tuple(where)]} at {at}; features must be "
+                          "finite numbers")
     return x
+
+
+def reshape_hint(shape: tuple[int, ...], dtype: Any, key: str = "x") -> str:
+    """What makes inputs of ``shape`` and ``dtype``, which ``from_arrays`` refuses, inputs it
+    takes: "; " and the NumPy expression that does it."""
+    if len(shape) <= 1:
+        return f"; give one row per example, e.g. {key}[:, None] for a single feature"
+    if len(shape) == 3:  # uint8 only: numbers of any other type are sequences
+        return (f"; a uint8 [n, height, width] reads as images: add a channel axis with "
+                f"{key}[..., None] (sequences are floats: {key}.astype(np.float32))")
+    if len(shape) == 4:
+        made = (f"{key}.astype(np.uint8)" if np.dtype(dtype).kind in "biu" else
+                f"({key} * 255).round().astype(np.uint8) from values in [0, 1]")
+        sequences = f"; for sequences [n, steps, features], {key}[..., 0]" if shape[-1] == 1 else ""
+        return f"; images are uint8: {made}{sequences}"
+    return f"; flatten each example into features with {key}.reshape(len({key}), -1)"
 
 
 def _labels(y: Any, key: str, rows: int, source: str) -> np.ndarray:
@@ -252,8 +275,10 @@ def check_stratifiable(classes: np.ndarray, counts: np.ndarray, val_fraction: fl
 
 def _standardized(data: Dataset) -> Dataset:
     # The training split's statistics only: the validation score must not see its own data.
-    # In float32, as the kept model's first layer computes it (``Scaling``).
-    scaling = Scaling.fitted(data.x_train)
+    # In float32, as the kept model's first layer computes it (``Scaling``). A sequence's
+    # features are scaled alike at every step, as keras.layers.Normalization scales the last
+    # axis: its moments are over the examples and the steps.
+    scaling = Scaling.fitted(data.x_train.reshape(-1, data.x_train.shape[-1]))
     return dataclasses.replace(data, x_train=scaling(data.x_train), x_val=scaling(data.x_val),
                                inputs=scaling)
 
@@ -269,7 +294,7 @@ def _standardized_targets(data: Dataset) -> Dataset:
 
 
 def _as_float32(data: Dataset) -> Dataset:
-    if data.x_train.ndim != 2:
+    if data.x_train.dtype == np.uint8:
         return data
     return dataclasses.replace(data, x_train=data.x_train.astype(np.float32),
                                x_val=data.x_val.astype(np.float32))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from packexp.data import Dataset
-from packexp.errors import positive_int
+from packexp.errors import flag, positive_int
 from packexp.files import atomic_file
 
 # Bumped when the arrays made for the same settings change, so kept files are remade.
@@ -22,7 +22,8 @@ VERSION = 1
 
 
 def load(num_samples: int = 5000, train_split: float = 0.8,
-         cache_dir: str | None = "outputs/data", seed: int = 0) -> Dataset:
+         cache_dir: str | None = "outputs/data", seed: int = 0,
+         sequences: bool = False) -> Dataset:
     """MNIST-1D: ``train_split`` of ``num_samples`` signals to train on, the rest to validate.
 
     Args:
@@ -32,8 +33,11 @@ def load(num_samples: int = 5000, train_split: float = 0.8,
         cache_dir: Where the made arrays are kept (relative to the directory the command
             runs in); null makes them every time.
         seed: The package's seed: the signals' shifts, scales, shears and noise.
+        sequences: Give each signal as a sequence ``[40, 1]`` (40 steps of one feature), as
+            Conv1D, recurrent and attention layers take it, instead of 40 features.
     """
     positive_int("num_samples", num_samples, 20, why=" (two per digit)")
+    flag("sequences", sequences)
     if not 0 < train_split < 1:
         raise ValueError(f"train_split={train_split!r}: must be between 0 and 1")
     kept = _kept_file(cache_dir, num_samples, train_split, seed)
@@ -45,9 +49,10 @@ def load(num_samples: int = 5000, train_split: float = 0.8,
         if kept is not None:  # whole or not at all: runs starting together may read it
             with atomic_file(kept) as f:
                 np.savez(f, **arrays)
-    return Dataset(name="mnist1d", x_train=arrays["x"].astype(np.float32),
-                   y_train=arrays["y"].astype(np.int32),
-                   x_val=arrays["x_test"].astype(np.float32),
+    x, x_val = (arrays[k].astype(np.float32) for k in ("x", "x_test"))
+    if sequences:
+        x, x_val = x[..., None], x_val[..., None]
+    return Dataset(name="mnist1d", x_train=x, y_train=arrays["y"].astype(np.int32), x_val=x_val,
                    y_val=arrays["y_test"].astype(np.int32), num_classes=10)
 
 

@@ -82,9 +82,13 @@ def fused_ops(models: Sequence[keras.Model]) -> list[FusedOp]:
 
 
 def convolutional(model: keras.Model) -> bool:
-    """Whether ``model`` holds convolutions, fusable or not."""
-    return any(isinstance(layer, keras.layers.Conv2D | keras.layers.DepthwiseConv2D)
-               for layer in model._flatten_layers(include_self=False))
+    """Whether ``model`` holds convolutions (1-D, 2-D or 3-D), fusable or not: XLA makes
+    their steps slower on a CPU and costs a compile (a 1-D CNN's pack: 48 s to trace)."""
+    layers = keras.layers
+    kinds = (layers.Conv1D, layers.Conv2D, layers.Conv3D, layers.DepthwiseConv1D,
+             layers.DepthwiseConv2D, layers.SeparableConv1D, layers.SeparableConv2D,
+             layers.Conv1DTranspose, layers.Conv2DTranspose, layers.Conv3DTranspose)
+    return any(isinstance(layer, kinds) for layer in model._flatten_layers(include_self=False))
 
 
 def couples_rows(model: keras.Model) -> bool:

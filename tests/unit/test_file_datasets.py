@@ -138,7 +138,7 @@ class TestFromArrays:
         ("change", "message"),
         [
             (lambda a: {**a, "x": a["x"][:, 0]}, r"x has shape \(10,\) and dtype float64; must be "
-                                                 r"\[n, features\] numbers or \[n, height"),
+                                                 r"\[n, features\] numbers, \[n, steps"),
             (lambda a: {**a, "x": np.zeros((10, 4, 4), np.uint8)},
              r"x has shape \(10, 4, 4\) .*add a channel axis"),
             (lambda a: {**a, "x": np.zeros((10, 4, 4, 1), np.float32)},
