@@ -40,7 +40,7 @@ __all__ = [
 
 # Loaded when first used: ``import packexp`` stays light for the command line and workers.
 _LAZY = {"conf_dir": "packexp.files", "tune": "packexp.app.api", "refit": "packexp.app.api",
-         "load": "packexp.runner.study",
+         "load": "packexp.app.api",
          "to_optuna": "packexp.app.optuna_study",
          "SearchResult": "packexp.records.search_result", "TrackingError": "packexp.tracking.base"}
 

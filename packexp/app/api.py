@@ -1,5 +1,6 @@
 """packexp from Python: ``tune`` runs ``python -m packexp``'s job on the same composed config;
-``refit`` trains a finished search's best configuration again on all its rows.
+``load`` reads a finished search back; ``refit`` trains its best configuration again on all
+its rows.
 
 A builder function, arrays or a search-space dict replace their group's node in the composed
 config before the job starts, so the same checks read them. Hydra runs no multirun from
@@ -8,6 +9,7 @@ Python (hydra#2673): a sweep is a loop over ``tune`` calls.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import sys
@@ -35,7 +37,7 @@ from packexp.app.given import (
 from packexp.errors import ConfigError
 from packexp.files import conf_dir, packexp_home
 from packexp.records.search_result import SearchResult
-from packexp.runner.study import load
+from packexp.runner import study
 
 __all__ = ["SearchResult", "load", "refit", "tune"]
 
@@ -155,6 +157,20 @@ def tune(model: str | Callable[..., Any] | None = None,
         if returned.status == JobStatus.FAILED:  # its own error, without Hydra's printed line
             raise returned._return_value
     return load(returned.hydra_cfg.hydra.runtime.output_dir)
+
+
+def load(run_dir: str | Path) -> SearchResult:
+    """The ``SearchResult`` of the finished search in ``run_dir`` (``runner.study.load``),
+    whose ``best_model()`` builds a model kept as weights only again from the run's builder
+    where it imports here (``packexp.app.rebuild``).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no finished search (the message says why).
+        ValueError: Its ``results.json`` is not a search's.
+    """
+    from packexp.app.rebuild import kept_model
+
+    return dataclasses.replace(study.load(run_dir), rebuild=kept_model)
 
 
 def refit(run_dir: str | Path, epochs: float | None = None) -> Path:

@@ -145,28 +145,64 @@ def export_member(trial: Trial, state: MemberState, make_member: Callable[[Trial
                   data: Any, run_dir: Path, directory: str = "models",
                   name: str | None = None) -> Kept:
     """Writes ``trial``'s model in ``state`` to ``<run_dir>/<directory>/<name>.keras``
-    (``name``: the trial's id unless given; a refit's is ``refit``).
+    (``name``: the trial's id unless given; a refit's is ``refit``), and loads the file back
+    as a reader would (``keras.saving.load_model``: 75 ms for mlp3).
 
-    A model Keras cannot save whole (a custom layer without ``get_config``) keeps its
-    weights (``.weights.h5``, ``model.save_weights``) and the reason, said in one line.
+    A model Keras cannot save whole (a custom layer without ``get_config``), or whose saved
+    file it cannot load (a ``Lambda`` layer of a Python lambda, refused by Keras's safe
+    mode), keeps its weights instead (``.weights.h5``, ``model.save_weights``) and the
+    reason, said in one line with the way to build it again; no ``.keras`` file is left.
     """
     member = make_member(trial)
     member.put_state(state)
     stem = name or trial.trial_id
     relative = Path(directory) / f"{stem}{SUFFIX}"
+    # What gives it back: a trial's model by its id; a named one (refit) by its own method.
+    loader = f"model({trial.trial_id!r})" if name is None else f"{name}_model()"
     try:
         model = servable(member, data)
         # Keras saves a layer whose config cannot rebuild it (a custom layer's constructor
         # argument missing from get_config) and fails only when the file is loaded: rebuild
-        # the model from its config first, as loading it would.
+        # the model from its config first, as loading it would, to name the layer.
         _rebuilt(model)
         save_atomically(model, run_dir / relative)
-        return Kept(relative.as_posix())
     except Exception as e:
-        why = " ".join(str(e).split())[:300] or type(e).__name__
-        weights = relative.with_name(f"{stem}{WEIGHTS_SUFFIX}")
-        (run_dir / weights).parent.mkdir(parents=True, exist_ok=True)
-        member.model.save_weights(run_dir / weights)
-        log.warning("models: Keras cannot save %s's model whole (%s); its weights are kept in "
-                    "%s", trial.trial_id, why, weights)
-        return Kept(weights.as_posix(), whole=False, why=why)
+        return _weights_only(member, run_dir, relative, loader, f"cannot save it: {_why(e)}")
+    try:
+        keras.saving.load_model(run_dir / relative)
+    except Exception as e:
+        (run_dir / relative).unlink(missing_ok=True)
+        return _weights_only(member, run_dir, relative, loader,
+                             f"cannot load the file it saved: {_why(e)}")
+    return Kept(relative.as_posix())
+
+
+def from_weights(trial: Trial, weights: Path, make_member: Callable[[Trial], Member],
+                 data: Any) -> keras.Model:
+    """The model ``export_member`` would have saved whole, of a member built for ``trial``
+    holding the weights it kept instead (``weights``, a ``.weights.h5`` file)."""
+    member = make_member(trial)
+    member.model.load_weights(weights)
+    return servable(member, data)
+
+
+def _why(error: Exception) -> str:
+    """``error``'s message on one line, to its first sentence (Keras adds advice after)."""
+    text = " ".join(str(error).split())
+    return text.split(". ", 1)[0][:300] or type(error).__name__
+
+
+def _weights_only(member: Member, run_dir: Path, relative: Path, loader: str,
+                  why: str) -> Kept:
+    """Keeps the member's network's weights where its ``.keras`` file would be, as
+    ``.weights.h5``, and says so in one line: why, and how to build it again (``loader``:
+    the ``SearchResult`` method that does)."""
+    weights = relative.with_name(relative.name.removesuffix(SUFFIX) + WEIGHTS_SUFFIX)
+    (run_dir / weights).parent.mkdir(parents=True, exist_ok=True)
+    member.model.save_weights(run_dir / weights)
+    reason = f"Keras {why}"
+    log.warning("models: %s's model is kept as weights only, in %s (%s); "
+                "packexp.load(run_dir).%s builds it again where its builder imports, or "
+                "build it with your builder and call model.load_weights(path) "
+                "(docs/models.md, \"What is kept\")", member.trial_id, weights, reason, loader)
+    return Kept(weights.as_posix(), whole=False, why=reason)

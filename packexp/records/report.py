@@ -104,10 +104,14 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
     console.print(f"run directory: {run_dir.resolve()}")
     if best := result.best_kept():
         more = len(result.kept) - 1
+        whole = str(best["model"]).endswith(".keras")
         console.print(f"best model: {run_dir.resolve() / best['model']}"
                       + (f" (and {more} more in models/)" if more > 0 else "")
-                      + "; keras.saving.load_model(path).predict(rows) takes the rows as "
-                        "given")
+                      + ("; keras.saving.load_model(path).predict(rows) takes the rows as "
+                         "given" if whole else
+                         " (its weights only: Keras could not keep the model whole); "
+                         "packexp.load(run_dir).best_model() builds it again where its "
+                         "builder imports"))
     if store and lost:
         console.print(f"MLflow store: {store}: tracking was lost mid-search ({lost}); its runs "
                       "are marked FAILED and lack what came after; the run directory's "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,12 @@ class SearchResult:
         facts: Names, seed, schedule and timings (``SearchFacts``).
         totals: Its packs summed up (``SearchTotals``).
         kept: The kept models (``keep_models``) by trial: ``file`` (relative to
-            ``run_dir``), ``rung`` and ``epochs``.
+            ``run_dir``), ``rung`` and ``epochs``; ``why``, where the file holds the weights
+            only (``.weights.h5``: Keras could not save or load the model whole).
         mlflow_run_id: The search's MLflow run; None when it was not tracked.
+        rebuild: Builds a model kept as weights only again, from the run's config
+            (``packexp.app.rebuild.kept_model``, which ``packexp.load`` and ``packexp.tune``
+            give it); None: ``model`` says how to instead.
     """
 
     run_dir: Path
@@ -67,6 +71,8 @@ class SearchResult:
     front: tuple[FrontPoint, ...] | None = None
     kept: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     mlflow_run_id: str | None = None
+    rebuild: Callable[[Path, str, Mapping[str, Any], Path], Any] | None = field(
+        default=None, repr=False)
 
     @classmethod
     def from_json(cls, run_dir: str | Path, results: Mapping[str, Any],
@@ -223,15 +229,35 @@ class SearchResult:
     def model(self, trial_id: str) -> Any:
         """``trial_id``'s kept model, loaded with ``keras.saving.load_model``: it takes the
         rows as they were given to the search and returns class probabilities (a
-        regression: the target in its units). See docs/models.md."""
+        regression: the target in its units). See docs/models.md.
+
+        Where only its weights were kept (Keras could not save or load it whole), the same
+        model built again from the run's builder and those weights (``rebuild``).
+
+        Raises:
+            ValueError: Only its weights were kept and it cannot be built here; the message
+                says how to build it.
+        """
         path = self.model_path(trial_id)
         if not path.name.endswith(".keras"):
-            raise ValueError(f"{path}: only the weights of {trial_id}'s model were kept "
-                             f"({self.models[trial_id].get('why')}); build the model and "
-                             "load them with model.load_weights")
+            kept = self.kept[trial_id]
+            [record] = [t for t in self.trial_records if t.trial_id == trial_id]
+            return self._from_weights(trial_id, record.hparams_at(kept["epochs"]), path,
+                                      kept.get("why"))
         import keras
 
         return keras.saving.load_model(path)
+
+    def _from_weights(self, trial_id: str, hparams: Mapping[str, Any], path: Path,
+                      why: str | None) -> Any:
+        """The model whose weights alone ``path`` keeps, built again (``rebuild``)."""
+        if self.rebuild is None:
+            raise ValueError(f"{path}: only the weights of {trial_id}'s model were kept "
+                             f"({why}); packexp.load(run_dir) builds it again where its "
+                             "builder imports, or build it with your builder and its hparams "
+                             f"{dict(hparams)} and call model.load_weights(path) "
+                             "(docs/models.md, \"What is kept\")")
+        return self.rebuild(self.run_dir, trial_id, hparams, path)
 
     def best_model(self) -> Any:
         """The best trial's kept model (``model``). Under several objectives ``best`` is the
@@ -248,14 +274,19 @@ class SearchResult:
 
     def refit_model(self) -> Any:
         """The model ``packexp.refit`` (or ``refit=true``) trained on every row, loaded with
-        ``keras.saving.load_model``; it takes and gives what ``best_model`` does."""
+        ``keras.saving.load_model`` (built again where only its weights were kept, as
+        ``model``); it takes and gives what ``best_model`` does."""
         refit = self.facts.refit
         if not refit:
             raise KeyError(f"{self.run_dir}: has no refit model; make one with "
                            "packexp.refit(run_dir) or refit=true")
+        path = self.run_dir / refit["file"]
+        if not path.name.endswith(".keras"):
+            return self._from_weights(refit["trial_id"], refit["hparams"], path,
+                                      refit.get("why"))
         import keras
 
-        return keras.saving.load_model(self.run_dir / refit["file"])
+        return keras.saving.load_model(path)
 
     def trials_dataframe(self) -> Any:
         """``trials``, by the name Optuna's ``Study.trials_dataframe()`` has."""

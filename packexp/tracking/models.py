@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from packexp.events import Summary
 from packexp.records.best import Best
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 # At most this many rows, and about this many values, in a model's input example: a few rows
 # show the columns; a few large images would make the served example megabytes of JSON.
 EXAMPLE_ROWS, EXAMPLE_VALUES = 5, 20_000
+# A model kept as weights only (packing.export): its file's suffix, and the parent run's
+# folder of artifacts that holds it.
+WEIGHTS_SUFFIX, WEIGHTS_FOLDER = ".weights.h5", "model_weights"
 # The package each Keras backend runs on, for the served environment's requirements.
 BACKEND_PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
@@ -96,10 +100,23 @@ def log_best_model(tracker: Tracker, result: SearchResult, run_dir: Path, datase
                    cfg: DictConfig | None = None) -> dict[str, Any] | None:
     """Logs the search ``result``'s best kept model on the tracker's run as ``model`` when it
     is a whole model (``.keras``); returns where (``results.json``'s ``mlflow_model``), None
-    when nothing was logged (a tracker that keeps no run: ``tracking=none``)."""
+    when nothing was logged (a tracker that keeps no run: ``tracking=none``).
+
+    A model kept as weights only (Keras could not load it whole) is no MLflow Model, whose
+    ``pyfunc`` would not load either: its ``.weights.h5`` is logged as a plain artifact
+    (``model_weights/``), said in one line, and None returned."""
     best = result.best_kept()
     file = None if best is None else best.model
-    if tracker.run_id is None or not file or not str(file).endswith(".keras"):
+    if tracker.run_id is None or not file:
+        return None
+    if str(file).endswith(WEIGHTS_SUFFIX):
+        tracker.on_summary(Summary(artifacts=[(run_dir / file, WEIGHTS_FOLDER)]))
+        logging.getLogger(__name__).info(
+            "MLflow: %s's model is kept as weights only, so no MLflow Model is logged; its "
+            "weights are the run's artifact %s/%s", best.trial_id, WEIGHTS_FOLDER,
+            Path(file).name)
+        return None
+    if not str(file).endswith(".keras"):
         return None
     example = example_rows(dataset)
     if example is None:

@@ -138,7 +138,7 @@ def doubled_mlp(input_shape, num_classes, hparams):
 
 
 def test_a_model_keras_cannot_save_keeps_its_weights_and_says_so_in_one_line(tmp_path, capfd):
-    result = packexp.tune(doubled_mlp, **QUICK, run_dir=tmp_path / "run")
+    result = packexp.tune(doubled_mlp, **QUICK, pack=PLAIN, run_dir=tmp_path / "run")
     [kept] = result.models.values()
     assert kept["file"].endswith(".weights.h5") and "Doubled" in kept["why"]
     assert (result.run_dir / kept["file"]).is_file()
@@ -146,8 +146,52 @@ def test_a_model_keras_cannot_save_keeps_its_weights_and_says_so_in_one_line(tmp
     assert "'doubled" in line and kept["file"] in line
     model = doubled_mlp((64,), 10, result.best["hparams"])
     model.load_weights(result.run_dir / kept["file"])  # the weights are whole
-    with pytest.raises(ValueError, match="only the weights"):
-        result.best_model()
+    x_val, y_val = raw_validation()  # built again from its builder: the model it scored as
+    accuracy = (result.best_model().predict(x_val, verbose=0).argmax(1) == y_val).mean()
+    assert accuracy == result.best["val_accuracy"]
+
+
+def lambda_mlp(input_shape, num_classes, hparams):
+    """A ``Lambda`` layer of a Python lambda: Keras saves the model, and its safe mode
+    refuses to load the file."""
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Dense(16, activation=hparams.get("activation", "relu"))(inputs)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(
+        keras.layers.Lambda(lambda t: t * 2.0)(x)))
+
+
+def test_a_model_keras_cannot_load_keeps_its_weights_and_is_built_again(tmp_path, capfd):
+    """Each kept file is loaded back as it is written: one that Keras cannot load is kept as
+    weights, said in one line, and nothing (results.json, the summary, MLflow) names a file
+    that cannot be loaded; best_model() builds it again from the builder and them."""
+    from mlflow.tracking import MlflowClient
+
+    from packexp.runner.study import load
+
+    store = tmp_path / "store"
+    result = packexp.tune(lambda_mlp, **QUICK, pack=PLAIN, tracking="mlflow", verbose=True,
+                          overrides=[f"tracking.store_dir={store}"], run_dir=tmp_path / "run")
+    trial_id, file = result.best["trial_id"], result.best["model"]
+    assert file == f"models/{trial_id}.weights.h5" == result.models[trial_id]["file"]
+    assert "Lambda" in result.models[trial_id]["why"]
+    assert [p.name for p in (result.run_dir / "models").iterdir()] == [f"{trial_id}.weights.h5"]
+    out, err = capfd.readouterr()
+    [line] = [x for x in err.splitlines() if "weights only" in x]
+    assert file in line and "Lambda" in line and f"model('{trial_id}')" in line
+    assert ".keras" not in out and "its weights only" in out  # the summary's best model
+    assert "mlflow_model" not in result.results
+    x_val, y_val = raw_validation()
+    accuracy = (result.best_model().predict(x_val, verbose=0).argmax(1) == y_val).mean()
+    assert accuracy == result.best["val_accuracy"]  # the weights it was scored with
+    assert packexp.load(result.run_dir).best_model().count_params() > 0
+    with pytest.raises(ValueError, match=r"only the weights.*model\.load_weights") as refused:
+        load(result.run_dir).best_model()  # a result that cannot build it says how
+    assert "\n" not in str(refused.value)
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    run = client.get_run(result.mlflow_run_id)
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "model_weights")] == [
+        f"model_weights/{trial_id}.weights.h5"]
+    assert not client.search_logged_models([run.info.experiment_id])  # no MLflow Model
 
 
 def test_a_run_time_activation_becomes_the_keras_layer_it_selected():

@@ -154,8 +154,10 @@ def hand_over(search: PackedSearch, cache: Any, run_dir: Path,
                 and stale.name.split(".")[0] not in missing):
             stale.unlink()
     if kept:
-        log.info("models: %d kept in %s (%.2f s)", len(kept), run_dir / "models",
-                 time.perf_counter() - started)
+        weights = [t for t, k in kept.items() if "why" in k]  # each said in its own line
+        log.info("models: %d kept in %s (%.2f s)%s", len(kept), run_dir / "models",
+                 time.perf_counter() - started,
+                 f"; as weights only: {', '.join(weights)}" if weights else "")
     return kept
 
 
