@@ -28,7 +28,8 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
     The run's config, its Hydra files and its log go with it; a search's ``study``
     (``runner.Study``) resumed reattaches it to the run its first session started, and a
     fresh one journals the run it opens, so that a resume can. A job of a multirun adds its
-    number to ``run_name`` (``-job3``), so a sweep's runs have names of their own.
+    number after ``run_name``'s first word (``knn-j3-s0-...``), so a sweep's runs have names
+    of their own, told apart where the MLflow UI cuts them short.
 
     Yields:
         The started tracker. It ends ``FINISHED`` when the block completes, ``KILLED`` on
@@ -37,7 +38,7 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
     tracker = instantiate(cfg.tracking, "tracking")
     sweep = hydra_tags()
     tracker.start(
-        run_name=run_name + (f"-job{sweep['job_num']}" if "job_num" in sweep else ""),
+        run_name=job_named(run_name, sweep.get("job_num")),
         params=run_params(cfg), tags={**tags, **sweep},
         resume_run_id=None if study is None else study.tracking_run_id,
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
@@ -56,6 +57,14 @@ def tracked(cfg: DictConfig, run_dir: Path, *, run_name: str, tags: Mapping[str,
     finally:
         tracker.on_summary(Summary(artifacts=[(run_dir / "packexp.log", None)]))
         tracker.end(status)
+
+
+def job_named(run_name: str, job: str | None) -> str:
+    """``run_name`` with a multirun job's number after its first word; as it is outside one."""
+    if job is None:
+        return run_name
+    first, _, rest = run_name.partition("-")
+    return "-".join(w for w in (first, f"j{job}", rest) if w)
 
 
 # Keys that may differ between a run and its resume: they change no result (where packs

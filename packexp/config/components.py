@@ -121,17 +121,18 @@ class Components:
 
     @property
     def run_name(self) -> str:
-        """``<strategy>-<model>-<dataset>[-<data file>]-<objective>-<scheduler>-<budget>-
-        seed<seed>``, so that searches of other data or goals are told apart: the data file is
-        ``dataset.path``'s stem (a folder's name), the objective its metrics without ``val_``
-        joined by ``+`` (``accuracy``, ``mse``, ``accuracy+params``), and the budget ``R<R>``
-        or a population's ``P<population>E<epochs>``."""
+        """``<strategy>-s<seed>-<model>-<dataset>[-<data file>]-<objective>-<scheduler>-
+        <budget>``, so that searches of other data or goals are told apart, and a sweep's by
+        the words the MLflow UI's runs table shows of a name (about 18 characters): the data
+        file is ``dataset.path``'s stem (a folder's name), the objective its metrics without
+        ``val_`` joined by ``+`` (``accuracy``, ``mse``, ``accuracy+params``), and the budget
+        ``R<R>`` or a population's ``P<population>E<epochs>``."""
         n, budget = self.names, self.scheduler.budget_name
         data = data_file(self.cfg.dataset.get("path"))
         objective = "+".join(name.removeprefix("val_") for name, _ in self.objective.goals)
-        return (f"{n['strategy']}-{n['model']}-{n['dataset']}{f'-{data}' if data else ''}-"
-                f"{objective}-{component_name(self.cfg, 'scheduler')}-{budget}-"
-                f"seed{self.run.seed}")
+        return (f"{n['strategy']}-s{self.run.seed}-{n['model']}-{n['dataset']}"
+                f"{f'-{data}' if data else ''}-{objective}-"
+                f"{component_name(self.cfg, 'scheduler')}-{budget}")
 
     def cache(self, dataset: Any = None) -> Any:
         """The trainer's cache in this process for the search's dataset (``dataset``: another

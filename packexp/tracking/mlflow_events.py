@@ -3,6 +3,7 @@ that turn each event into the tracker's calls (``mlflow_tracker.MlflowTracker``)
 
 from __future__ import annotations
 
+import math
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -28,8 +29,15 @@ class MlflowEvents(Tracker):
     (``_logged``)."""
 
     _logged: set[str]
+    _headline_first: bool  # a fresh parent run: its first metric is to be ``best_value``
 
     def on_rung_planned(self, event: RungPlanned) -> None:
+        """The plan as an artifact. A fresh search's first one also logs ``best_value``, NaN
+        until the search ends: the MLflow UI's compare view plots the first metric a run
+        logged, which would otherwise be a pack's ``step_time_ms``."""
+        if self._headline_first:
+            self._headline_first = False
+            self.log_metrics({"best_value": math.nan})
         self.log_rung_plan(event.bracket, event.rung, event.epochs, event.packs, event.done,
                            event.name)
 
@@ -87,8 +95,10 @@ class MlflowEvents(Tracker):
         self.end_trial(event.trial_id, STATUS[event.status])
 
     def on_search_finished(self, event: SearchFinished) -> None:
-        """Under several objectives, tags each trial run of the Pareto front
-        ``pareto_front=true``: filter the front in the UI with ``tags.pareto_front = 'true'``."""
+        """Logs how many ``trials`` the search sampled; under several objectives, tags each
+        trial run of the Pareto front ``pareto_front=true``: filter the front in the UI with
+        ``tags.pareto_front = 'true'``."""
+        self.log_metrics({"trials": len(event.result.trial_records)})
         for point in event.result.front or ():
             if point.trial_id in self._logged:
                 self._post("tag the Pareto front", "log_trial_rung", point.trial_id, {},

@@ -83,6 +83,7 @@ class MlflowTracker(MlflowEvents):
         self._warned = 0
         self._lost: str | None = None
         self._spec: dict[str, Any] = {}
+        self._headline_first = False
 
     @property
     def location(self) -> str:
@@ -131,6 +132,7 @@ class MlflowTracker(MlflowEvents):
             raise
         self._writer, self._parent = writer, reply["run_id"]
         self._logged = set(reply["trials"])
+        self._headline_first = resume_run_id is None
         self._spec = spec
         if self.sample_interval_s:
             from packexp.telemetry import ResourceSampler

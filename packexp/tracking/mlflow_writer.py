@@ -21,6 +21,7 @@ from typing import Any
 
 from packexp.tracking.datasets import source_tags, split_inputs
 from packexp.tracking.messages import Error, Failed, Reply, Result
+from packexp.tracking.mlflow_view import view_tags
 from packexp.tracking.sqlite_store import TrialRuns, checkpoint, exclusive, set_journal_mode
 from packexp.tracking.writer_batches import BatchingServer, Metric
 
@@ -164,7 +165,8 @@ class MlflowWriter(BatchingServer):
         return {"run_id": self._parent, "trials": sorted(self._runs)}
 
     def _experiment(self, name: str, artifacts: str | None) -> str:
-        """The experiment's id; created if missing, restored if deleted; kind set."""
+        """The experiment's id; created if missing, restored if deleted; its kind and the
+        saved view of its runs table set."""
         from mlflow.exceptions import MlflowException
 
         client = self._client
@@ -172,7 +174,7 @@ class MlflowWriter(BatchingServer):
         if found is None:
             try:
                 return client.create_experiment(name, artifact_location=artifacts,
-                                                tags=EXPERIMENT_KIND)
+                                                tags={**EXPERIMENT_KIND, **view_tags({})})
             except MlflowException as e:
                 found = client.get_experiment_by_name(name)
                 if found is None:  # not a parallel job that created it first: a bad name
@@ -188,8 +190,8 @@ class MlflowWriter(BatchingServer):
                     "name or delete it for good (mlflow gc)") from None
             log.warning("tracking.experiment=%r was a deleted MLflow experiment; restored it",
                         name)
-        for key, value in EXPERIMENT_KIND.items():
-            if found.tags.get(key) != value:  # a store made before packexp set the kind
+        for key, value in {**EXPERIMENT_KIND, **view_tags(found.tags)}.items():
+            if found.tags.get(key) != value:  # a store made before packexp set them
                 client.set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
 

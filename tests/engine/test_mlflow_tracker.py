@@ -1,19 +1,23 @@
-"""What the MLflow UI compares: a parent run's params (the group choices), its name, its memory
-and its step-time summary, read back from the stores of real searches."""
+"""What the MLflow UI compares: a parent run's params (the group choices), its name, its memory,
+its step-time summary and its headline (best_value first, trials; the runs table's saved view),
+read back from the stores of real searches."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from packexp.app.session import job_named
 from packexp.records.record import PackRecord
 from packexp.records.results import pack_metrics, weighted_median
 from packexp.testing.command import packexp
 from packexp.testing.config import compose_config
+from packexp.testing.searches import search_on_fake
 from packexp.tracking import run_params
 
 # The choices a default search makes, as `python -m packexp strategy=knn` composes them.
@@ -97,13 +101,13 @@ def test_a_sweeps_parent_runs_have_the_group_choices_as_params(sweep):
 def test_packexp_tune_logs_the_group_choices_too(tuned):
     assert_choices_not_instantiation(tuned.parent.data.params)
     # No job: no sweep.
-    assert tuned.parent.info.run_name == "knn-mlp3-digits-accuracy-hyperband-R3-seed0"
+    assert tuned.parent.info.run_name == "knn-s0-mlp3-digits-accuracy-hyperband-R3"
 
 
 @pytest.mark.slow
 def test_runs_of_another_R_and_a_sweeps_jobs_have_names_of_their_own(sweep):
     assert [s.parent.info.run_name for s in sweep] == [
-        f"knn-mlp3-digits-accuracy-hyperband-R{r}-seed0-job{job}" for job, r in enumerate(SWEEP_R)]
+        f"knn-j{job}-s0-mlp3-digits-accuracy-hyperband-R{r}" for job, r in enumerate(SWEEP_R)]
 
 
 @pytest.mark.slow
@@ -184,3 +188,56 @@ def test_outside_hydra_the_params_name_the_module_chosen(task):
     assert not [k for k in params if k.endswith(INSTANTIATION)]
     assert (params.get("profile"), "profile.repeats" in params) == (
         ("num_models", True) if task == "profile" else (None, False))
+
+
+@pytest.mark.tf  # MLflow's dataset inputs import TensorFlow where it is installed
+def test_a_parent_leads_with_its_best_value_and_its_experiment_saves_the_runs_table_view(
+        tmp_path):
+    """On the fake trainer: stopped by a budget of 4 trials, then resumed with 5."""
+    from packexp.tracking.mlflow_view import COLUMNS, VIEW_ID, VIEW_NAME, VIEW_PREFIX, column
+
+    track = ("experiment=quick", "tracking=mlflow", f"tracking.store_dir={tmp_path / 'store'}",
+             "seed=3")
+    first = search_on_fake(tmp_path / "run", *track, "budget.trials=4")
+    resumed = search_on_fake(tmp_path / "run", *track, "resume=true", "budget.trials=5")
+    [search] = searches_in(tmp_path / "store", [tmp_path / "run" / "results.json"])
+    parent = search.parent
+    assert parent.info.run_name == "knn-s3-mlp3-digits-accuracy-hyperband-R3"  # quick: R=3
+    # The compare view plots the first metric a run logged.
+    assert next(iter(parent.data.metrics)) == "best_value"
+    values = [v for _, v in search.history("best_value")]
+    assert len(values) == 3 and math.isnan(values[0])  # the resume logs no NaN of its own
+    assert values[1:] == [pytest.approx(first["best"]["value"]),
+                          pytest.approx(resumed["best"]["value"])]
+    assert parent.data.metrics["best_value"] == pytest.approx(resumed["best"]["value"])
+    assert [v for _, v in search.history("trials")] == [len(first["trials"]),
+                                                      len(resumed["trials"])] == [3, 5]
+
+    tags = search.client.get_experiment(parent.info.experiment_id).tags
+    view = json.loads(tags[VIEW_PREFIX + VIEW_ID])
+    assert view["name"] == VIEW_NAME
+    state = json.loads(view["state"])
+    assert state["selectedColumns"] == [column(kind, key) for kind, key in COLUMNS]
+    data = parent.data
+    held = {"params": data.params, "metrics": data.metrics, "tags": {**data.tags, "job_num": 0}}
+    assert [key for kind, key in COLUMNS if kind != "attributes" and key not in held[kind]] == []
+    assert {column("params", "strategy"), column("params", "seed"),
+            column("metrics", "best_value")} <= set(state["selectedColumns"])
+
+
+def test_a_multiruns_job_number_follows_the_names_first_word():
+    assert job_named("knn-s0-mlp3-digits", "3") == "knn-j3-s0-mlp3-digits"
+    assert job_named("profile-quick-mlp3-digits", "0") == "profile-j0-quick-mlp3-digits"
+    assert job_named("knn-s0-mlp3-digits", None) == "knn-s0-mlp3-digits"
+    assert job_named("solo", "1") == "solo-j1"
+
+
+def test_the_view_is_saved_once_and_again_only_when_it_changed():
+    from packexp.tracking.mlflow_view import VIEW_PREFIX, view_tags
+
+    [(key, value)] = view_tags({}).items()
+    assert key.startswith(VIEW_PREFIX)
+    assert view_tags({key: value}) == {}
+    stale = json.loads(value) | {"state": "{}"}
+    assert list(view_tags({key: json.dumps(stale)})) == [key]
+    assert list(view_tags({key: "not json"})) == [key]

@@ -68,7 +68,7 @@ def test_a_search_logs_its_hierarchy_tags_metrics_and_artifacts(tmp_path):
     assert parent.info.status == "FINISHED"
     assert {parent.data.tags[k] for k in ("strategy", "model", "dataset", "task")} == {
         "knn", "mlp3", "digits", "tune"}
-    assert parent.info.run_name == "knn-mlp3-digits-accuracy-hyperband-R9-seed0"
+    assert parent.info.run_name == "knn-s0-mlp3-digits-accuracy-hyperband-R9"
     params = parent.data.params
     assert (params["model.width"], params["strategy.threshold"], params["scheduler.R"]) == (
         "64", str(compose_config(QUICK9).strategy.threshold), "9")

@@ -24,18 +24,18 @@ def test_two_searches_of_other_data_and_objectives_have_distinct_names():
                            "dataset.path=data/diabetes.csv", "dataset.target=y"])
     pareto = run_name(["objective=pareto", "dataset=table", "dataset.path=data/wine.csv",
                        "dataset.target=label"])
-    assert regression == "cost-mlp3-table-diabetes-mse-hyperband-R9-seed0"
-    assert pareto == "cost-mlp3-table-wine-accuracy+params-hyperband-R9-seed0"
+    assert regression == "cost-s0-mlp3-table-diabetes-mse-hyperband-R9"
+    assert pareto == "cost-s0-mlp3-table-wine-accuracy+params-hyperband-R9"
 
 
 @pytest.mark.parametrize(
     ("overrides", "name"),
-    [([], "cost-mlp3-digits-accuracy-hyperband-R9-seed0"),  # digits has no file
-     (["objective=loss", "scheduler=asha", "seed=3"], "cost-mlp3-digits-loss-asha-R9-seed3"),
+    [([], "cost-s0-mlp3-digits-accuracy-hyperband-R9"),  # digits has no file
+     (["objective=loss", "scheduler=asha", "seed=3"], "cost-s3-mlp3-digits-loss-asha-R9"),
      (["objective=regression", "objective.metric=val_r2", "objective.mode=max"],
-      "cost-mlp3-digits-r2-hyperband-R9-seed0"),
+      "cost-s0-mlp3-digits-r2-hyperband-R9"),
      (["dataset=image_folder", "dataset.path=data/flowers/"],
-      "cost-mlp3-image_folder-flowers-accuracy-hyperband-R9-seed0")],
+      "cost-s0-mlp3-image_folder-flowers-accuracy-hyperband-R9")],
     ids=["default", "loss_asha", "r2", "folder"])
 def test_the_name_carries_the_objective_and_the_data_file(overrides, name):
     assert run_name(overrides) == name
