@@ -37,11 +37,13 @@ job_task: list[str] = []
 job_place: list[tuple[Path, list[str], Path]] = []
 
 
-def resume_command(overrides: Sequence[str], run_dir: str) -> str:
-    """The shell command that resumes the run in ``run_dir`` started with ``overrides``."""
+def resume_command(overrides: Sequence[str], run_dir: str, changed: Sequence[str] = ()) -> str:
+    """The shell command that resumes the run in ``run_dir`` started with ``overrides``, with
+    the ``changed`` overrides (``key=value``) in place of those of their keys."""
     from packexp.config import without_keys
 
-    return shlex.join(["python", "-m", "packexp", *without_keys(overrides, RESUME_KEYS),
+    keys = (*RESUME_KEYS, *(c.split("=", 1)[0] for c in changed))
+    return shlex.join(["python", "-m", "packexp", *without_keys(overrides, keys), *changed,
                        "resume=true", f"hydra.run.dir={run_dir}"])
 
 
@@ -60,8 +62,9 @@ def interrupted_line(task: str, run_dir: Path, overrides: Sequence[str], cwd: Pa
             f"{resume_command(overrides, shown)}")
 
 
-def job_resume_command() -> str | None:
-    """The command that resumes the search Hydra is running, if it has journaled a start."""
+def job_resume_command(changed: Sequence[str] = ()) -> str | None:
+    """The command that resumes the search Hydra is running, if it has journaled a start:
+    with its overrides, those ``changed`` (a budget stop's larger budget) in their place."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
@@ -71,7 +74,7 @@ def job_resume_command() -> str | None:
     run_dir, cwd = Path(hydra.runtime.output_dir), Path(hydra.runtime.cwd)
     if not Recorded.there(run_dir):
         return None
-    return resume_command(list(hydra.overrides.task), _shown(run_dir, cwd))
+    return resume_command(list(hydra.overrides.task), _shown(run_dir, cwd), changed)
 
 
 def _shown(run_dir: Path, cwd: Path) -> str:

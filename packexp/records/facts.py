@@ -40,6 +40,7 @@ class SearchFacts:
     memory_probes: Mapping[str, Any] | None = None
     workers: Any = None
     stopped: str | None = None  # why the search stopped early (its budget)
+    ended: str | None = None  # what ended it: ENDS' (of ``stopped`` where not read)
     simulated: bool = False
     simulation: Mapping[str, Any] | None = None
     real_wall_time_s: float | None = None
@@ -54,6 +55,9 @@ class SearchFacts:
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> SearchFacts:
+        """The facts ``values`` (``results.json``'s keys) state; ``ended``, which an older
+        release did not write, from ``stopped``."""
+        values = {"ended": ended_by(values.get("stopped")), **values}
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in values.items() if k in known},
                    extra={k: v for k, v in values.items() if k not in known})
@@ -72,6 +76,18 @@ class SearchFacts:
         """The keys ``results.json`` closes with: what was made after the search."""
         return {**{k: getattr(self, k) for k in self.MADE if getattr(self, k) is not None},
                 **self.extra}
+
+
+# What can end a search (``SearchFacts.ended``): its scheduler's schedule, run to its end
+# (Hyperband's brackets, ASHA's max_epochs or num_configs, PBT's epochs), or the budget that
+# stopped it early. An interrupted search writes no results.
+ENDS = ("schedule", "budget.time_s", "budget.trials")
+
+
+def ended_by(stopped: str | None) -> str:
+    """What ended a search that ``stopped`` says stopped early (``budget.time_s=60: ...``), or
+    its schedule's end where None."""
+    return "schedule" if stopped is None else stopped.split("=", 1)[0]
 
 
 @dataclass(frozen=True)

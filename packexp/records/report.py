@@ -19,8 +19,9 @@ verbose: ContextVar[bool] = ContextVar("packexp_verbose", default=True)
 
 
 def print_summary(result: SearchResult, store: str | None, top_k: int,
-                  lost: str | None = None) -> None:
-    """The search ``result`` as the command prints it: the best configurations, the time and
+                  lost: str | None = None, resume: str | None = None) -> None:
+    """The search ``result`` as the command prints it: the best configurations, what ended
+    the search (with ``resume``, the command that goes on after a budget stop), the time and
     where it went, and where the run, its store and its best model are."""
     if not verbose.get():
         return
@@ -57,9 +58,7 @@ def print_summary(result: SearchResult, store: str | None, top_k: int,
                           + ")" for e in result.front))
     if facts.surrogate:
         console.print(transfer_line(result))
-    if facts.stopped:
-        console.print(f"stopped early ({facts.stopped}); resume=true with a larger budget "
-                      "goes on where it stopped")
+    console.print(ended_line(result, resume))
     if facts.simulated:  # executor=simulated: its clock is the cost model's
         console.print(simulated_line(facts))
     # The search's clock starts at its first pack: the start-up before it (calibration
@@ -135,6 +134,18 @@ def transfer_line(result: SearchResult) -> str:
     return (f"stand-ins at 1/{scale} width, the best {len(pairs)} trained at full width{when} "
             f"({metric}, stand-in -> full): {shown}; rank correlation (Spearman) "
             + ("n/a" if rho is None else f"{rho:.2f}"))
+
+
+def ended_line(result: SearchResult, resume: str | None = None) -> str:
+    """What ended the search (``facts.ended``): its schedule, run to its end, or the budget
+    that stopped it early, with ``resume``, the command that goes on where it stopped."""
+    facts = result.facts
+    if facts.stopped:
+        return (f"ended: stopped early by {facts.stopped}; resume it with a larger budget: "
+                + (resume or f"resume=true hydra.run.dir={result.run_dir}"))
+    which = f"scheduler {facts.scheduler}: " if facts.scheduler else ""
+    return (f"ended: the schedule ran to its end ({which}{len(result.trial_records)} "
+            f"configurations, {result.totals.epochs_spent:g} epochs trained)")
 
 
 def simulated_line(facts: SearchFacts) -> str:

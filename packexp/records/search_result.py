@@ -135,6 +135,12 @@ class SearchResult:
         """Why the search stopped early (its budget); None when it ran to its end."""
         return self.facts.stopped
 
+    @property
+    def ended(self) -> str | None:
+        """What ended the search: ``schedule`` (run to its end), ``budget.time_s`` or
+        ``budget.trials`` (``stopped`` says how)."""
+        return self.facts.ended
+
     def metrics(self) -> dict[str, float | None]:
         """The parent run's summary metrics (``records.results.search_metrics``)."""
         return dict(self._metrics)

@@ -4,6 +4,7 @@ and a resume with a larger budget ends as an unbroken run with that budget."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -11,7 +12,8 @@ from packexp.config import check_search
 from packexp.errors import ConfigError
 from packexp.runner.budget import Budget
 from packexp.runner.journal import Journal
-from packexp.runner.study import earlier_s
+from packexp.runner.study import earlier_s, load
+from packexp.testing.command import run_command
 from packexp.testing.config import compose_config
 from packexp.testing.fake_trainer import HYPERBAND, fake_search, outcome
 from packexp.testing.searches import search_on_fake
@@ -101,7 +103,8 @@ def test_a_stopped_run_journals_why_and_resumes_with_a_larger_budget(tmp_path, c
     cut = tmp_path / "cut"
     capsys.readouterr()
     first = search_on_fake(cut, *quick, "budget.trials=4")
-    assert "stopped early (budget.trials=4: 3 configurations drawn" in capsys.readouterr().out
+    assert ("ended: stopped early by budget.trials=4: 3 configurations drawn"
+            in capsys.readouterr().out)
     stopped = [r for r in Journal(cut).read() if r["event"] in ("stopped", "finished")]
     assert [r["event"] for r in stopped] == ["stopped"]
     assert first["stopped"] == stopped[0]["reason"]
@@ -133,3 +136,29 @@ def test_a_budget_that_ends_before_any_score_says_so_in_one_line(tmp_path, caplo
                            f"({results['stopped']}); no best configuration yet: resume it "
                            "with a larger budget: ")
     assert "resume=true" in line and str(tmp_path) in line
+
+
+def test_a_budget_stop_prints_the_command_that_resumes_it_with_the_run_s_overrides(tmp_path):
+    """The command says at the start what its schedule ends at (3 brackets) if the time
+    budget does not; budget.trials=10 stops it after the first bracket's 9 configurations;
+    the summary and results.json say so, with the command that goes on: the run's overrides,
+    the budget raised. That command, run, ends the search at its schedule's end."""
+    args = ("executor=simulated", "strategy=knn", "tracking=none", "budget.time_s=3600")
+    first = run_command(*args, "budget.trials=10", "hydra.run.dir=run", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert ("budget.time_s=3600 is a limit, not a target: Hyperband ends after its 3 brackets "
+            "(17 configurations, 69 epochs), if that comes first\n") in first.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["ended"] == "budget.trials" and results["stopped"] == (
+        "budget.trials=10: 9 configurations drawn, the next plan draws 5")
+    command = ("python -m packexp executor=simulated strategy=knn tracking=none "
+               "budget.time_s=3600 budget.trials=20 resume=true hydra.run.dir=run")
+    assert (f"ended: stopped early by {results['stopped']}; resume it with a larger budget: "
+            f"{command}\n") in first.stdout
+    again = run_command(*shlex.split(command)[3:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["ended"] == "schedule" and results["stopped"] is None
+    assert len(results["trials"]) == 17 and load(tmp_path / "run").ended == "schedule"
+    assert ("ended: the schedule ran to its end (scheduler hyperband: 17 configurations, "
+            f"{results['epochs_spent']:g} epochs trained)\n") in again.stdout

@@ -29,6 +29,11 @@ KINDS = {
     "workers": [("executor.num_workers=4",)],
     "budget-resumed": [("budget.trials=6",), ("budget.trials=12", "resume=true")],
 }
+# Keys written since the references, each with its value by kind and the key it follows:
+# ``ended``, what ended the search: the schedule, but the resume's, which budget.trials=12
+# stopped again.
+ADDED = {"ended": ({**dict.fromkeys(KINDS, "schedule"), "budget-resumed": "budget.trials"},
+                   "stopped")}
 # Figures of the real clock (the command's start-up, checkpoint writes, the process's memory).
 REAL = {"startup_s", "startup", "real_wall_time_s", "calibration_s", "checkpoint_s",
         "peak_rss_mb", "seconds"}
@@ -74,6 +79,11 @@ def test_results_json_is_what_the_release_before_the_typed_record_wrote(tmp_path
     expected = with_best_metrics(
         json.loads(gzip.decompress((DATA / f"{kind}.json.gz").read_bytes())))
     results = run(kind, tmp_path)
+    for key, (values, after) in ADDED.items():
+        keys = list(results)
+        assert keys.index(key) == keys.index(after) + 1, key
+        assert results.pop(key) == values[kind], key
+        expected.pop(key, None)
     assert list(results) == list(expected)  # the same keys, in the same order
     for key in expected:
         assert results[key] == expected[key], key

@@ -44,6 +44,8 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
     job_started = command_started()
     parts = Components.build(cfg, trainer=trainer)
     scheduler, executor = parts.scheduler, parts.executor(run_dir)
+    if ahead := parts.run.budget.ahead(scheduler):  # a budget its schedule may end first
+        log.info(ahead)
     own = parts.listeners(run_dir)  # the config's, built before anything is written
     stated = parts.facts()  # the names, seed and schedule, as results.json states them
     study = open_study(cfg, run_dir, parts)
@@ -104,12 +106,15 @@ def tune(cfg: DictConfig, run_dir: Path, trainer: Trainer | None = None) -> floa
             if where := log_best_model(tracker, result, run_dir, parts.dataset, cfg):
                 result = result.with_facts(mlflow_model=where)
             finish(result, study, listeners)
+            resume = None if search.stopped is None else (  # with the budget it needs
+                job_resume_command([parts.run.budget.raised(search.stopped)])
+                or f"resume=true hydra.run.dir={run_dir}")
             if search.stopped is not None and result.best is None:
-                log.warning(unscored(search.stopped, job_resume_command()
-                                     or f"resume=true hydra.run.dir={run_dir}"))
+                log.warning(unscored(search.stopped, resume))
             if search.stopped is None:  # journaled as finished: no resume needs them
                 shutil.rmtree(search.store.kept_root, ignore_errors=True)
-    print_summary(result, tracker.location, parts.run.summary_top_k, lost=tracker.lost)
+    print_summary(result, tracker.location, parts.run.summary_top_k, lost=tracker.lost,
+                  resume=resume)
     if parts.run.refit:
         refit_after_search(cfg, run_dir, parts)
     return float(result.metrics()["best_value"])
