@@ -21,7 +21,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path, help="an empty directory for the run and its store")
     root = parser.parse_args().root.resolve()
-    import keras
     import mlflow.pyfunc
     from sklearn.datasets import load_digits
 
@@ -53,7 +52,7 @@ def main() -> None:
                         .predict(pd.DataFrame(val.x_val)))
     print(f"MLflow pyfunc: {(served.argmax(1) == val.y_val).mean():.4f}, equal to best_model()'s: "
           f"{np.array_equal(served, ours)}")
-    refit = keras.saving.load_model(packexp.refit(result.run_dir))
+    refit = packexp.refit(result.run_dir)  # the model; its file is results.json's refit
     everything = (refit.predict(digits.data, verbose=0).argmax(1) == digits.target).mean()
     print(f"refit: loadable; {everything:.4f} on all rows, which it trained on")
 

@@ -173,7 +173,7 @@ def load(run_dir: str | Path) -> SearchResult:
     return dataclasses.replace(study.load(run_dir), rebuild=kept_model)
 
 
-def refit(run_dir: str | Path, epochs: float | None = None) -> Path:
+def refit(run_dir: str | Path, epochs: float | None = None) -> Any:
     """Trains the best configuration of the finished search in ``run_dir`` again, from
     scratch, on the training and validation rows together (scikit-learn's ``refit``), and
     keeps it as ``<run_dir>/models/refit.keras``: ``python -m packexp task=refit
@@ -184,15 +184,17 @@ def refit(run_dir: str | Path, epochs: float | None = None) -> Path:
     takes the rows as they were given. It trains alone, with the best trial's hyper-parameters
     and seed (a refit is reproducible), and has no validation score: no rows are held out.
     ``results.json``'s ``refit`` records ``file``, ``trial_id``, ``hparams``, ``epochs``,
-    ``seed``, ``train_rows`` and ``train_loss``; a tracked search's MLflow run gets it as the
-    MLflow Model ``refit_model`` (``mlflow_model`` says where).
+    ``seed``, ``train_rows`` and ``train_loss`` (the mean training loss of its last epoch);
+    ``packexp.load(run_dir).facts.refit`` reads it back. A tracked search's MLflow run gets
+    it as the MLflow Model ``refit_model`` (``mlflow_model`` says where).
 
     Args:
         run_dir: The run directory of a finished search.
         epochs: Epochs to train; None for the epochs the best trial trained.
 
     Returns:
-        The model's file, loadable with ``keras.saving.load_model``.
+        The refit model (a ``keras.Model``, ``load(run_dir).refit_model()``): it takes the
+        rows as they were given to the search, as ``best_model()`` does.
 
     Raises:
         ConfigError: No such directory, no finished search in it, no best trial, a best of
@@ -201,7 +203,8 @@ def refit(run_dir: str | Path, epochs: float | None = None) -> Path:
     from packexp.app.main import start_tensorflow
     from packexp.app.tasks.refit import refit_here
 
-    return refit_here(run_dir, epochs, start=start_tensorflow)
+    refit_here(run_dir, epochs, start=start_tensorflow)
+    return load(run_dir).refit_model()
 
 
 def home() -> Path:

@@ -73,8 +73,17 @@ class Member:
     train_size: int
     step: int = 0
     failed: bool = False
-    train_loss: float | None = None
+    train_loss: float | None = None  # the mean loss of its last chunk of steps
     preprocessing: Preprocessing = field(default_factory=Preprocessing)
+    # Its losses summed over the steps trained since it was loaded, and those steps.
+    loss_sum: float = 0.0
+    loss_steps: int = 0
+
+    @property
+    def mean_loss(self) -> float | None:
+        """Its mean training loss over every step since it was loaded (a stretch of
+        training, as ``train_group`` runs it); None before any."""
+        return self.loss_sum / self.loss_steps if self.loss_steps else None
 
     @classmethod
     def create(
@@ -111,6 +120,7 @@ class Member:
     def idle_as(self, trial: Trial) -> Member:
         """Makes this member the idle seat ``trial``, keeping whatever state it holds."""
         self.trial, self.step, self.failed, self.train_loss = trial, 0, False, None
+        self.loss_sum, self.loss_steps = 0.0, 0
         return self
 
     @property
@@ -162,6 +172,7 @@ class Member:
         self.step = state.step
         self.failed = False
         self.train_loss = None
+        self.loss_sum, self.loss_steps = 0.0, 0
         self.preprocessing = preprocessing
         return self
 
@@ -236,6 +247,7 @@ class HeldMember(Member):
         self.step = state.step
         self.failed = False
         self.train_loss = None
+        self.loss_sum, self.loss_steps = 0.0, 0
         self.preprocessing = preprocessing
         return self
 

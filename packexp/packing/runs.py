@@ -66,6 +66,7 @@ class MemberResult:
     train_loss: float | None
     checkpoint: str | None = None
     saved_step: int = 0  # the step of a state left in ``checkpoint`` (or of a failed member)
+    mean_loss: float | None = None  # over every step of this stretch (``Member.mean_loss``)
 
     @property
     def trial_id(self) -> str:

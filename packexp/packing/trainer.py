@@ -68,7 +68,8 @@ def train_group(
             stats.trace_s += pack.eval_trace_s
             stats.eval_programs += pack.eval_trace_s > 0
             eval_s = time.perf_counter() - t0 - pack.eval_trace_s
-            results = [MemberResult(m.trial, m.state(), m.failed, m.train_loss)
+            results = [MemberResult(m.trial, m.state(), m.failed, m.train_loss,
+                                    mean_loss=m.mean_loss)
                        for m in pack.members if not m.idle]
             evaluation = {k: v for k, v in evaluation.items()
                           if any(r.trial_id == k for r in results)}

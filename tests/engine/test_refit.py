@@ -204,11 +204,17 @@ def test_refit_true_keeps_the_best_trained_on_every_row_for_its_epochs(searched)
 def test_a_refit_is_reproducible_bit_for_bit(searched):
     """packexp.refit in this process, later, trains what refit=true trained at the search's
     end: the same seed, rows and program."""
-    path = packexp.refit(searched.result.run_dir)
-    assert path == searched.result.run_dir / "models" / "refit.keras"
-    again = weights(path)
-    loaded = packexp.load(searched.result.run_dir).refit_model()
-    assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), again, strict=True))
+    import keras
+
+    model = packexp.refit(searched.result.run_dir)  # the model; its file stays recorded
+    assert isinstance(model, keras.Model)
+    refit = packexp.load(searched.result.run_dir).facts.refit
+    assert refit["file"] == "models/refit.keras"
+    again = weights(searched.result.run_dir / refit["file"])
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), again, strict=True))
+    digits = load_digits()
+    np.testing.assert_array_equal(model.predict(digits.data, verbose=0), keras.saving.load_model(
+        searched.result.run_dir / refit["file"]).predict(digits.data, verbose=0))
     assert len(again) == len(searched.weights) > 0
     assert all(np.array_equal(a, b) for a, b in zip(searched.weights, again, strict=True))
 
@@ -224,3 +230,35 @@ def test_task_refit_trains_refit_epochs_with_the_run_s_own_config(searched):
     assert (record["epochs"], record["train_rows"], record["train_loss"]) == (1, 1797, loss)
     assert record["seed"] == searched.record["seed"]
     assert packexp.load(run_dir).best == searched.result.best  # the search's record stands
+
+
+@pytest.mark.tf
+@pytest.mark.search
+def test_the_refit_s_train_loss_is_its_last_epoch_s_mean(searched):
+    """results.json's refit.train_loss: the mean of the losses of its last epoch's steps,
+    replayed step by step (the same trial, seed, rows and program), not its last step's
+    nor its whole run's."""
+    from packexp.app.tasks.refit import run_config
+    from packexp.config.components import Components
+    from packexp.packing.pack import Pack
+    from packexp.space import Trial
+    from packexp.space.options import PackSettings
+
+    run_dir, record = searched.result.run_dir, searched.record
+    cfg = run_config(run_dir)
+    parts = Components.build(cfg, probe=False)
+    cache = parts.pack_cache(merged(parts.dataset, cfg))
+    member = cache.make_member(Trial(record["trial_id"], record["hparams"], (),
+                                     seed=record["seed"]))
+    member.set_lr_horizon(record["epochs"])
+    pack = Pack([member], cache.data, PackSettings.from_config(
+        {**cache.pack_options, "chunk_steps": 1}), cache.pack_options.get("batch_bucket"))
+    losses = []
+    for _ in range(member.steps_for(record["epochs"])):
+        pack.train({member.trial_id: 1})
+        losses.append(member.train_loss)
+    last = losses[member.steps_for(record["epochs"] - 1):]
+    assert len(last) == member.steps_per_epoch  # the digits' 1797 rows: one epoch's steps
+    assert record["train_loss"] == pytest.approx(float(np.mean(last)), rel=1e-5)
+    assert record["train_loss"] != pytest.approx(losses[-1], rel=1e-3)
+    assert record["train_loss"] != pytest.approx(float(np.mean(losses)), rel=1e-3)

@@ -215,7 +215,7 @@ def test_the_handed_over_model_is_the_full_width_one_and_reproduces_its_score(tm
     assert shapes(model) == shapes(full)  # the full width, not the stand-in's
     accuracy = (model.predict(data.x_val, verbose=0).argmax(1) == data.y_val).mean()
     assert accuracy == pytest.approx(best["val_accuracy"], abs=1e-6)
-    refit = keras.saving.load_model(packexp.refit(result.run_dir))
+    refit = packexp.refit(result.run_dir)
     assert shapes(refit) == shapes(full)  # refit trains the full width too
 
 

@@ -78,8 +78,8 @@ def refit(cfg: DictConfig, run_dir: Path, trainer: Any = None) -> float:
     written to ``models/refit.keras`` and recorded as ``results.json``'s ``refit``.
 
     Returns:
-        The refit model's training loss at its last step (no rows are held out from it, so
-        it has no validation score).
+        The refit model's mean training loss over its last epoch (no rows are held out from
+        it, so it has no validation score).
     """
     best = refittable(run_dir)
     record = refit_run(run_config(run_dir), run_dir, best,
@@ -211,7 +211,8 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: Best,
     trial trained) with the best trial's seed, its learning-rate schedule (if any) spanning
     those epochs; writes ``models/refit.keras`` (``packing.export``) and ``results.json``'s
     ``refit``: ``file``, ``trial_id``, ``hparams``, ``epochs``, ``seed``, ``train_rows``
-    (training + validation), ``train_loss`` (at the last step) and ``seconds``.
+    (training + validation), ``train_loss`` (the mean of its last epoch's steps) and
+    ``seconds``.
 
     Args:
         cfg: The run's config.
@@ -227,16 +228,25 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: Best,
     parts = parts or Components.build(cfg, probe=False, trainer=trainer)
     dataset = merged(parts.dataset, cfg)
     cache = parts.cache(dataset)
-    [run] = parts.trainer.train_group([trial], cache, float(epochs), {})
-    [member] = run.members
-    if member.failed:
-        raise RuntimeError(f"refit: {trial.trial_id}'s loss diverged in its refit on "
-                           f"{dataset.train_size} rows; no model was written")
+    # Two stretches, the last epoch the second, so that its mean loss is the one reported;
+    # the schedule spans both, and the second goes on from the first's state as a promoted
+    # member does.
+    states: dict[str, Any] = {}
+    for until in ([float(epochs) - 1] if float(epochs) > 1 else []) + [float(epochs)]:
+        [run] = parts.trainer.train_group([trial], cache, until, states,
+                                          lr_horizon=float(epochs))
+        [member] = run.members
+        if member.failed:
+            raise RuntimeError(f"refit: {trial.trial_id}'s loss diverged in its refit on "
+                               f"{dataset.train_size} rows; no model was written")
+        states = {trial.trial_id: member.state}
     kept = parts.trainer.export(trial, member.state, cache, run_dir, name=NAME)
+    # A trainer that sums no stretch's losses (a fake one) gives its last chunk's mean.
+    loss = member.mean_loss if member.mean_loss is not None else member.train_loss
     record = {"file": kept.file, "trial_id": trial.trial_id, "hparams": dict(trial.hparams),
               "epochs": int(epochs) if float(epochs).is_integer() else epochs, "seed": seed,
               "train_rows": dataset.train_size,
-              "train_loss": None if member.train_loss is None else float(member.train_loss),
+              "train_loss": None if loss is None else float(loss),
               "seconds": round(time.perf_counter() - started, 3)}
     if not kept.whole:
         record["why"] = kept.why
