@@ -1,7 +1,8 @@
 """The isolation invariant for CNNs: BatchNorm and resizing included, packed equals alone.
 
-make test checks it on a small CNN with BatchNorm; MobileNetV2 (resizing on the device too)
-and the paper's three CNNs in one pack run in make test-paper-cnns, minutes on a CPU."""
+make test checks it on a small CNN with BatchNorm and on cnn1d over sequences; MobileNetV2
+(resizing on the device too) and the paper's three CNNs in one pack run in make
+test-paper-cnns, minutes on a CPU."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from packexp.data import synthetic
-from packexp.models import mobilenet
+from packexp.data.arrays import from_arrays
+from packexp.models import cnn1d, mobilenet
 from packexp.packing import DeviceData, Evaluation, Member, Pack
 from packexp.space import Trial, derive_seed
 from packexp.space.options import PackSettings
@@ -21,7 +23,8 @@ from packexp.testing.models import small_cnn
 pytestmark = pytest.mark.tf
 
 MOBILENET = functools.partial(mobilenet.build, alpha=0.35)
-TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 images
+CNN1D = functools.partial(cnn1d.build, width=4, blocks=2)
+TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 examples
     Trial("t0", {"batch_size": 8, "optimizer": "adam", "learning_rate": 1e-3,
                  "activation": "relu"}, (), seed=derive_seed(3, 0)),
     Trial("t1", {"batch_size": 12, "optimizer": "momentum", "learning_rate": 1e-2,
@@ -29,17 +32,33 @@ TRIALS = [  # misaligned: 8 and 5 steps per epoch of 64 images
 ]
 
 
+def images():
+    return synthetic.load(shape=[16, 16, 3], num_classes=3, train_size=64, val_size=16)
+
+
+def sequences():
+    """64 float signals of 24 steps and 2 features to train on, 16 to validate."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(80, 24, 2)), np.arange(80) % 3
+    return from_arrays(x[:64], y[:64], x[64:], y[64:], name="signals", source="test")
+
+
 @pytest.fixture(scope="module", params=[
-    pytest.param(small_cnn, id="small_cnn"),
-    pytest.param(MOBILENET, id="mobilenet", marks=pytest.mark.paper_cnns)])
-def build(request):
+    pytest.param((small_cnn, images), id="small_cnn"),
+    pytest.param((CNN1D, sequences), id="cnn1d"),
+    pytest.param((MOBILENET, images), id="mobilenet", marks=pytest.mark.paper_cnns)])
+def case(request):
     return request.param
 
 
 @pytest.fixture(scope="module")
-def data() -> DeviceData:
-    return DeviceData(synthetic.load(shape=[16, 16, 3], num_classes=3, train_size=64,
-                                     val_size=16))
+def build(case):
+    return case[0]
+
+
+@pytest.fixture(scope="module")
+def data(case) -> DeviceData:
+    return DeviceData(case[1]())
 
 
 def train(data: DeviceData, build, trials: list[Trial]

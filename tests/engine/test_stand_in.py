@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packexp.models import cnn, mlp3, mobilenet
+from packexp.models import cnn, cnn1d, mlp3, mobilenet
 from packexp.models.narrowed import Narrowed
 from packexp.models.stand_in import MuReadout, stand_in_of
 from packexp.packing import Member, Pack
@@ -43,6 +43,7 @@ def own_model(input_shape, num_classes, hparams):
 @pytest.mark.parametrize(("build", "input_shape", "widths"), [
     (functools.partial(mlp3.build, width=64), [12], {"dense": (64, 16)}),
     (functools.partial(cnn.build, width=16, blocks=2), [8, 8, 1], {"conv2d": (16, 4)}),
+    (functools.partial(cnn1d.build, width=16, blocks=2), [40, 1], {"conv1d": (16, 4)}),
     (own_model, [10, 3], {"conv1d": (32, 8), "dense": (256, 64)}),
 ])
 def test_hidden_widths_are_divided_and_the_input_and_readout_kept(build, input_shape, widths):
