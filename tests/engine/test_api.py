@@ -336,7 +336,7 @@ def test_the_result_holds_the_search_s_tables_and_reads_back(tmp_path):
     assert result.run_dir == (tmp_path / "run").resolve()
     assert result.best == raw["best"] and result.best_val_accuracy > 0.5
     assert set(result.best) == {"trial_id", "hparams", "val_accuracy", "epochs", "metric", "value",
-                                "model"}
+                                "model", "val_loss", "train_loss"}  # its rung's every metric
     assert result.best_value == result.best["val_accuracy"]
     # One row per trial and rung, each trial's hyper-parameters as columns.
     assert len(result.trials) == sum(len(t["rungs"]) for t in raw["trials"])
