@@ -37,7 +37,7 @@ WEIGHTS_SUFFIX = ".weights.h5"
 @dataclass(frozen=True)
 class Kept:
     """A kept model's file, relative to the run directory, and whether it is a whole model
-    (``.keras``) or, where Keras could not save the model, its weights only."""
+    (``.keras``) or, where Keras could not save the model or load its file, its weights only."""
 
     file: str
     whole: bool = True
