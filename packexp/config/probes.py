@@ -3,6 +3,7 @@ space gives them, and the model's output checked to be logits of the data's clas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -62,13 +63,26 @@ def probe_model(build_model: Callable, dataset: Any, space: SearchSpace) -> None
                 continue
             model = build_model(dataset.input_shape, dataset.num_classes, hparams)
         except ValueError as e:
-            raise ConfigError(f"{where}: {' '.join(str(e).split())}") from None
+            raise ConfigError(f"{where}: {' '.join(str(e).split())}"
+                              f"{sequences_hint(dataset, str(e))}") from None
         except Exception as e:  # a user's builder may fail in any way
             raise ConfigError(f"{where} with {model_hparams(hparams)}: "
                               f"{' '.join(f'{type(e).__name__}: {e}'.split())}") from None
         if i == 0:
             check_logits(model, dataset)
             built = model
+
+
+def sequences_hint(dataset: Any, error: str) -> str:
+    """Where a model of sequences (Keras's Conv1D, LSTM: ``expected ndim=3, found ndim=2``)
+    was built for feature vectors: "; " and how the dataset gives sequences; else ""."""
+    if len(dataset.input_shape) != 1 or not re.search(r"expected (min_)?ndim=3, found ndim=2",
+                                                      error):
+        return ""
+    given = {"mnist1d": "add dataset.sequences=true for [40, 1]",
+             "arrays": "give x as [n, steps, features] (x[..., None] for one feature per step)"}
+    return (f"; the model takes sequences [steps, features]: "
+            f"{given.get(dataset.name, 'choose data of sequences (docs/data.md, Sequences)')}")
 
 
 def check_logits(model: Any, dataset: Any) -> None:

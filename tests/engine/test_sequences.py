@@ -78,3 +78,21 @@ def test_mnist1d_as_sequences_is_a_key_away_and_cnn1d_scores_it_as_its_features(
     assert tuple(flat.best_model().input_shape) == (None, 40)
     assert scores(steps) == scores(flat)
     assert steps.best["val_accuracy"] > 0.3  # chance is 0.1
+
+
+def test_a_sequence_model_on_feature_vectors_is_refused_with_the_key_that_runs_it(tmp_path):
+    """A user's Conv1D on mnist1d's 40 features: one line naming dataset.sequences=true,
+    and with it the search runs; arrays of features get the expression that makes them
+    sequences."""
+    data = {"num_samples": 600, "cache_dir": str(tmp_path / "data")}
+    with pytest.raises(packexp.ConfigError, match=r"^model: cannot build for mnist1d \[40\]: "
+                       r".*expected min_ndim=3, found ndim=2.*; the model takes sequences "
+                       r"\[steps, features\]: add dataset.sequences=true for \[40, 1\]$"):
+        packexp.tune(conv1d, "mnist1d", dataset=data, **QUICK, run_dir=tmp_path / "flat")
+    result = packexp.tune(conv1d, "mnist1d", dataset={**data, "sequences": True}, **QUICK,
+                          run_dir=tmp_path / "steps")
+    assert result.best["val_accuracy"] > 0.1
+    x, y = digit_signals()
+    with pytest.raises(packexp.ConfigError, match=r"give x as \[n, steps, features\] "
+                                                  r"\(x\[\.\.\., None\] for one feature"):
+        packexp.tune(conv1d, (x[..., 0], y), **QUICK, run_dir=tmp_path / "features")
