@@ -100,7 +100,8 @@ def first_difference(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> 
 #: Keys a release added to the config, with the value every run had before them: a journal
 #: written by an earlier release lacks them, and resumes as if it had these values.
 ADDED_KEYS: Mapping[str, Any] = {"surrogate.scale": 1, "surrogate.transfer": 3,
-                                 "surrogate.readout_zero_init": False}
+                                 "surrogate.readout_zero_init": False,
+                                 "dataset.sequences": False}
 
 
 def as_journaled(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -124,3 +124,18 @@ def test_mnist1d_sequences_are_a_key_away_and_a_bad_value_is_one_line(tmp_path):
     cfg.dataset.sequences = "yes"
     with pytest.raises(ConfigError, match=r"^dataset\.sequences='yes': must be true or false$"):
         instantiate(cfg.dataset, "dataset")
+
+
+def test_an_mnist1d_run_journaled_before_sequences_resumes_and_asking_them_is_refused(tmp_path):
+    """A journal of the release before ``dataset.sequences`` lacks the key: it ran on 40
+    features, which a resume now composes as ``false``."""
+    from packexp.runner.journal import Journal
+    from packexp.runner.replay import Recorded
+
+    old = {"seed": 0, "dataset._target_": "packexp.data.mnist1d.load"}
+    Journal(tmp_path).append("start", config=old, overrides=[])
+    now = {**old, "dataset.sequences": False}
+    assert Recorded.read(tmp_path).to_continue(now, resume=True)[0]["config"] == old
+    with pytest.raises(ConfigError, match=r"dataset\.sequences=True here, but the journal has "
+                                          r"dataset\.sequences=False"):
+        Recorded.read(tmp_path).to_continue({**old, "dataset.sequences": True}, resume=True)
