@@ -63,8 +63,9 @@ def tune(model: str | Callable[..., Any] | None = None,
             ``executor=local`` only; Ray workers must import it from a module.
         data: A config name from ``conf/dataset/`` (``"digits"``), or arrays: ``(x, y)``,
             split into training and validation by ``seed`` as digits is, or
-            ``(x_train, y_train, x_val, y_val)``. ``x`` is 2-D features (standardised on the
-            training split) or uint8 images ``[n, h, w, c]``; labels any values, mapped to
+            ``(x_train, y_train, x_val, y_val)``. ``x`` is 2-D features or sequences
+            ``[n, steps, features]`` (both standardised on the training split), or uint8
+            images ``[n, h, w, c]``; labels any values, mapped to
             0..k-1 in sorted order (under ``objective="regression"``, real values). The
             arrays are kept in the run directory (``data.npz``, read as ``dataset=arrays``
             reads a file).
