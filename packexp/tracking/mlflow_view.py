@@ -13,11 +13,11 @@ from typing import Any
 VIEW_PREFIX = "mlflow.sharedViewState."
 VIEW_ID = "packexp-searches"
 VIEW_NAME = "packexp: searches"
-NAME_WIDTH_PX = 330  # a default search's whole name
+NAME_WIDTH_PX = 400  # a default search's whole name (46 characters)
 # What tells the searches apart, then what they found, then what they cost.
 COLUMNS = (("params", "strategy"), ("params", "seed"), ("tags", "job_num"),
            ("params", "objective.metric"), ("metrics", "best_value"), ("metrics", "trials"),
-           ("metrics", "wall_time_s"), ("attributes", "Duration"))
+           ("metrics", "wall_time_s"))
 
 
 def column(kind: str, key: str) -> str:
@@ -30,7 +30,7 @@ def view_state() -> dict[str, Any]:
     columns = [column(kind, key) for kind, key in COLUMNS]
     fixed = [column("attributes", name) for name in ("Run Name", "Created")]
     return {"selectedColumns": columns, "columnOrder": fixed + columns,
-            "columnWidths": {fixed[0]: NAME_WIDTH_PX},
+            "columnWidths": {fixed[0]: NAME_WIDTH_PX, column("metrics", "best_value"): 130},
             "orderByKey": "attributes.start_time", "orderByAsc": False}
 
 

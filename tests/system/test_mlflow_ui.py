@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from packexp.testing.command import packexp
-from packexp.testing.mlflow_ui import TRAINING, Browser, chromium, served_ui, text_shown
+from packexp.testing.mlflow_ui import (
+    TRAINING,
+    Browser,
+    chromium,
+    click,
+    served_ui,
+    text_shown,
+)
 from packexp.tracking.mlflow_view import VIEW_ID
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -20,6 +27,7 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 STRATEGIES, SEEDS = ("knn", "random"), (0, 1)
 TIMEOUT = 120.0
 NAME = "attributes.`Run Name`"
+WIDE = (2200, 1000)
 
 # Each row of the runs table (its cells by column id, as ag-grid renders them).
 ROWS = """(() => {
@@ -97,10 +105,14 @@ async def read(ui, sweep: Path) -> dict:
         await page.goto(f"{ui.url}/#/experiments/{experiment}?{TRAINING}")
         await page.wait_until(f"{text_shown('Run Name')} && {four}", TIMEOUT, "the runs table")
         names = await page.evaluate(NAMES_SHOWN)
+        # Wide enough for every column of the view: the grid renders only those in sight.
+        await page.resize(*WIDE)
         await page.goto(f"{ui.url}/#/experiments/{experiment}/runs?viewStateShareKey={VIEW_ID}"
                         f"&{TRAINING}")
-        await page.wait_until(f"{text_shown('best_value', 'trials')} && {four}", TIMEOUT,
-                              "the saved view")
+        await page.wait_until(f"{text_shown('strategy')} && {four}", TIMEOUT, "the saved view")
+        await page.evaluate(click(label="Close"))  # the MLflow Assistant side panel
+        await page.wait_until(text_shown("best_value", "trials"), TIMEOUT,
+                              "the saved view's metrics")
         rows = await page.evaluate(ROWS)
         await page.screenshot(sweep / "view.png")  # for a failure's reader
         await page.goto(f"{ui.url}/#/compare-runs?runs={json.dumps(parents)}"
