@@ -10,6 +10,7 @@ defined once.
   (``compose_config``);
 - ``command``: ``python -m packexp`` in a child process (``packexp``) or in this one
   (``run_command``);
+- ``mlflow_ui``: the MLflow UI served on loopback and driven in headless Chromium;
 - ``searches``: a whole search in this process (``search``, ``search_command``,
   ``search_on_fake``) and the models it kept (``kept_models``);
 - ``members``: tiny trials and pack members (``CONFIGS``, ``PLAIN``, ``trial``, ``members``),
