@@ -54,7 +54,11 @@ class SearchProgress(Listener):
                 transient=True)
             self._progress.start()
             if self.console.is_terminal:  # a notebook draws its bar as a widget apart
-                self._log_above()
+                try:
+                    self._log_above()
+                except BaseException:
+                    self.__exit__()  # the streams given back and the bar stopped
+                    raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -72,7 +76,8 @@ class SearchProgress(Listener):
         bar's line. Handlers to files, pipes and other streams are left alone."""
         proxies = {id(proxy.rich_proxied_file): proxy for proxy in (sys.stdout, sys.stderr)
                    if isinstance(proxy, FileProxy)}
-        loggers = [logging.root, *(logger for logger in logging.Logger.manager.loggerDict.values()
+        known = list(logging.Logger.manager.loggerDict.values())  # a copy: it may grow
+        loggers = [logging.root, *(logger for logger in known
                                    if isinstance(logger, logging.Logger))]
         for handler in {id(h): h for logger in loggers for h in logger.handlers}.values():
             if not isinstance(handler, logging.StreamHandler):

@@ -43,7 +43,8 @@ from packexp.strategies.calibration import (
 
 log = logging.getLogger(__name__)
 
-VERSION = 6  # bumped whenever a record's fields change
+VERSION = 7  # bumped whenever a record's fields change, or what it measures (7: jit_compile=auto
+# leaves every convolution, 1-D and 3-D too, on oneDNN: a 1-D CNN kept under XLA re-measures)
 TARGET_S = 0.05  # each timed chunk runs about this long
 REPEATS = 3  # timed chunks per pack; the median counts
 CYCLES = 5  # whole single packs timed as the search runs them (``pack_s``)

@@ -93,7 +93,8 @@ def search_metrics(result: Searched) -> dict[str, float | None]:
             else best.val_accuracy,
             "best_value": math.nan if value is None else value,
             **({} if best is None else {f"best_{k}": float(v) for k, v in best.metrics.items()
-                                        if k != "val_accuracy"}),
+                                        if k not in ("val_accuracy", "value")
+                                        and isinstance(v, (int, float))}),
             "startup_s": facts.startup_s, "train_share": totals.train_share,
             **{f"startup_{k}_s": v for k, v in (facts.startup or {}).items()},
             "calibration_s": facts.calibration_s,

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from packexp.schedulers.base import Scheduler
 
 # The config key that caps an epoch-capped scheduler's epochs, by the name it gives itself.
-EPOCHS_KEY = {"ASHA": "scheduler.max_epochs", "PBT": "scheduler.epochs per member"}
+EPOCHS_KEY = {"ASHA": "scheduler.max_epochs"}
 # ``refuses_draw``'s reason, read back for the budget a resume needs.
 _REFUSED = re.compile(r"(\d+) configurations drawn, the next plan draws (\d+)")
 

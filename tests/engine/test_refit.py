@@ -262,3 +262,16 @@ def test_the_refit_s_train_loss_is_its_last_epoch_s_mean(searched):
     assert record["train_loss"] == pytest.approx(float(np.mean(last)), rel=1e-5)
     assert record["train_loss"] != pytest.approx(losses[-1], rel=1e-3)
     assert record["train_loss"] != pytest.approx(float(np.mean(losses)), rel=1e-3)
+
+
+@pytest.mark.parametrize(("epochs", "batch_size", "rows", "stretches"), [
+    (3.0, 32, 1000, [2.0, 3.0]),  # the last epoch on its own, its mean loss the one reported
+    (1.0, 32, 1000, [1.0]),  # one epoch is the last
+    (0.5, 32, 1000, [0.5]),
+    (2.0, 64, 40, [2.0]),  # fewer rows than a batch: the last epoch adds no step of its own
+])
+def test_a_refit_trains_its_last_epoch_as_a_stretch_of_its_own_where_it_has_steps(
+        epochs, batch_size, rows, stretches):
+    from packexp.app.tasks.refit import _stretches
+
+    assert _stretches(epochs, batch_size, rows) == stretches

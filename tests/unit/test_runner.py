@@ -251,7 +251,8 @@ def test_best_is_the_highest_score_then_the_most_epochs(tmp_path, fake_trainer):
     record("d", (3, 0.25))
     assert search.best().to_dict() == {"trial_id": "c", "hparams": {"x": "c"},
                                        "val_accuracy": 0.75, "epochs": 9,
-                                       "metric": "val_accuracy", "value": 0.75}
+                                       "metric": "val_accuracy", "value": 0.75,
+                                       "val_loss": 0.5, "train_loss": 0.1}  # its rung's
 
 
 def test_the_search_scores_the_best_trial_at_its_last_rung(tmp_path, fake_trainer):

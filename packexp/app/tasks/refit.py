@@ -23,6 +23,7 @@ from packexp.records.best import Best
 from packexp.runner.replay import Recorded
 from packexp.runner.study import load
 from packexp.space import Trial, derive_seed
+from packexp.space.options import steps_for
 
 log = logging.getLogger(__name__)
 
@@ -230,9 +231,9 @@ def refit_run(cfg: DictConfig, run_dir: Path, best: Best,
     cache = parts.cache(dataset)
     # Two stretches, the last epoch the second, so that its mean loss is the one reported;
     # the schedule spans both, and the second goes on from the first's state as a promoted
-    # member does.
+    # member does. One where the last epoch has no step of its own (fewer rows than batches).
     states: dict[str, Any] = {}
-    for until in ([float(epochs) - 1] if float(epochs) > 1 else []) + [float(epochs)]:
+    for until in _stretches(float(epochs), trial.batch_size, dataset.train_size):
         [run] = parts.trainer.train_group([trial], cache, until, states,
                                           lr_horizon=float(epochs))
         [member] = run.members
@@ -326,3 +327,13 @@ def keep_run_config(config: DictConfig) -> None:
     refittable(Path(str(config.hydra.run.dir)))
     with read_write(config.hydra):
         config.hydra.output_subdir = None
+
+
+def _stretches(epochs: float, batch_size: int, train_size: int) -> list[float]:
+    """The epochs a refit trains to, stretch by stretch: all but the last, then the last
+    (whose mean loss is reported), or all at once where the last adds no step."""
+    first = epochs - 1
+    if first <= 0 or steps_for(first, batch_size, train_size) in (
+            0, steps_for(epochs, batch_size, train_size)):
+        return [epochs]
+    return [first, epochs]
