@@ -198,8 +198,8 @@ def print_plan(payload: dict, path: Path, title: str) -> None:
         console.print(f"  bracket {record['s']}: {len(sizes)} packs of {sizes}; batch sizes "
                       f"{record['first_rung_pack_batch_sizes']}")
     if differ := payload.get("run_may_differ"):
-        console.print(f"The search can form other packs with: {'; '.join(differ)} (its later "
-                      "rungs it packs from their results).")
+        console.print(f"The search can form other packs with: {'; '.join(differ)}. Each "
+                      "later rung is packed from the results before it.")
     console.print(f"plan written to {path.resolve()}")
 
 
