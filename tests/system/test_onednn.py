@@ -34,10 +34,10 @@ ON = "tests/engine/test_onednn.py::test_onednn_is_on_exactly_where_asked"
 @pytest.mark.process
 def test_with_onednn_on():
     """One pytest process (a TensorFlow import, a collection) for all of them: ON; the
-    isolation checks (test_packed_equals_alone: mask and switch; the small CNN: one case per
-    member); and the fused CNN's native cases (fused against plain alone, fused alone against
-    fused packed (twice), native against split, auto's choice, a finished member's
-    statistics)."""
+    isolation checks (test_packed_equals_alone: mask and switch; the small CNN and cnn1d:
+    one case per member); and the fused CNN's native cases (fused against plain alone,
+    fused alone against fused packed (twice), native against split, auto's choice, a
+    finished member's statistics)."""
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     names = " or ".join(["native", *(test.split("::")[1] for test in [ON, *ISOLATION])])
     out = subprocess.run(
@@ -46,7 +46,9 @@ def test_with_onednn_on():
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     summary = [line for line in out.stdout.splitlines() if " passed" in line]
-    assert summary and " 12 passed, " in summary[-1], out.stdout[-2000:]
+    # ON, the isolation checks (mask, switch, pack-mates; the small CNN's and cnn1d's two
+    # members each) and the six native cases.
+    assert summary and " 14 passed, " in summary[-1], out.stdout[-2000:]
     assert "skipped" not in summary[-1], summary[-1]  # nothing fell back to the split path
     passed = [line.split("::")[0] for line in out.stdout.splitlines() if " PASSED" in line]
     assert passed.count(NATIVE) == 6, out.stdout[-3000:]  # and 6 of ON and ISOLATION
